@@ -1,0 +1,84 @@
+// The backward engine, grad mode, and the two hooks the distributed module is built on.
+//
+// ============================== The backward contract (public) ==================================
+//
+// backward(roots, grads) runs every node reachable from `roots` exactly once, in reverse topological
+// order: a node runs only when every node that feeds it a gradient has run (dependency counts), and
+// among ready nodes the most recently created runs first. Gradients arriving at the same input are
+// summed before the node runs. Nodes run on the calling thread, with grad mode off.
+//
+// Post-accumulate-grad hooks (Tensor::register_post_accumulate_grad_hook):
+//   * A leaf (a tensor with requires_grad set by the user, such as a parameter) gets its gradient
+//     through its AccumulateGrad node. That node runs once per backward, after *all* gradient
+//     contributions to the leaf have been summed, so when it runs the leaf's gradient for this
+//     backward is final.
+//   * AccumulateGrad adds the new gradient into .grad in place when .grad is defined (so .grad may be
+//     a view into storage the caller owns, e.g. a DDP bucket, and stays that view), or sets .grad to
+//     it when undefined. Then it calls the leaf's post-accumulate-grad hooks, in registration order,
+//     with the leaf (whose .grad holds the accumulated value).
+//   * Hooks therefore fire in the order gradients become ready: for a feed-forward network, last
+//     layer first. A hook may read or modify .grad and may start asynchronous work; it must not run
+//     backward itself.
+//   * Leaves that no path from the roots reaches get no hook call in that backward.
+//
+// End-of-backward callbacks (queue_callback):
+//   * queue_callback(fn), called while a backward is running (typically from a post-accumulate-grad
+//     hook), schedules fn to run once after the last node of that backward, before backward()
+//     returns. Callbacks run in the order queued; a callback may queue further callbacks.
+//   * If a node or hook throws, the remaining nodes and callbacks are skipped and backward() rethrows.
+//   * Calling queue_callback outside a backward is an error.
+//
+// retain_graph: without it, each node frees what it saved after it runs; a second backward through
+// the same graph is then an error that says to pass retain_graph = true.
+// ================================================================================================
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "autograd/node.h"
+#include "core/tensor.h"
+
+namespace ringgrad::autograd {
+
+// Runs backward from `roots`. grads[i] is d(output)/d(roots[i]); an undefined grads[i] (or an
+// empty list) means 1 for a one-element root and is an error for any other root.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
+              bool retain_graph = false);
+
+// Schedules `callback` to run once at the end of the backward now running (see the contract above).
+void queue_callback(std::function<void()> callback);
+
+// True while this thread is inside backward().
+bool in_backward();
+
+// Grad mode is per thread. With it off, ops record no graph (the results do not require grad).
+bool grad_enabled();
+void set_grad_enabled(bool enabled);
+
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True when grad mode is on and any defined input requires grad.
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Connects `outputs` (results of one forward op) to a new backward node. `inputs` are the op's
+// differentiable inputs, in the order the backward returns their gradients. Does nothing when no
+// input requires grad. Returns the node (or null).
+std::shared_ptr<Node> record(const char* op, const std::vector<Tensor>& outputs,
+                             const std::vector<Tensor>& inputs, FunctionNode::Backward backward);
+
+}  // namespace ringgrad::autograd
+
+namespace ringgrad {
+using autograd::NoGradGuard;
+}

@@ -1,0 +1,80 @@
+// The autograd graph: a Node is the backward of one forward op; its edges point at the producers of
+// the op's inputs (another Node's output, or a leaf's AccumulateGrad).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ringgrad::autograd {
+
+using TensorList = std::vector<Tensor>;
+
+class Node;
+
+// Where a gradient flows: input `input_nr` of `node`. An edge with no node carries nothing (the input
+// did not require a gradient).
+struct Edge {
+  std::shared_ptr<Node> node;
+  uint32_t input_nr = 0;
+  bool valid() const { return node != nullptr; }
+};
+
+class Node {
+ public:
+  Node();
+  virtual ~Node() = default;
+  virtual std::string name() const = 0;
+  // grads: one per forward output (undefined where that output received no gradient).
+  // Returns one gradient per next_edges entry (undefined where none is needed).
+  virtual TensorList apply(TensorList&& grads) = 0;
+  // Frees tensors saved for backward; after this, apply() must not run again.
+  virtual void release_saved() {}
+  // Number of forward outputs, i.e. the size of the grads list apply() receives.
+  uint32_t num_outputs = 1;
+  std::vector<Edge> next_edges;
+  // Creation order. The engine runs ready nodes latest-created first, which is a reverse
+  // topological order and makes gradient order deterministic.
+  uint64_t sequence_nr;
+  bool released = false;
+};
+
+// Per-tensor autograd state, created lazily (most tensors never need it).
+struct AutogradMeta {
+  bool requires_grad = false;  // set on leaves by the user
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;  // null for leaves
+  uint32_t output_nr = 0;         // which output of grad_fn this tensor is
+  std::weak_ptr<Node> grad_accumulator;  // leaves: the AccumulateGrad node, shared by every graph
+  bool retains_grad = false;
+  int next_hook_handle = 0;
+  std::vector<std::pair<int, std::function<void(Tensor&)>>> post_accumulate_grad_hooks;
+};
+
+AutogradMeta& autograd_meta(const Tensor& t);  // creates the meta when missing
+
+// The edge through which a gradient for `t` flows: its grad_fn's output, its leaf accumulator, or an
+// invalid edge when `t` does not require grad.
+Edge gradient_edge(const Tensor& t);
+
+// A node whose backward is a lambda. The lambda holds the saved tensors (always detached, so a node
+// never keeps its own output alive through a cycle); release_saved() drops it.
+class FunctionNode : public Node {
+ public:
+  using Backward = std::function<TensorList(TensorList&)>;
+  FunctionNode(std::string name, Backward backward) : name_(std::move(name)), backward_(std::move(backward)) {}
+  std::string name() const override { return name_; }
+  TensorList apply(TensorList&& grads) override;
+  void release_saved() override { backward_ = nullptr; }
+
+ private:
+  std::string name_;
+  Backward backward_;
+};
+
+}  // namespace ringgrad::autograd

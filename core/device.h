@@ -1,0 +1,29 @@
+// Where a tensor's bytes live. Every tensor carries one; every op dispatches on it in its front end.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ringgrad {
+
+enum class DeviceType : uint8_t { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::CPU, 0}; }
+  static Device cuda(int i = 0) { return {DeviceType::CUDA, i}; }
+  bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_cuda() const { return type == DeviceType::CUDA; }
+  std::string str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+  bool operator==(const Device& o) const { return type == o.type && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+};
+
+// True when this build has the CUDA backend compiled in (RINGGRAD_CUDA).
+bool cuda_compiled();
+// Number of CUDA devices visible; 0 without CUDA support or without a device.
+int cuda_device_count();
+
+}  // namespace ringgrad

@@ -1,0 +1,175 @@
+// Element types, and the f16 / bf16 <-> f32 conversions every backend shares.
+//
+// Conversions to f16 and bf16 round to nearest, ties to even, and keep NaN (quietened) and Inf.
+// Arithmetic on f16 / bf16 tensors loads each element as f32, computes in f32 and rounds once on store.
+// f64 exists so that gradcheck can run finite differences in double precision.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/host_device.h"
+
+namespace ringgrad {
+
+enum class DType : uint8_t { f32, f64, f16, bf16, i32, i64, u8 };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // "f32", "f16", ...
+bool is_floating(DType t);        // f32, f64, f16, bf16
+
+// 16-bit float storage types. They convert to and from float explicitly; all math is done in float.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+RG_HOST_DEVICE RG_INLINE uint32_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+RG_HOST_DEVICE RG_INLINE float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// f32 -> f16, round to nearest even. Normal numbers round by adding 0xfff (+1 when the kept mantissa
+// is odd) before truncating 13 bits; subnormals let the FPU do the rounding by adding a magic
+// number whose exponent lines the f16 subnormal ulp up with the f32 mantissa's last bit.
+RG_HOST_DEVICE RG_INLINE uint16_t float_to_half_bits(float value) {
+  uint32_t u = float_bits(value);
+  const uint32_t sign = u & 0x80000000u;
+  u ^= sign;
+  uint16_t out;
+  if (u >= (127u + 16u) << 23) {                  // |x| >= 65536: Inf, NaN or overflow
+    out = (u > 0x7f800000u) ? 0x7e00 : 0x7c00;    // NaN -> quiet NaN, else Inf
+  } else if (u < (113u << 23)) {                  // |x| < 2^-14: f16 subnormal or zero
+    const uint32_t magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+    float f = bits_float(u) + bits_float(magic);
+    out = static_cast<uint16_t>(float_bits(f) - magic);
+  } else {
+    const uint32_t mantissa_odd = (u >> 13) & 1u;
+    u += (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu;
+    u += mantissa_odd;
+    out = static_cast<uint16_t>(u >> 13);           // 65520 <= |x| < 65536 carries into Inf
+  }
+  return static_cast<uint16_t>(out | (sign >> 16));
+}
+
+RG_HOST_DEVICE RG_INLINE float half_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    // zero or subnormal: mantissa * 2^-24, exact in f32
+    float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return bits_float(float_bits(magnitude) | sign);
+  }
+  if (exponent == 31) return bits_float(sign | 0x7f800000u | (mantissa << 13));
+  return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+// f32 -> bf16, round to nearest even; NaN stays NaN (quietened).
+RG_HOST_DEVICE RG_INLINE uint16_t float_to_bf16_bits(float value) {
+  uint32_t u = float_bits(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+RG_HOST_DEVICE RG_INLINE float bf16_bits_to_float(uint16_t b) {
+  return bits_float(static_cast<uint32_t>(b) << 16);
+}
+
+// Loading any storage type as its compute type, and storing back with one rounding.
+template <class T>
+struct ComputeType {
+  using type = T;
+};
+template <>
+struct ComputeType<Half> {
+  using type = float;
+};
+template <>
+struct ComputeType<BFloat16> {
+  using type = float;
+};
+template <class T>
+using compute_t = typename ComputeType<T>::type;
+
+template <class T>
+RG_HOST_DEVICE RG_INLINE compute_t<T> load(const T& v) {
+  return v;
+}
+template <>
+RG_HOST_DEVICE RG_INLINE float load<Half>(const Half& v) {
+  return half_bits_to_float(v.bits);
+}
+template <>
+RG_HOST_DEVICE RG_INLINE float load<BFloat16>(const BFloat16& v) {
+  return bf16_bits_to_float(v.bits);
+}
+
+template <class T, class V>
+RG_HOST_DEVICE RG_INLINE T store_as(V v) {
+  return static_cast<T>(v);
+}
+template <>
+RG_HOST_DEVICE RG_INLINE Half store_as<Half, float>(float v) {
+  return Half{float_to_half_bits(v)};
+}
+template <>
+RG_HOST_DEVICE RG_INLINE BFloat16 store_as<BFloat16, float>(float v) {
+  return BFloat16{float_to_bf16_bits(v)};
+}
+template <>
+RG_HOST_DEVICE RG_INLINE Half store_as<Half, double>(double v) {
+  return Half{float_to_half_bits(static_cast<float>(v))};
+}
+template <>
+RG_HOST_DEVICE RG_INLINE BFloat16 store_as<BFloat16, double>(double v) {
+  return BFloat16{float_to_bf16_bits(static_cast<float>(v))};
+}
+
+template <class T>
+constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<Half>() { return DType::f16; }
+template <> constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+
+// Calls fn(T{}) with T the storage type of `t`: RG_DISPATCH style without macros.
+template <class Fn>
+decltype(auto) dispatch_dtype(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    case DType::f16: return fn(Half{});
+    case DType::bf16: return fn(BFloat16{});
+    case DType::i32: return fn(int32_t{});
+    case DType::i64: return fn(int64_t{});
+    case DType::u8: return fn(uint8_t{});
+  }
+  return fn(float{});
+}
+
+// Same, for floating types only (others are the caller's error to report first).
+template <class Fn>
+decltype(auto) dispatch_floating(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::f64: return fn(double{});
+    case DType::f16: return fn(Half{});
+    case DType::bf16: return fn(BFloat16{});
+    default: return fn(float{});
+  }
+}
+
+}  // namespace ringgrad

@@ -1,0 +1,67 @@
+// Counter-based random numbers (Philox-4x32-10, Salmon et al., "Parallel Random Numbers: As Easy as
+// 1, 2, 3", SC'11).
+//
+// Philox maps (counter, key) to four 32-bit words with no hidden state, so element i of a random tensor
+// can be computed by whichever thread (or CUDA thread) handles i: element i uses counter
+// (offset + i / 4) and word i % 4. The same seed therefore gives the same tensor on any thread count
+// and on any device. A Generator only remembers its seed and how many counters it has used.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace ringgrad {
+
+struct Philox4x32 {
+  uint32_t v[4];
+};
+
+// One Philox-4x32-10 evaluation: ten rounds of multiply-xor with a bumped key.
+RG_HOST_DEVICE RG_INLINE Philox4x32 philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t key) {
+  uint32_t c0 = static_cast<uint32_t>(counter_lo), c1 = static_cast<uint32_t>(counter_lo >> 32);
+  uint32_t c2 = static_cast<uint32_t>(counter_hi), c3 = static_cast<uint32_t>(counter_hi >> 32);
+  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;  // golden ratio
+    k1 += 0xBB67AE85u;  // sqrt(3) - 1
+  }
+  return Philox4x32{{c0, c1, c2, c3}};
+}
+
+// A 32-bit word to a float in [0, 1) with 24 random bits (exactly representable).
+RG_HOST_DEVICE RG_INLINE float uint_to_unit_float(uint32_t x) {
+  return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+}
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }  // counters consumed so far
+  void manual_seed(uint64_t seed) {
+    seed_ = seed;
+    offset_ = 0;
+  }
+  void set_offset(uint64_t offset) { offset_ = offset; }  // restoring a checkpointed state
+  // Reserves `counters` consecutive counters and returns the first one.
+  uint64_t advance(uint64_t counters) {
+    const uint64_t first = offset_;
+    offset_ += counters;
+    return first;
+  }
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+}  // namespace ringgrad

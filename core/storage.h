@@ -1,0 +1,34 @@
+// Storage: a refcounted block of bytes on one device. Tensors are views onto a storage (shape,
+// strides, offset); several views share one storage through std::shared_ptr<Storage>.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "core/device.h"
+
+namespace ringgrad {
+
+class Storage {
+ public:
+  // Allocates `nbytes` from the device's allocator (see core/allocator.h).
+  Storage(size_t nbytes, Device device);
+  // Wraps memory owned elsewhere; `deleter` (may be empty) runs when the last view goes away.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  bool from_allocator_ = false;
+  std::function<void(void*)> deleter_;
+};
+
+}  // namespace ringgrad

@@ -71,12 +71,6 @@ class NoGradGuard {
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 
-// Connects `outputs` (results of one forward op) to a new backward node. `inputs` are the op's
-// differentiable inputs, in the order the backward returns their gradients. Does nothing when no
-// input requires grad. Returns the node (or null).
-std::shared_ptr<Node> record(const char* op, const std::vector<Tensor>& outputs,
-                             const std::vector<Tensor>& inputs, FunctionNode::Backward backward);
-
 }  // namespace ringgrad::autograd
 
 namespace ringgrad {

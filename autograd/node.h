@@ -42,6 +42,8 @@ class Node {
   // topological order and makes gradient order deterministic.
   uint64_t sequence_nr;
   bool released = false;
+  // Non-leaf tensors that asked to keep their gradient (Tensor::retain_grad): output number -> tensor.
+  std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained_grads;
 };
 
 // Per-tensor autograd state, created lazily (most tensors never need it).
@@ -62,19 +64,39 @@ AutogradMeta& autograd_meta(const Tensor& t);  // creates the meta when missing
 // invalid edge when `t` does not require grad.
 Edge gradient_edge(const Tensor& t);
 
+// What a backward lambda needs to know: needs[i] is true when input i wants a gradient. A lambda may
+// return an undefined tensor for an input that does not (and should skip expensive work for it).
+using NeedsGrad = std::vector<bool>;
+
 // A node whose backward is a lambda. The lambda holds the saved tensors (always detached, so a node
-// never keeps its own output alive through a cycle); release_saved() drops it.
+// never keeps its own output alive through a cycle); release_saved() drops it. Before the lambda
+// runs, undefined output gradients are replaced by zeros of the output's shape, so a lambda always
+// sees one defined gradient per forward output.
 class FunctionNode : public Node {
  public:
-  using Backward = std::function<TensorList(TensorList&)>;
+  using Backward = std::function<TensorList(const TensorList& grads, const NeedsGrad& needs)>;
   FunctionNode(std::string name, Backward backward) : name_(std::move(name)), backward_(std::move(backward)) {}
   std::string name() const override { return name_; }
   TensorList apply(TensorList&& grads) override;
   void release_saved() override { backward_ = nullptr; }
 
  private:
+  friend std::shared_ptr<Node> record(const char*, const std::vector<Tensor>&, const std::vector<Tensor>&,
+                                      Backward);
   std::string name_;
   Backward backward_;
+  struct OutputInfo {
+    Shape shape;
+    DType dtype;
+    Device device;
+  };
+  std::vector<OutputInfo> outputs_;
 };
+
+// Connects `outputs` (results of one forward op) to a new backward node. `inputs` are the op's
+// differentiable inputs, in the order the backward returns their gradients. Does nothing when grad
+// mode is off or no input requires grad. Returns the node (or null).
+std::shared_ptr<Node> record(const char* op, const std::vector<Tensor>& outputs,
+                             const std::vector<Tensor>& inputs, FunctionNode::Backward backward);
 
 }  // namespace ringgrad::autograd

@@ -97,7 +97,7 @@ class Tensor {
 
   // ---- autograd (see autograd/engine.h for the backward contract) ------------------------------
   bool requires_grad() const;
-  Tensor& requires_grad_(bool requires = true);
+  Tensor& requires_grad_(bool enabled = true);
   bool is_leaf() const;
   std::shared_ptr<autograd::Node> grad_fn() const;
   Tensor grad() const;                // undefined until a backward reached this tensor

@@ -1,0 +1,156 @@
+// The backward engine: dependency counting over the graph reachable from the roots, then a ready
+// queue ordered by node creation (latest first). See the contract in autograd/engine.h.
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/accumulate_grad.h"
+#include "core/native/native.h"
+#include "core/ops.h"
+
+namespace ringgrad::autograd {
+namespace {
+
+thread_local bool t_grad_enabled = true;
+
+// State of one backward() call; callbacks queued during it run at its end.
+struct GraphTask {
+  std::vector<std::function<void()>> callbacks;
+};
+thread_local GraphTask* t_current_task = nullptr;
+
+struct LaterFirst {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+void store_retained_grads(Node& node, const TensorList& buffer) {
+  for (const auto& [output_nr, weak] : node.retained_grads) {
+    auto impl = weak.lock();
+    if (!impl || output_nr >= buffer.size() || !buffer[output_nr].defined()) continue;
+    Tensor t(impl);
+    AutogradMeta& meta = autograd_meta(t);
+    meta.grad = meta.grad.defined() ? native::binary(BinaryOp::add, meta.grad, buffer[output_nr])
+                                    : native::cast(buffer[output_nr], t.dtype());
+  }
+}
+
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+bool in_backward() { return t_current_task != nullptr; }
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void queue_callback(std::function<void()> callback) {
+  RG_CHECK(t_current_task != nullptr, "queue_callback",
+           "called outside a backward pass; end-of-backward callbacks can only be queued while backward() "
+           "runs (e.g. from a post-accumulate-grad hook)");
+  t_current_task->callbacks.push_back(std::move(callback));
+}
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  RG_CHECK(t_current_task == nullptr, "backward", "backward() called from inside a backward pass");
+  RG_CHECK(grads.empty() || grads.size() == roots.size(), "backward", roots.size(), " roots but ",
+           grads.size(), " gradients");
+  GraphTask task;
+  struct TaskScope {
+    explicit TaskScope(GraphTask* t) { t_current_task = t; }
+    ~TaskScope() { t_current_task = nullptr; }
+  } scope(&task);
+  NoGradGuard no_grad;
+
+  // Input buffers: gradients arriving at each node, summed per output slot.
+  std::unordered_map<Node*, TensorList> buffers;
+  auto deliver = [&](const Edge& edge, const Tensor& grad) {
+    TensorList& buf = buffers[edge.node.get()];
+    if (buf.empty()) buf.resize(edge.node->num_outputs);
+    Tensor& slot = buf[edge.input_nr];
+    slot = slot.defined() ? native::binary(BinaryOp::add, slot, grad) : grad;
+  };
+
+  std::vector<std::shared_ptr<Node>> root_nodes;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& root = roots[i];
+    RG_CHECK(root.defined() && root.requires_grad(), "backward", "tensor ", root.desc(),
+             " does not require grad and has no grad_fn");
+    Tensor grad = grads.empty() ? Tensor() : grads[i];
+    if (!grad.defined()) {
+      RG_CHECK(root.numel() == 1, "backward", "grad can be implicitly created only for one-element outputs; "
+               "got ", root.desc(), ", pass an explicit gradient of the same shape");
+      grad = ones_like(root);
+    }
+    RG_CHECK(grad.shape() == root.shape(), "backward", "gradient ", grad.desc(), " does not match output ",
+             root.desc());
+    Edge edge = gradient_edge(root);
+    deliver(edge, grad);
+    root_nodes.push_back(edge.node);
+  }
+
+  // Dependency counts: how many edges from reachable nodes point at each node.
+  std::unordered_map<Node*, int> dependencies;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  for (auto& n : root_nodes)
+    if (seen.insert(n.get()).second) stack.push_back(n.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      dependencies[e.node.get()]++;
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  std::unordered_set<Node*> queued;
+  for (auto& n : root_nodes)
+    if (dependencies[n.get()] == 0 && queued.insert(n.get()).second) ready.push(n.get());
+
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    TensorList inputs = std::move(buffers[node]);
+    buffers.erase(node);
+    bool any_defined = false;
+    for (const Tensor& g : inputs) any_defined |= g.defined();
+    TensorList outputs;
+    if (any_defined) {
+      store_retained_grads(*node, inputs);
+      outputs = node->apply(std::move(inputs));
+      if (!retain_graph && dynamic_cast<AccumulateGrad*>(node) == nullptr) {
+        node->release_saved();
+        node->released = true;
+      }
+    }
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.valid()) continue;
+      if (i < outputs.size() && outputs[i].defined()) deliver(e, outputs[i]);
+      if (--dependencies[e.node.get()] == 0) ready.push(e.node.get());
+    }
+  }
+
+  // End-of-backward callbacks; a callback may queue more.
+  for (size_t i = 0; i < task.callbacks.size(); ++i) {
+    auto cb = std::move(task.callbacks[i]);
+    cb();
+  }
+}
+
+}  // namespace ringgrad::autograd

@@ -1,0 +1,73 @@
+// Differentiable matrix products. Gradients use transposed views (no copies):
+//   C = A B  ->  dA = dC B^T,  dB = A^T dC
+#include "autograd/engine.h"
+#include "core/native/native.h"
+#include "core/ops.h"
+
+namespace ringgrad {
+
+using autograd::NeedsGrad;
+using autograd::record;
+using autograd::TensorList;
+
+// a: (M, K), b: (K, N) -> (M, N)
+Tensor mm(const Tensor& a, const Tensor& b) {
+  Tensor out = native::mm(a, b);
+  record("mm", {out}, {a, b}, [a = a.detach(), b = b.detach()](const TensorList& g, const NeedsGrad& n) {
+    return TensorList{n[0] ? native::mm(g[0], native::transpose(b, 0, 1)) : Tensor(),
+                      n[1] ? native::mm(native::transpose(a, 0, 1), g[0]) : Tensor()};
+  });
+  return out;
+}
+
+// a: (B, M, K), b: (B, K, N) -> (B, M, N)
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  Tensor out = native::bmm(a, b);
+  record("bmm", {out}, {a, b}, [a = a.detach(), b = b.detach()](const TensorList& g, const NeedsGrad& n) {
+    return TensorList{n[0] ? native::bmm(g[0], native::transpose(b, 1, 2)) : Tensor(),
+                      n[1] ? native::bmm(native::transpose(a, 1, 2), g[0]) : Tensor()};
+  });
+  return out;
+}
+
+// torch.matmul semantics, composed from mm / bmm and views, so its gradient needs no formula of its own.
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  RG_CHECK(a.defined() && b.defined() && a.dim() >= 1 && b.dim() >= 1, "matmul",
+           "needs tensors with at least 1 dim, got a ", a.desc(), ", b ", b.desc());
+  RG_CHECK(a.size(-1) == b.size(b.dim() == 1 ? 0 : -2), "matmul", "inner dimensions differ: a ", a.desc(),
+           ", b ", b.desc(), ": ", a.size(-1), " != ", b.size(b.dim() == 1 ? 0 : -2));
+  if (a.dim() == 1 && b.dim() == 1) return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
+  if (a.dim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
+  if (b.dim() == 1) return matmul(a, b.unsqueeze(1)).squeeze(-1);
+  if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  if (b.dim() == 2) {
+    // (..., M, K) @ (K, N): fold the batch dims into M, one GEMM.
+    Shape out_shape(a.shape().begin(), a.shape().end() - 1);
+    out_shape.push_back(n);
+    return mm(a.reshape({-1, k}), b).reshape(out_shape);
+  }
+  // Broadcast the batch dims, then one bmm over the flattened batch.
+  const Shape batch_a(a.shape().begin(), a.shape().end() - 2), batch_b(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch = native::broadcast_shapes("matmul", batch_a, batch_b);
+  Shape sa = batch, sb = batch, out_shape = batch;
+  sa.insert(sa.end(), {m, k});
+  sb.insert(sb.end(), {k, n});
+  out_shape.insert(out_shape.end(), {m, n});
+  const int64_t nb = shape_numel(batch);
+  return bmm(a.expand(sa).reshape({nb, m, k}), b.expand(sb).reshape({nb, k, n})).reshape(out_shape);
+}
+
+// x: (..., in), weight: (out, in), bias: (out) -> (..., out).  weight.t() is a view BLAS takes as is.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  RG_CHECK(weight.defined() && weight.dim() == 2, "linear", "weight must be (out, in), got ", weight.desc());
+  RG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear", "input ", x.desc(),
+           " does not end in in_features = ", weight.size(1), " of weight ", weight.desc());
+  Tensor y = matmul(x, weight.t());
+  if (!bias.defined()) return y;
+  RG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear", "bias ", bias.desc(),
+           " must be (", weight.size(0), ",) for weight ", weight.desc());
+  return y + bias;
+}
+
+}  // namespace ringgrad

@@ -1,0 +1,69 @@
+#include "autograd/node.h"
+
+#include <atomic>
+
+#include "autograd/accumulate_grad.h"
+#include "autograd/engine.h"
+#include "core/ops.h"
+
+namespace ringgrad::autograd {
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+}
+
+Node::Node() : sequence_nr(g_next_sequence_nr++) {}
+
+AutogradMeta& autograd_meta(const Tensor& t) {
+  TensorImpl* impl = t.impl();
+  RG_CHECK(impl != nullptr, "autograd", "use of an undefined tensor");
+  if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
+  return *impl->autograd;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.impl()->autograd) return {};
+  AutogradMeta& meta = *t.impl()->autograd;
+  if (meta.grad_fn) return {meta.grad_fn, meta.output_nr};
+  if (!meta.requires_grad) return {};
+  std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    meta.grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+TensorList FunctionNode::apply(TensorList&& grads) {
+  RG_CHECK(backward_ != nullptr, "backward",
+           "trying to backward through the graph a second time (the saved tensors of ", name_,
+           " were freed after the first backward); pass retain_graph = true to the first backward");
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) {
+      const OutputInfo& o = outputs_[i];
+      grads[i] = zeros(o.shape, {.dtype = o.dtype, .device = o.device});
+    }
+  }
+  NeedsGrad needs(next_edges.size());
+  for (size_t i = 0; i < next_edges.size(); ++i) needs[i] = next_edges[i].valid();
+  TensorList result = backward_(grads, needs);
+  RG_CHECK(result.size() == next_edges.size(), name_, "backward returned ", result.size(),
+           " gradients for ", next_edges.size(), " inputs");
+  return result;
+}
+
+std::shared_ptr<Node> record(const char* op, const std::vector<Tensor>& outputs,
+                             const std::vector<Tensor>& inputs, FunctionNode::Backward backward) {
+  if (!any_requires_grad(inputs)) return nullptr;
+  auto node = std::make_shared<FunctionNode>(op, std::move(backward));
+  node->num_outputs = static_cast<uint32_t>(outputs.size());
+  for (const Tensor& in : inputs) node->next_edges.push_back(gradient_edge(in));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    AutogradMeta& meta = autograd_meta(outputs[i]);
+    meta.grad_fn = node;
+    meta.output_nr = static_cast<uint32_t>(i);
+    node->outputs_.push_back({outputs[i].shape(), outputs[i].dtype(), outputs[i].device()});
+  }
+  return node;
+}
+
+}  // namespace ringgrad::autograd

@@ -1,0 +1,113 @@
+// CPU launchers for the elementwise functors of core/elementwise.h.
+#include <type_traits>
+
+#include "core/cpu/loops.h"
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace ringgrad::cpu {
+namespace {
+
+template <class T>
+constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
+
+template <class T, class F>
+void unary_loop(const ElementwiseArgs& args, F f) {
+  T* out = static_cast<T*>(args.data[0]);
+  const T* in = static_cast<const T*>(args.data[1]);
+  for_each_row<2>(args, [&](const int64_t* off, int64_t n, const int64_t* st) {
+    T* o = out + off[0];
+    const T* x = in + off[1];
+    if (st[0] == 1 && st[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = store_as<T>(f(load(x[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = store_as<T>(f(load(x[i * st[1]])));
+    }
+  });
+}
+
+template <class T, class Out, class F>
+void binary_loop(const ElementwiseArgs& args, F f) {
+  Out* out = static_cast<Out*>(args.data[0]);
+  const T* a = static_cast<const T*>(args.data[1]);
+  const T* b = static_cast<const T*>(args.data[2]);
+  for_each_row<3>(args, [&](const int64_t* off, int64_t n, const int64_t* st) {
+    Out* o = out + off[0];
+    const T* x = a + off[1];
+    const T* y = b + off[2];
+    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = store_as<Out>(f(load(x[i]), load(y[i])));
+    } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {  // tensor op scalar-like row (bias add)
+      const auto yv = load(y[0]);
+      for (int64_t i = 0; i < n; ++i) o[i] = store_as<Out>(f(load(x[i]), yv));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        o[i * st[0]] = store_as<Out>(f(load(x[i * st[1]]), load(y[i * st[2]])));
+    }
+  });
+}
+
+}  // namespace
+
+void unary(UnaryOp op, ScalarArgs s, DType dtype, const ElementwiseArgs& args) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    visit_unary_op(op, s, [&](auto f) {
+      if constexpr (kIsFloat<T>) {
+        unary_loop<T>(args, f);
+      } else {
+        // Integer tensors: only the ops the front end allows for them reach here.
+        unary_loop<T>(args, [f](compute_t<T> x) { return static_cast<compute_t<T>>(f(x)); });
+      }
+    });
+  });
+}
+
+void binary(BinaryOp op, DType dtype, const ElementwiseArgs& args) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (is_comparison(op)) {
+      visit_compare_op(op, [&](auto f) { binary_loop<T, uint8_t>(args, f); });
+    } else {
+      visit_arith_op(op, [&](auto f) { binary_loop<T, T>(args, f); });
+    }
+  });
+}
+
+void where(DType dtype, const ElementwiseArgs& args) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* out = static_cast<T*>(args.data[0]);
+    const uint8_t* cond = static_cast<const uint8_t*>(args.data[1]);
+    const T* a = static_cast<const T*>(args.data[2]);
+    const T* b = static_cast<const T*>(args.data[3]);
+    for_each_row<4>(args, [&](const int64_t* off, int64_t n, const int64_t* st) {
+      for (int64_t i = 0; i < n; ++i)
+        out[off[0] + i * st[0]] = cond[off[1] + i * st[1]] ? a[off[2] + i * st[2]] : b[off[3] + i * st[3]];
+    });
+  });
+}
+
+void cast_copy(DType out_dtype, DType in_dtype, const ElementwiseArgs& args) {
+  dispatch_dtype(out_dtype, [&](auto out_tag) {
+    dispatch_dtype(in_dtype, [&](auto in_tag) {
+      using Out = decltype(out_tag);
+      using In = decltype(in_tag);
+      Out* out = static_cast<Out*>(args.data[0]);
+      const In* in = static_cast<const In*>(args.data[1]);
+      for_each_row<2>(args, [&](const int64_t* off, int64_t n, const int64_t* st) {
+        for (int64_t i = 0; i < n; ++i) {
+          const auto v = load(in[off[1] + i * st[1]]);
+          // Half/BFloat16 only convert from float: go through float (one rounding) for them.
+          if constexpr (std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>) {
+            out[off[0] + i * st[0]] = store_as<Out>(static_cast<float>(v));
+          } else {
+            out[off[0] + i * st[0]] = static_cast<Out>(v);
+          }
+        }
+      });
+    });
+  });
+}
+
+}  // namespace ringgrad::cpu

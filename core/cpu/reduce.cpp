@@ -1,0 +1,57 @@
+// Row reductions on the CPU: one output per row of a dense (rows, cols) input.
+#include <cmath>
+#include <limits>
+
+#include "core/kernels.h"
+#include "core/parallel.h"
+
+namespace ringgrad::cpu {
+namespace {
+
+// Sums accumulate in double for f32/f64 (a training step sums millions of terms) and in float for
+// f16/bf16, whose values carry 8-11 bits anyway.
+template <class T>
+using accumulator_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float,
+                                         std::conditional_t<std::is_floating_point_v<T>, double, int64_t>>;
+
+template <class T>
+void reduce_typed(ReduceOp op, const T* in, void* out_raw, int64_t rows, int64_t cols) {
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(cols, 1));
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* row = in + r * cols;
+      if (op == ReduceOp::sum || op == ReduceOp::mean) {
+        accumulator_t<T> acc = 0;
+        for (int64_t c = 0; c < cols; ++c) acc += load(row[c]);
+        if (op == ReduceOp::mean) acc = cols ? acc / static_cast<accumulator_t<T>>(cols) : acc;
+        static_cast<T*>(out_raw)[r] = store_as<T>(static_cast<compute_t<T>>(acc));
+      } else {
+        // max / argmax: NaN wins (as in PyTorch), first occurrence on ties.
+        int64_t best = 0;
+        auto best_value = load(row[0]);
+        for (int64_t c = 1; c < cols; ++c) {
+          const auto v = load(row[c]);
+          if constexpr (std::is_floating_point_v<decltype(v)>) {
+            if (std::isnan(best_value)) break;
+            if (std::isnan(v) || v > best_value) best = c, best_value = v;
+          } else {
+            if (v > best_value) best = c, best_value = v;
+          }
+        }
+        if (op == ReduceOp::max) static_cast<T*>(out_raw)[r] = row[best];
+        else static_cast<int64_t*>(out_raw)[r] = best;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void reduce_rows(ReduceOp op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    reduce_typed<T>(op, static_cast<const T*>(in), out, rows, cols);
+  });
+}
+
+}  // namespace ringgrad::cpu

@@ -1,0 +1,83 @@
+// Device discovery, device selection and byte copies between host and devices.
+#include "core/cuda/device.h"
+
+#include <cstring>
+
+#include "core/cuda/check.h"
+#include "core/kernels.h"
+
+namespace ringgrad {
+
+namespace cuda {
+
+int device_count() {
+  // Counted once: the answer cannot change while the process runs (CUDA_VISIBLE_DEVICES is read at
+  // driver initialisation), and without a driver each query would try to load it again.
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      // No driver, no device, or a driver older than the runtime: CUDA is simply not available.
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  int current = 0;
+  RG_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) {
+    RG_CUDA_CHECK(cudaSetDevice(device));
+    previous_ = current;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  // A destructor must not throw; restoring a device that was valid a moment ago does not fail.
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
+int device_of(const void* ptr) {
+  cudaPointerAttributes attributes{};
+  RG_CUDA_CHECK(cudaPointerGetAttributes(&attributes, ptr));
+  RG_CHECK(attributes.type == cudaMemoryTypeDevice, "cuda", "pointer ", ptr,
+           " is not CUDA device memory (a CPU tensor handed to a CUDA kernel?)");
+  return attributes.device;
+}
+
+// Synchronous: when this returns, dst holds the bytes and src may be reused or freed. Copies to and
+// from pageable host memory are synchronous in CUDA already; device-to-device copies are not, hence
+// the explicit synchronisation.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (nbytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, nbytes);
+    return;
+  }
+  if (src_device.is_cpu()) {
+    DeviceGuard guard(dst_device.index);
+    RG_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice));
+  } else if (dst_device.is_cpu()) {
+    DeviceGuard guard(src_device.index);
+    RG_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost));
+  } else if (dst_device.index == src_device.index) {
+    DeviceGuard guard(dst_device.index);
+    RG_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToDevice));
+    RG_CUDA_CHECK(cudaDeviceSynchronize());
+  } else {
+    // Between two devices; goes through the host when peer access is not enabled.
+    DeviceGuard guard(dst_device.index);
+    RG_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, nbytes));
+    RG_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+}
+
+}  // namespace cuda
+
+// The CUDA-enabled definitions of core/device.h (core/device.cpp has the CPU-only ones).
+bool cuda_compiled() { return true; }
+int cuda_device_count() { return cuda::device_count(); }
+
+}  // namespace ringgrad

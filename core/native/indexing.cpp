@@ -1,0 +1,194 @@
+// Joining and indexing: cat (any device, built on copy_), and CPU kernels for index_select /
+// index_add, gather / scatter_add and one_hot.
+#include <cstring>
+
+#include "core/native/backend.h"
+#include "core/native/native.h"
+
+namespace ringgrad::native {
+namespace {
+
+void check_index(const char* op, const Tensor& index, const Tensor& a) {
+  RG_CHECK(index.defined() && index.dtype() == DType::i64, op, "index must be an i64 tensor, got ",
+           index.desc());
+  RG_CHECK(index.device() == a.device(), op, "index ", index.desc(), " and input ", a.desc(),
+           " are on different devices");
+}
+
+// Elements before `dim`, along it, and after it, for a dense tensor of `shape`.
+struct Split3 {
+  int64_t outer = 1, mid = 1, inner = 1;
+};
+Split3 split3(const Shape& shape, int64_t dim) {
+  Split3 s;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < dim) s.outer *= shape[d];
+    else if (d == dim) s.mid = shape[d];
+    else s.inner *= shape[d];
+  }
+  return s;
+}
+
+// dst[i] += src[i] for n elements of a floating type.
+void add_elements(DType t, void* dst, const void* src, int64_t n) {
+  dispatch_floating(t, [&](auto tag) {
+    using T = decltype(tag);
+    T* d = static_cast<T*>(dst);
+    const T* s = static_cast<const T*>(src);
+    for (int64_t i = 0; i < n; ++i) d[i] = store_as<T>(load(d[i]) + load(s[i]));
+  });
+}
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  RG_CHECK(!tensors.empty(), "cat", "needs at least one tensor");
+  const Tensor& first = tensors[0];
+  dim = wrap_dim(dim, first.dim(), "cat");
+  Shape shape = first.shape();
+  shape[dim] = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    check_same_device_dtype("cat", first, t);
+    bool same = t.dim() == first.dim();
+    for (int64_t d = 0; same && d < t.dim(); ++d) same = d == dim || t.size(d) == first.size(d);
+    RG_CHECK(same, "cat", "tensor ", i, " ", t.desc(), " does not match tensor 0 ", first.desc(),
+             " outside dimension ", dim);
+    shape[dim] += t.size(dim);
+  }
+  Tensor out = empty(shape, first.dtype(), first.device());
+  int64_t at = 0;
+  for (const Tensor& t : tensors) {
+    copy_(slice(out, dim, at, at + t.size(dim), 1), t);
+    at += t.size(dim);
+  }
+  return out;
+}
+
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
+  check_index("index_select", index, a);
+  require_cpu("index_select", a.device());
+  RG_CHECK(index.dim() == 1, "index_select", "index must be 1-D, got ", index.desc());
+  dim = wrap_dim(dim, a.dim(), "index_select");
+  Tensor src = contiguous(a), idx = contiguous(index);
+  Shape shape = a.shape();
+  shape[dim] = idx.numel();
+  Tensor out = empty(shape, a.dtype(), a.device());
+  const Split3 s = split3(a.shape(), dim);
+  const size_t row_bytes = static_cast<size_t>(s.inner) * a.element_size();
+  const int64_t* ip = idx.data<int64_t>();
+  const char* sp = static_cast<const char*>(src.raw_data());
+  char* op = static_cast<char*>(out.raw_data());
+  for (int64_t k = 0; k < idx.numel(); ++k)
+    RG_CHECK(ip[k] >= 0 && ip[k] < s.mid, "index_select", "index[", k, "] = ", ip[k],
+             " out of range for dimension ", dim, " of ", a.desc());
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t k = 0; k < idx.numel(); ++k)
+      std::memcpy(op + (o * idx.numel() + k) * row_bytes, sp + (o * s.mid + ip[k]) * row_bytes, row_bytes);
+  return out;
+}
+
+Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
+  require_cpu("index_add", src.device());
+  Tensor out = empty(shape, src.dtype(), src.device());
+  out.zero_();
+  Tensor s = contiguous(src), idx = contiguous(index);
+  const Split3 d = split3(shape, dim);
+  const int64_t k_count = idx.numel();
+  const int64_t* ip = idx.data<int64_t>();
+  const size_t esize = src.element_size();
+  char* op = static_cast<char*>(out.raw_data());
+  const char* sp = static_cast<const char*>(s.raw_data());
+  for (int64_t o = 0; o < d.outer; ++o)
+    for (int64_t k = 0; k < k_count; ++k)
+      add_elements(src.dtype(), op + ((o * d.mid + ip[k]) * d.inner) * esize,
+                   sp + ((o * k_count + k) * d.inner) * esize, d.inner);
+  return out;
+}
+
+namespace {
+
+// Calls fn(position in index, element offset in a tensor of `a_strides`) for every element of a
+// dense index tensor, replacing the coordinate along `dim` by the index value.
+template <class Fn>
+void for_each_gather_position(const char* op, const Tensor& index, const Shape& a_shape,
+                              const Shape& a_strides, int64_t dim, Fn&& fn) {
+  const int64_t* ip = index.data<int64_t>();
+  const int64_t ndim = index.dim();
+  for (int64_t p = 0; p < index.numel(); ++p) {
+    int64_t rest = p, offset = 0;
+    for (int64_t d = ndim - 1; d >= 0; --d) {
+      int64_t coord = rest % index.size(d);
+      rest /= index.size(d);
+      if (d == dim) {
+        coord = ip[p];
+        RG_CHECK(coord >= 0 && coord < a_shape[d], op, "index value ", coord, " out of range for dimension ",
+                 dim, " of size ", a_shape[d]);
+      }
+      offset += coord * a_strides[d];
+    }
+    fn(p, offset);
+  }
+}
+
+void check_gather_shapes(const char* op, const Tensor& a, int64_t dim, const Tensor& index) {
+  RG_CHECK(index.dim() == a.dim(), op, "index ", index.desc(), " must have as many dims as the input ",
+           a.desc());
+  for (int64_t d = 0; d < a.dim(); ++d)
+    RG_CHECK(d == dim || index.size(d) <= a.size(d), op, "index ", index.desc(), " is larger than input ",
+             a.desc(), " in dimension ", d);
+}
+
+}  // namespace
+
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
+  check_index("gather", index, a);
+  require_cpu("gather", a.device());
+  dim = wrap_dim(dim, a.dim(), "gather");
+  check_gather_shapes("gather", a, dim, index);
+  Tensor idx = contiguous(index);
+  Tensor out = empty(index.shape(), a.dtype(), a.device());
+  const size_t esize = a.element_size();
+  const char* ap = static_cast<const char*>(a.raw_data());
+  char* op = static_cast<char*>(out.raw_data());
+  for_each_gather_position("gather", idx, a.shape(), a.strides(), dim, [&](int64_t p, int64_t off) {
+    std::memcpy(op + p * esize, ap + off * static_cast<int64_t>(esize), esize);
+  });
+  return out;
+}
+
+Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
+  require_cpu("scatter_add", src.device());
+  Tensor out = empty(shape, src.dtype(), src.device());
+  out.zero_();
+  Tensor idx = contiguous(index), s = contiguous(src);
+  const size_t esize = src.element_size();
+  char* op = static_cast<char*>(out.raw_data());
+  const char* sp = static_cast<const char*>(s.raw_data());
+  for_each_gather_position("scatter_add", idx, shape, out.strides(), dim, [&](int64_t p, int64_t off) {
+    add_elements(src.dtype(), op + off * static_cast<int64_t>(esize), sp + p * esize, 1);
+  });
+  return out;
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype) {
+  RG_CHECK(indices.defined() && indices.dtype() == DType::i64, "one_hot", "indices must be i64, got ",
+           indices.desc());
+  RG_CHECK(num_classes > 0, "one_hot", "num_classes must be positive, got ", num_classes);
+  require_cpu("one_hot", indices.device());
+  Shape shape = indices.shape();
+  shape.push_back(num_classes);
+  Tensor out = empty(shape, DType::f64, indices.device());
+  out.zero_();
+  Tensor idx = contiguous(indices);
+  const int64_t* ip = idx.data<int64_t>();
+  double* op = out.data<double>();
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    RG_CHECK(ip[i] >= 0 && ip[i] < num_classes, "one_hot", "index ", ip[i], " at position ", i,
+             " is not in [0, ", num_classes, ")");
+    op[i * num_classes + ip[i]] = 1.0;
+  }
+  return dtype == DType::f64 ? out : cast(out, dtype);
+}
+
+}  // namespace ringgrad::native

@@ -1,0 +1,74 @@
+// Matrix products. Each operand is passed to the BLAS as stored: a row-major matrix, or the
+// transpose of one (a transposed view), with its row stride as the leading dimension. Only layouts
+// the BLAS cannot express (broadcast strides, non-unit inner strides) are copied first.
+#include "core/native/backend.h"
+#include "core/native/native.h"
+
+namespace ringgrad::native {
+namespace {
+
+struct BlasOperand {
+  Tensor storage_view;  // what the pointer refers to
+  bool transposed = false;
+  int64_t ld = 1;
+};
+
+// m: a 2-D (rows, cols) view.
+BlasOperand as_blas_operand(const Tensor& m) {
+  const int64_t rows = m.size(0), cols = m.size(1);
+  if (m.stride(1) == 1 && m.stride(0) >= std::max<int64_t>(1, cols)) return {m, false, m.stride(0)};
+  if (m.stride(0) == 1 && m.stride(1) >= std::max<int64_t>(1, rows)) return {m, true, m.stride(1)};
+  if (rows == 1 && m.stride(1) == 1) return {m, false, std::max<int64_t>(1, cols)};
+  if (cols == 1 && m.stride(0) == 1) return {m, true, std::max<int64_t>(1, rows)};
+  Tensor dense = contiguous(m);
+  return {dense, false, std::max<int64_t>(1, cols)};
+}
+
+void check_matmul_args(const char* op, const Tensor& a, const Tensor& b, int64_t ndim) {
+  check_same_device_dtype(op, a, b, /*same_dtype=*/false);
+  RG_CHECK(a.dim() == ndim && b.dim() == ndim, op, "expects ", ndim, "-D tensors, got a ", a.desc(),
+           ", b ", b.desc());
+  RG_CHECK(a.dtype() == b.dtype(), op, "dtypes differ: a ", a.desc(), ", b ", b.desc());
+  RG_CHECK(is_floating(a.dtype()), op, "needs floating-point tensors, got a ", a.desc(), ", b ", b.desc());
+  RG_CHECK(a.size(-1) == b.size(-2), op, "inner dimensions differ: a ", a.desc(), ", b ", b.desc(), ": ",
+           a.size(-1), " != ", b.size(-2));
+}
+
+// out(M, N) = a(M, K) @ b(K, N); all three 2-D views of one dtype the backend's GEMM takes.
+void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    unary_(UnaryOp::fill, out, {0.0, 0.0});
+    return;
+  }
+  const BlasOperand pa = as_blas_operand(a), pb = as_blas_operand(b);
+  backend_gemm(a.device(), a.dtype(), pa.transposed, pb.transposed, m, n, k, 1.0, pa.storage_view.raw_data(),
+               pa.ld, pb.storage_view.raw_data(), pb.ld, 0.0, out.raw_data(), out.stride(0));
+}
+
+// The CPU BLAS has no f16/bf16 GEMM: compute those in f32 and round the result once.
+bool needs_f32_compute(const Tensor& a) {
+  return a.device().is_cpu() && (a.dtype() == DType::f16 || a.dtype() == DType::bf16);
+}
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_matmul_args("matmul", a, b, 2);
+  if (needs_f32_compute(a)) return cast(mm(cast(a, DType::f32), cast(b, DType::f32)), a.dtype());
+  Tensor out = empty({a.size(0), b.size(1)}, a.dtype(), a.device());
+  gemm_2d(a, b, out);
+  return out;
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_matmul_args("bmm", a, b, 3);
+  RG_CHECK(a.size(0) == b.size(0), "bmm", "batch sizes differ: a ", a.desc(), ", b ", b.desc());
+  if (needs_f32_compute(a)) return cast(bmm(cast(a, DType::f32), cast(b, DType::f32)), a.dtype());
+  Tensor out = empty({a.size(0), a.size(1), b.size(2)}, a.dtype(), a.device());
+  for (int64_t i = 0; i < a.size(0); ++i) gemm_2d(select(a, 0, i), select(b, 0, i), select(out, 0, i));
+  return out;
+}
+
+}  // namespace ringgrad::native

@@ -1,0 +1,77 @@
+// Op front ends without autograd: each checks its arguments, allocates the result and calls the
+// kernel of the tensors' device (core/kernels.h). The differentiable ops of core/ops.h are built on
+// these (autograd/functions/); backward formulas call them too.
+#pragma once
+
+#include <vector>
+
+#include "core/elementwise.h"
+#include "core/kernels.h"
+#include "core/tensor.h"
+
+namespace ringgrad::native {
+
+Tensor empty(const Shape& shape, DType dtype, Device device);
+
+// ---- views (metadata only, share storage, no autograd) ---------------------------------------------
+Tensor as_strided(const Tensor& a, const Shape& shape, const Shape& strides, int64_t offset);
+// The strides a view of `a` with `shape` would have, or an empty vector when a's layout cannot be
+// viewed that way without a copy. `shape` may hold one -1.
+Shape infer_view_shape(const char* op, const Tensor& a, Shape shape);
+Shape view_strides(const Tensor& a, const Shape& shape);
+Tensor view(const Tensor& a, const Shape& shape);  // error when a copy would be needed
+Tensor permute(const Tensor& a, const Shape& dims);
+Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);
+Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step);
+Tensor select(const Tensor& a, int64_t dim, int64_t index);
+Tensor expand(const Tensor& a, const Shape& shape);
+Tensor squeeze(const Tensor& a, int64_t dim);  // dim == -100: all size-1 dims
+Tensor unsqueeze(const Tensor& a, int64_t dim);
+
+// ---- elementwise ----------------------------------------------------------------------------------
+// The broadcast shape of a and b, or an error naming `op` and both tensors.
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+// Checks that both tensors are defined, on one device, and (when same_dtype) of one dtype.
+void check_same_device_dtype(const char* op, const Tensor& a, const Tensor& b, bool same_dtype = true);
+
+Tensor unary(UnaryOp op, const Tensor& a, ScalarArgs s = {});
+void unary_(UnaryOp op, const Tensor& self, ScalarArgs s = {});  // self = op(self)
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);    // comparisons return u8
+void binary_(BinaryOp op, const Tensor& self, const Tensor& other);  // self = op(self, other)
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// dst = src, broadcasting src to dst's shape, converting dtype and crossing devices as needed.
+void copy_(const Tensor& dst, const Tensor& src);
+Tensor cast(const Tensor& a, DType dtype);      // new contiguous tensor
+Tensor to_device(const Tensor& a, Device device);  // new contiguous tensor
+Tensor contiguous(const Tensor& a);             // a itself when already contiguous
+
+// ---- reductions -----------------------------------------------------------------------------------
+// Normalises `dims` for a tensor of ndim dims: {} means all; negative dims wrap; duplicates are errors.
+std::vector<int64_t> reduction_dims(const char* op, const Shape& dims, int64_t ndim);
+// sum / mean / max / argmax over `dims`; argmax and max take exactly one dim.
+Tensor reduce(ReduceOp op, const Tensor& a, const Shape& dims, bool keepdim);
+
+// ---- matrix products ------------------------------------------------------------------------------
+Tensor mm(const Tensor& a, const Tensor& b);   // a: (M, K), b: (K, N) -> (M, N)
+Tensor bmm(const Tensor& a, const Tensor& b);  // a: (B, M, K), b: (B, K, N) -> (B, M, N)
+
+// ---- softmax family -------------------------------------------------------------------------------
+Tensor softmax(const Tensor& a, int64_t dim, bool log);
+// logits: (N, C) floating; target: (N) i64. Returns the mean loss (0-dim, logits' dtype) and, when
+// wanted, the number of counted targets.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, int64_t* counted);
+// d loss / d logits for an upstream scalar gradient `grad`.
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
+                              int64_t ignore_index);
+
+// ---- indexing -------------------------------------------------------------------------------------
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);
+// out = zeros(shape); out.index_select(dim, index) += src (repeated indices accumulate).
+Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);
+// out = zeros(shape); out[... index[p] ...] += src[p] along dim (the backward of gather).
+Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype);
+
+}  // namespace ringgrad::native

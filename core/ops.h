@@ -29,6 +29,7 @@ Tensor empty_like(const Tensor& t);
 // Copies `values` (converted to options.dtype) into a new tensor of `shape`.
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions options = {});
 Tensor from_vector(const std::vector<float>& values, const Shape& shape, TensorOptions options = {});
+// int64 values give an i64 tensor unless options.dtype says otherwise.
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, TensorOptions options = {});
 // Copies `shape`-many elements of type `dtype` from host memory `data`.
 Tensor from_blob(const void* data, const Shape& shape, DType dtype, TensorOptions options = {});

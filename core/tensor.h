@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,10 @@ struct TensorImpl {
   ~TensorImpl();
 };
 
+// Options for factories, set with designated initialisers: zeros({2, 3}, {.dtype = DType::f16}).
+// An unset dtype means f32, except for from_vector of int64 values, which gives i64.
 struct TensorOptions {
-  DType dtype = DType::f32;
+  std::optional<DType> dtype;
   Device device = Device::cpu();
   bool requires_grad = false;
 };

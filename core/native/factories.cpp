@@ -26,7 +26,7 @@ Tensor host_f64(const Shape& shape, Fn&& value_at) {
 }
 
 Tensor convert(const Tensor& host, const TensorOptions& options) {
-  Tensor out = native::empty(host.shape(), options.dtype, options.device);
+  Tensor out = native::empty(host.shape(), options.dtype.value_or(DType::f32), options.device);
   native::copy_(out, host);
   return finish(out, options);
 }
@@ -34,11 +34,11 @@ Tensor convert(const Tensor& host, const TensorOptions& options) {
 }  // namespace
 
 Tensor empty(const Shape& shape, TensorOptions options) {
-  return finish(native::empty(shape, options.dtype, options.device), options);
+  return finish(native::empty(shape, options.dtype.value_or(DType::f32), options.device), options);
 }
 
 Tensor full(const Shape& shape, double value, TensorOptions options) {
-  Tensor t = native::empty(shape, options.dtype, options.device);
+  Tensor t = native::empty(shape, options.dtype.value_or(DType::f32), options.device);
   t.fill_(value);
   return finish(t, options);
 }
@@ -70,6 +70,7 @@ Tensor from_vector(const std::vector<float>& values, const Shape& shape, TensorO
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, TensorOptions options) {
   RG_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector", values.size(),
            " values do not fill shape ", shape_str(shape));
+  if (!options.dtype) options.dtype = DType::i64;
   return from_blob(values.data(), shape, DType::i64, options);
 }
 

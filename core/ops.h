@@ -106,6 +106,14 @@ Tensor bmm(const Tensor& a, const Tensor& b);  // a: (B, M, K), b: (B, K, N)
 // linear(x, w, b) = x @ w^T + b; x: (..., in), w: (out, in), b: (out) or undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+// ---- convolution and pooling ----------------------------------------------------------------------
+// x: (N, C, H, W), weight: (O, C, KH, KW), bias: (O) or undefined -> (N, O, OH, OW) with
+// OH = (H + 2 padding - KH) / stride + 1 (likewise OW). CPU: im2col + one GEMM per call.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0);
+// x: (N, C, H, W) -> (N, C, OH, OW); stride 0 means stride = kernel_size. Padding counts as -inf.
+Tensor max_pool2d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
+
 // ---- softmax and losses ---------------------------------------------------------------------------
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);  // stable: x - max - log(sum(exp(x - max)))

@@ -74,4 +74,15 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype);
 
+// ---- convolution and pooling (CPU) --------------------------------------------------------------------
+// x: (N, C, H, W), weight: (O, C, KH, KW), bias: (O) or undefined -> (N, O, OH, OW)
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding);
+// Fills the requested gradients (null pointers are skipped).
+void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, int64_t stride, int64_t padding,
+                     Tensor* dx, Tensor* dweight, Tensor* dbias);
+// x: (N, C, H, W) -> (N, C, OH, OW); stride 0 means stride = kernel. *indices gets, per output, the
+// flat position (row * W + col) of its maximum within its (H, W) plane.
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Tensor* indices);
+Tensor max_pool2d_backward(const Tensor& grad, const Shape& input_shape, const Tensor& indices);
+
 }  // namespace ringgrad::native

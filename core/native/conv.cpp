@@ -1,0 +1,226 @@
+// conv2d and max_pool2d on the CPU.
+//
+// conv2d lowers the convolution to one GEMM (im2col): every receptive field of the whole batch
+// becomes a column of `cols` (C·KH·KW, N·OH·OW), and
+//   out (O, N·OH·OW) = weight (O, C·KH·KW) @ cols
+// The backward uses the same lowering: dweight = dout @ cols^T, dcols = weight^T @ dout, and col2im
+// scatters dcols back onto the input (overlapping windows add up).
+//
+// Dims: N batch, C input channels, O output channels, H/W input height/width, KH/KW kernel,
+// OH/OW output height/width.
+#include "core/native/backend.h"
+#include "core/native/native.h"
+#include "core/parallel.h"
+
+namespace ringgrad::native {
+namespace {
+
+struct ConvGeometry {
+  int64_t n, c, h, w, o, kh, kw, stride, padding, oh, ow;
+  int64_t rows() const { return c * kh * kw; }       // of cols
+  int64_t columns() const { return n * oh * ow; }    // of cols
+};
+
+// x: dense (N, C, H, W) -> cols: dense (C·KH·KW, N·OH·OW)
+template <class T>
+void im2col(const T* x, T* cols, const ConvGeometry& g) {
+  parallel_for(g.rows(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
+      T* out = cols + r * g.columns();
+      for (int64_t n = 0; n < g.n; ++n) {
+        const T* plane = x + (n * g.c + c) * g.h * g.w;
+        for (int64_t i = 0; i < g.oh; ++i) {
+          const int64_t y = i * g.stride - g.padding + ki;
+          T* row = out + (n * g.oh + i) * g.ow;
+          if (y < 0 || y >= g.h) {
+            for (int64_t j = 0; j < g.ow; ++j) row[j] = T(0);
+            continue;
+          }
+          for (int64_t j = 0; j < g.ow; ++j) {
+            const int64_t xx = j * g.stride - g.padding + kj;
+            row[j] = (xx >= 0 && xx < g.w) ? plane[y * g.w + xx] : T(0);
+          }
+        }
+      }
+    }
+  });
+}
+
+// cols: dense (C·KH·KW, N·OH·OW) -> dx: dense (N, C, H, W), summing overlapping windows.
+template <class T>
+void col2im(const T* cols, T* dx, const ConvGeometry& g) {
+  // Parallel over channels: different channels never write the same dx element.
+  parallel_for(g.c, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      for (int64_t n = 0; n < g.n; ++n) {
+        T* plane = dx + (n * g.c + c) * g.h * g.w;
+        for (int64_t p = 0; p < g.h * g.w; ++p) plane[p] = T(0);
+      }
+      for (int64_t ki = 0; ki < g.kh; ++ki)
+        for (int64_t kj = 0; kj < g.kw; ++kj) {
+          const T* in = cols + ((c * g.kh + ki) * g.kw + kj) * g.columns();
+          for (int64_t n = 0; n < g.n; ++n) {
+            T* plane = dx + (n * g.c + c) * g.h * g.w;
+            for (int64_t i = 0; i < g.oh; ++i) {
+              const int64_t y = i * g.stride - g.padding + ki;
+              if (y < 0 || y >= g.h) continue;
+              const T* row = in + (n * g.oh + i) * g.ow;
+              for (int64_t j = 0; j < g.ow; ++j) {
+                const int64_t xx = j * g.stride - g.padding + kj;
+                if (xx >= 0 && xx < g.w) plane[y * g.w + xx] += row[j];
+              }
+            }
+          }
+        }
+    }
+  });
+}
+
+ConvGeometry conv_geometry(const Tensor& x, const Tensor& weight, int64_t stride, int64_t padding) {
+  RG_CHECK(x.defined() && weight.defined() && x.dim() == 4 && weight.dim() == 4, "conv2d",
+           "expects x (N, C, H, W) and weight (O, C, KH, KW), got x ", x.desc(), ", weight ", weight.desc());
+  check_same_device_dtype("conv2d", x, weight);
+  RG_CHECK(is_floating(x.dtype()), "conv2d", "needs floating-point tensors, got ", x.desc());
+  RG_CHECK(x.size(1) == weight.size(1), "conv2d", "input channels differ: x ", x.desc(), " has ", x.size(1),
+           ", weight ", weight.desc(), " expects ", weight.size(1));
+  RG_CHECK(stride >= 1 && padding >= 0, "conv2d", "stride must be >= 1 and padding >= 0, got stride ", stride,
+           ", padding ", padding);
+  ConvGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0), weight.size(2), weight.size(3),
+                 stride, padding, 0, 0};
+  g.oh = (g.h + 2 * padding - g.kh) / stride + 1;
+  g.ow = (g.w + 2 * padding - g.kw) / stride + 1;
+  RG_CHECK(g.h + 2 * padding >= g.kh && g.w + 2 * padding >= g.kw, "conv2d", "kernel ", g.kh, "x", g.kw,
+           " is larger than the padded input ", x.desc(), " (padding ", padding, ")");
+  require_cpu("conv2d", x.device());
+  return g;
+}
+
+DType compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+// cols for x in compute dtype ct.
+Tensor make_cols(const Tensor& x, const ConvGeometry& g, DType ct) {
+  Tensor xc = contiguous(x.dtype() == ct ? x : cast(x, ct));
+  Tensor cols = empty({g.rows(), g.columns()}, ct, x.device());
+  if (ct == DType::f64) im2col(xc.data<double>(), cols.data<double>(), g);
+  else im2col(xc.data<float>(), cols.data<float>(), g);
+  return cols;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding) {
+  const ConvGeometry g = conv_geometry(x, weight, stride, padding);
+  const DType ct = compute_dtype(x.dtype());
+  Tensor cols = make_cols(x, g, ct);
+  Tensor w2 = view(contiguous(cast(weight, ct)), {g.o, g.rows()});
+  Tensor out = mm(w2, cols);  // (O, N·OH·OW)
+  if (bias.defined()) {
+    RG_CHECK(bias.dim() == 1 && bias.size(0) == g.o && bias.dtype() == x.dtype(), "conv2d", "bias ", bias.desc(),
+             " must be (", g.o, ",) of dtype ", dtype_name(x.dtype()));
+    binary_(BinaryOp::add, out, view(cast(bias, ct), {g.o, 1}));
+  }
+  // (O, N, OH, OW) -> (N, O, OH, OW)
+  Tensor nchw = contiguous(permute(view(out, {g.o, g.n, g.oh, g.ow}), {1, 0, 2, 3}));
+  return nchw.dtype() == x.dtype() ? nchw : cast(nchw, x.dtype());
+}
+
+void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, int64_t stride, int64_t padding,
+                     Tensor* dx, Tensor* dweight, Tensor* dbias) {
+  const ConvGeometry g = conv_geometry(x, weight, stride, padding);
+  const DType ct = compute_dtype(x.dtype());
+  // dout: (N, O, OH, OW) -> (O, N·OH·OW)
+  Tensor dout = view(contiguous(permute(cast(grad, ct), {1, 0, 2, 3})), {g.o, g.columns()});
+  if (dbias) *dbias = cast(reduce(ReduceOp::sum, dout, {1}, false), x.dtype());
+  if (dweight) {
+    Tensor cols = make_cols(x, g, ct);
+    *dweight = cast(view(mm(dout, transpose(cols, 0, 1)), weight.shape()), weight.dtype());
+  }
+  if (dx) {
+    Tensor w2 = view(contiguous(cast(weight, ct)), {g.o, g.rows()});
+    Tensor dcols = mm(transpose(w2, 0, 1), dout);  // (C·KH·KW, N·OH·OW)
+    Tensor out = empty(x.shape(), ct, x.device());
+    if (ct == DType::f64) col2im(dcols.data<double>(), out.data<double>(), g);
+    else col2im(dcols.data<float>(), out.data<float>(), g);
+    *dx = out.dtype() == x.dtype() ? out : cast(out, x.dtype());
+  }
+}
+
+// ---- max_pool2d -------------------------------------------------------------------------------------
+namespace {
+
+template <class T>
+void max_pool_forward(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t h, int64_t w, int64_t oh,
+                      int64_t ow, int64_t k, int64_t s, int64_t p) {
+  parallel_for(planes, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t pl = begin; pl < end; ++pl) {
+      const T* in = x + pl * h * w;
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          int64_t best = -1;
+          T best_value = T(0);
+          for (int64_t a = 0; a < k; ++a) {
+            const int64_t yy = i * s - p + a;
+            if (yy < 0 || yy >= h) continue;
+            for (int64_t b = 0; b < k; ++b) {
+              const int64_t xx = j * s - p + b;
+              if (xx < 0 || xx >= w) continue;
+              const T v = in[yy * w + xx];
+              if (best < 0 || v > best_value || v != v) best = yy * w + xx, best_value = v;
+            }
+          }
+          y[(pl * oh + i) * ow + j] = best_value;
+          argmax[(pl * oh + i) * ow + j] = best;
+        }
+    }
+  });
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Tensor* indices) {
+  RG_CHECK(x.defined() && x.dim() == 4 && is_floating(x.dtype()), "max_pool2d",
+           "expects a floating (N, C, H, W) tensor, got ", x.desc());
+  if (stride == 0) stride = kernel;
+  RG_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && 2 * padding <= kernel, "max_pool2d",
+           "invalid kernel ", kernel, ", stride ", stride, ", padding ", padding,
+           " (padding may be at most half the kernel)");
+  require_cpu("max_pool2d", x.device());
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t oh = (h + 2 * padding - kernel) / stride + 1, ow = (w + 2 * padding - kernel) / stride + 1;
+  RG_CHECK(oh > 0 && ow > 0, "max_pool2d", "kernel ", kernel, " is larger than the padded input ", x.desc());
+  const DType ct = compute_dtype(x.dtype());
+  Tensor xc = contiguous(x.dtype() == ct ? x : cast(x, ct));
+  Tensor y = empty({n, c, oh, ow}, ct, x.device());
+  Tensor idx = empty({n, c, oh, ow}, DType::i64, x.device());
+  if (ct == DType::f64)
+    max_pool_forward(xc.data<double>(), y.data<double>(), idx.data<int64_t>(), n * c, h, w, oh, ow, kernel, stride, padding);
+  else
+    max_pool_forward(xc.data<float>(), y.data<float>(), idx.data<int64_t>(), n * c, h, w, oh, ow, kernel, stride, padding);
+  if (indices) *indices = idx;
+  return y.dtype() == x.dtype() ? y : cast(y, x.dtype());
+}
+
+// Each output's gradient goes to the input position it took its maximum from.
+Tensor max_pool2d_backward(const Tensor& grad, const Shape& input_shape, const Tensor& indices) {
+  const int64_t planes = input_shape[0] * input_shape[1], hw = input_shape[2] * input_shape[3];
+  const int64_t per_plane = indices.size(2) * indices.size(3);
+  const DType ct = compute_dtype(grad.dtype());
+  Tensor g = contiguous(grad.dtype() == ct ? grad : cast(grad, ct));
+  Tensor dx = empty(input_shape, ct, grad.device());
+  const int64_t* idx = indices.data<int64_t>();
+  auto route = [&](auto* gp, auto* dp) {
+    parallel_for(planes, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t pl = begin; pl < end; ++pl) {
+        auto* plane = dp + pl * hw;
+        for (int64_t i = 0; i < hw; ++i) plane[i] = 0;
+        for (int64_t o = 0; o < per_plane; ++o) plane[idx[pl * per_plane + o]] += gp[pl * per_plane + o];
+      }
+    });
+  };
+  if (ct == DType::f64) route(g.data<double>(), dx.data<double>());
+  else route(g.data<float>(), dx.data<float>());
+  return dx.dtype() == grad.dtype() ? dx : cast(dx, grad.dtype());
+}
+
+}  // namespace ringgrad::native

@@ -12,3 +12,6 @@
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"
+#include "data/data.h"
+#include "nn/nn.h"
+#include "optim/optim.h"

@@ -64,4 +64,10 @@ class Generator {
   uint64_t offset_ = 0;
 };
 
+// The process-wide default generator, for code that does not pass one explicitly (layer
+// initialisation, dropout), as torch.manual_seed seeds PyTorch's. Pass a Generator explicitly where
+// reproducibility across components matters.
+Generator& default_generator();
+void manual_seed(uint64_t seed);
+
 }  // namespace ringgrad

@@ -158,3 +158,14 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
 }
 
 }  // namespace ringgrad
+
+namespace ringgrad {
+
+Generator& default_generator() {
+  static Generator generator(0);
+  return generator;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+}  // namespace ringgrad

@@ -1,0 +1,7 @@
+// Everything in data/.
+#pragma once
+
+#include "data/dataloader.h"
+#include "data/dataset.h"
+#include "data/idx.h"
+#include "data/sampler.h"

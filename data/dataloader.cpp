@@ -1,0 +1,100 @@
+#include "data/dataloader.h"
+
+#include "autograd/engine.h"
+
+namespace ringgrad::data {
+
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DistributedSampler& sampler, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), sampler_(sampler), options_(options) {
+  RG_CHECK(dataset_ != nullptr, "DataLoader", "dataset is null");
+  RG_CHECK(options.batch_size > 0 && options.prefetch >= 0, "DataLoader", "batch_size must be > 0 and prefetch >= 0, "
+           "got ", options.batch_size, " and ", options.prefetch);
+}
+
+DataLoader::~DataLoader() { stop_worker(); }
+
+int64_t DataLoader::num_batches() const {
+  const int64_t n = sampler_.num_samples();
+  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+Example DataLoader::collate(int64_t batch) const {
+  const int64_t begin = batch * options_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(indices_.size()));
+  std::vector<int64_t> ids(indices_.begin() + begin, indices_.begin() + end);
+  NoGradGuard no_grad;
+  return dataset_->get_batch(ids);
+}
+
+void DataLoader::stop_worker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  ready_.clear();
+  stop_ = false;
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  stop_worker();
+  indices_ = sampler_.indices();
+  batches_ = num_batches();
+  next_to_make_ = next_to_take_ = 0;
+  error_ = nullptr;
+  if (options_.prefetch > 0 && batches_ > 0) {
+    worker_ = std::thread([this] {
+      for (;;) {
+        int64_t batch;
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          changed_.wait(lock, [&] { return stop_ || static_cast<int64_t>(ready_.size()) < options_.prefetch; });
+          if (stop_ || next_to_make_ == batches_) return;
+          batch = next_to_make_++;
+        }
+        try {
+          Example e = collate(batch);
+          std::lock_guard<std::mutex> lock(mutex_);
+          ready_.push_back(std::move(e));
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          error_ = std::current_exception();
+          changed_.notify_all();
+          return;
+        }
+        changed_.notify_all();
+      }
+    });
+  }
+  return Iterator(this);
+}
+
+std::optional<Example> DataLoader::next_batch() {
+  if (next_to_take_ == batches_) return std::nullopt;
+  if (options_.prefetch == 0) return collate(next_to_take_++);
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return !ready_.empty() || error_; });
+  if (ready_.empty() && error_) std::rethrow_exception(error_);
+  Example e = std::move(ready_.front());
+  ready_.pop_front();
+  ++next_to_take_;
+  lock.unlock();
+  changed_.notify_all();
+  return e;
+}
+
+DataLoader::Iterator::Iterator(DataLoader* loader) : loader_(loader) {
+  if (loader_) {
+    current_ = loader_->next_batch();
+    if (!current_) loader_ = nullptr;
+  }
+}
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  current_ = loader_->next_batch();
+  if (!current_) loader_ = nullptr;
+  return *this;
+}
+
+}  // namespace ringgrad::data

@@ -1,0 +1,78 @@
+// DataLoader: batches of a Dataset in the order a DistributedSampler gives, collated into contiguous
+// tensors by a background thread that stays up to `prefetch` batches ahead (a bounded queue), so the
+// next batch is ready when the training step asks for it. Batch order is deterministic.
+//
+//   data::DistributedSampler sampler(dataset->size(), {.seed = 1});
+//   data::DataLoader loader(dataset, sampler, {.batch_size = 128});
+//   for (int epoch = 0; epoch < epochs; ++epoch) {
+//     sampler.set_epoch(epoch);
+//     for (const data::Example& batch : loader) { ... }
+//   }
+//
+// The sampler is held by reference: it must outlive the loader. One iteration at a time.
+// Seam for CUDA: batches will be collated into pinned host memory and copied asynchronously.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+
+namespace ringgrad::data {
+
+struct DataLoaderOptions {
+  int64_t batch_size = 64;
+  bool drop_last = false;  // drop a last, smaller batch
+  int64_t prefetch = 2;    // batches prepared ahead; 0 collates on the calling thread
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<Dataset> dataset, DistributedSampler& sampler, DataLoaderOptions options = {});
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  int64_t num_batches() const;  // per epoch, for this rank
+
+  class Iterator {
+   public:
+    const Example& operator*() const { return *current_; }
+    const Example* operator->() const { return &*current_; }
+    Iterator& operator++();
+    bool operator!=(const Iterator& other) const { return loader_ != other.loader_; }
+
+   private:
+    friend class DataLoader;
+    explicit Iterator(DataLoader* loader);
+    DataLoader* loader_;  // null at the end
+    std::optional<Example> current_;
+  };
+  Iterator begin();  // starts an epoch with the sampler's current indices
+  Iterator end() { return Iterator(nullptr); }
+
+ private:
+  std::optional<Example> next_batch();
+  Example collate(int64_t batch) const;
+  void stop_worker();
+
+  std::shared_ptr<Dataset> dataset_;
+  DistributedSampler& sampler_;
+  DataLoaderOptions options_;
+  std::vector<int64_t> indices_;  // this epoch's
+  int64_t batches_ = 0, next_to_make_ = 0, next_to_take_ = 0;
+
+  std::thread worker_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Example> ready_;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace ringgrad::data

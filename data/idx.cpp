@@ -1,0 +1,107 @@
+#include "data/idx.h"
+
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "core/ops.h"
+
+namespace ringgrad::data {
+namespace {
+
+struct GzFile {
+  explicit GzFile(const std::string& path) : handle(gzopen(path.c_str(), "rb")) {}
+  ~GzFile() {
+    if (handle) gzclose(handle);
+  }
+  gzFile handle;
+};
+
+// Reads exactly n bytes; returns how many it got.
+size_t read_bytes(GzFile& f, void* out, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30));
+    const int r = gzread(f.handle, static_cast<char*>(out) + got, chunk);
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
+}
+
+}  // namespace
+
+Tensor read_idx(const std::string& path) {
+  RG_CHECK(std::filesystem::exists(path), "read_idx", "file not found: ", path);
+  GzFile f(path);
+  RG_CHECK(f.handle != nullptr, "read_idx", "cannot open ", path);
+  unsigned char magic[4];
+  RG_CHECK(read_bytes(f, magic, 4) == 4, "read_idx", path, ": file too short for the 4-byte IDX header");
+  RG_CHECK(magic[0] == 0 && magic[1] == 0, "read_idx", path, ": bad magic number (first two bytes must be 0, got ",
+           int(magic[0]), " ", int(magic[1]), "): not an IDX file");
+  RG_CHECK(magic[2] == 0x08, "read_idx", path, ": element type 0x", std::hex, int(magic[2]),
+           " is not supported (only 0x08, unsigned byte)");
+  const int ndim = magic[3];
+  RG_CHECK(ndim >= 1 && ndim <= 4, "read_idx", path, ": ", ndim, " dimensions (expected 1 to 4)");
+  Shape shape(ndim);
+  for (int d = 0; d < ndim; ++d) {
+    unsigned char b[4];
+    RG_CHECK(read_bytes(f, b, 4) == 4, "read_idx", path, ": header truncated in the size of dimension ", d);
+    shape[d] = (int64_t(b[0]) << 24) | (int64_t(b[1]) << 16) | (int64_t(b[2]) << 8) | int64_t(b[3]);
+    RG_CHECK(shape[d] > 0, "read_idx", path, ": dimension ", d, " has size 0");
+  }
+  Tensor out = empty(shape, {.dtype = DType::u8});
+  const size_t expected = static_cast<size_t>(out.numel());
+  const size_t got = read_bytes(f, out.raw_data(), expected);
+  RG_CHECK(got == expected, "read_idx", path, ": data truncated: header says ", shape_str(shape), " = ", expected,
+           " bytes, file holds ", got);
+  unsigned char extra;
+  RG_CHECK(read_bytes(f, &extra, 1) == 0, "read_idx", path, ": trailing bytes after the ", expected,
+           " bytes the header ", shape_str(shape), " describes");
+  int err = 0;
+  gzerror(f.handle, &err);
+  RG_CHECK(err == Z_OK || err == Z_STREAM_END, "read_idx", path, ": corrupt compressed data");
+  return out;
+}
+
+namespace {
+
+std::string find_file(const std::string& dir, const std::string& stem) {
+  for (const std::string& name : {stem, stem + ".gz"}) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    if (std::filesystem::exists(path)) return path;
+  }
+  RG_FAIL("load_mnist", "neither ", stem, " nor ", stem, ".gz found in ", dir,
+          " (expected the MNIST file layout; Debian's dataset-fashion-mnist installs it in "
+          "/usr/share/datasets/fashion-mnist)");
+}
+
+MnistSplit load_split(const std::string& dir, const std::string& prefix, double mean, double std) {
+  const std::string image_path = find_file(dir, prefix + "-images-idx3-ubyte");
+  const std::string label_path = find_file(dir, prefix + "-labels-idx1-ubyte");
+  Tensor images = read_idx(image_path), labels = read_idx(label_path);
+  RG_CHECK(images.dim() == 3, "load_mnist", image_path, ": images must have 3 dims (N, H, W), got ",
+           shape_str(images.shape()));
+  RG_CHECK(labels.dim() == 1, "load_mnist", label_path, ": labels must have 1 dim, got ", shape_str(labels.shape()));
+  RG_CHECK(images.size(0) == labels.size(0), "load_mnist", image_path, " holds ", images.size(0), " images but ",
+           label_path, " holds ", labels.size(0), " labels");
+  Tensor x = (images.to(DType::f32) * (1.0 / 255.0) - mean) * (1.0 / std);
+  return {x.unsqueeze(1).contiguous(), labels.to(DType::i64)};
+}
+
+}  // namespace
+
+Mnist load_mnist(const std::string& dir) {
+  Mnist m;
+  // Normalisation statistics from the training pixels, so any MNIST-format data set works.
+  Tensor raw = read_idx(find_file(dir, "train-images-idx3-ubyte")).to(DType::f32) * (1.0 / 255.0);
+  m.mean = raw.mean().item();
+  m.std = std::sqrt(raw.var({}, false, false).item());
+  m.train = load_split(dir, "train", m.mean, m.std);
+  m.test = load_split(dir, "t10k", m.mean, m.std);
+  return m;
+}
+
+}  // namespace ringgrad::data

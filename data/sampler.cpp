@@ -1,0 +1,70 @@
+#include "data/sampler.h"
+
+#include <cstdlib>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/random.h"
+
+namespace ringgrad::data {
+namespace {
+
+// Until the dist module provides a process group, the defaults come from the launcher's environment
+// (OpenMPI's mpirun sets these for every rank).
+int64_t env_or(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoll(v) : fallback;
+}
+
+}  // namespace
+
+std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  // Word k of the stream is word k % 4 of Philox(counter k / 4, key seed).
+  uint64_t k = 0;
+  Philox4x32 block{};
+  for (int64_t i = n - 1; i > 0; --i, ++k) {
+    if (k % 4 == 0) block = philox4x32(k / 4, 0, seed);
+    const uint32_t word = block.v[k % 4];
+    // j uniform in [0, i]: the high half of word * (i + 1) (Lemire's multiply; bias < (i+1) / 2^32).
+    const int64_t j = static_cast<int64_t>((static_cast<uint64_t>(word) * static_cast<uint64_t>(i + 1)) >> 32);
+    std::swap(perm[i], perm[j]);
+  }
+  return perm;
+}
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions options)
+    : size_(dataset_size),
+      num_replicas_(options.num_replicas > 0 ? options.num_replicas : env_or("OMPI_COMM_WORLD_SIZE", 1)),
+      rank_(options.rank >= 0 ? options.rank : env_or("OMPI_COMM_WORLD_RANK", 0)),
+      options_(options) {
+  RG_CHECK(dataset_size >= 0, "DistributedSampler", "dataset size must be >= 0, got ", dataset_size);
+  RG_CHECK(rank_ >= 0 && rank_ < num_replicas_, "DistributedSampler", "rank ", rank_, " is not in [0, ",
+           num_replicas_, ")");
+  num_samples_ = options.drop_last ? size_ / num_replicas_ : (size_ + num_replicas_ - 1) / num_replicas_;
+}
+
+std::vector<int64_t> DistributedSampler::indices() const {
+  std::vector<int64_t> order;
+  if (options_.shuffle) {
+    // PyTorch seeds with seed + epoch; so do we.
+    order = seeded_permutation(size_, options_.seed + static_cast<uint64_t>(epoch_));
+  } else {
+    order.resize(static_cast<size_t>(size_));
+    std::iota(order.begin(), order.end(), 0);
+  }
+  const int64_t total = total_size();
+  if (static_cast<int64_t>(order.size()) < total && !order.empty()) {
+    // Pad by repeating the head (several times if the dataset is smaller than the world).
+    const size_t n = order.size();
+    for (size_t i = 0; static_cast<int64_t>(order.size()) < total; ++i) order.push_back(order[i % n]);
+  }
+  order.resize(static_cast<size_t>(total));
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(num_samples_));
+  for (int64_t i = rank_; i < total; i += num_replicas_) mine.push_back(order[static_cast<size_t>(i)]);
+  return mine;
+}
+
+}  // namespace ringgrad::data

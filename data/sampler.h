@@ -1,0 +1,50 @@
+// DistributedSampler: which examples this rank sees in an epoch.
+//
+// Every rank computes the same permutation of [0, size) from (seed, epoch) alone — an explicit
+// Fisher-Yates shuffle driven by our Philox generator, not std::shuffle, whose output differs between
+// standard libraries — then takes every num_replicas-th index starting at its rank.
+//
+// Equal shard lengths are what keep data parallelism from hanging: a rank with one batch fewer would
+// skip an AllReduce the others wait in forever. So without drop_last the permuted list is padded by
+// repeating its head until it divides evenly; with drop_last its tail is cut instead.
+//
+// Call set_epoch(e) before each epoch: without it every epoch repeats the same order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ringgrad::data {
+
+struct SamplerOptions {
+  int64_t num_replicas = -1;  // -1: the world size of the launcher (mpirun), else 1
+  int64_t rank = -1;          // -1: this process's rank under the launcher, else 0
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;
+};
+
+class DistributedSampler {
+ public:
+  DistributedSampler(int64_t dataset_size, SamplerOptions options = {});
+
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  int64_t epoch() const { return epoch_; }
+  // This rank's indices for the current epoch, in order.
+  std::vector<int64_t> indices() const;
+  int64_t num_samples() const { return num_samples_; }  // per rank, the same on every rank
+  int64_t total_size() const { return num_samples_ * num_replicas_; }
+  int64_t num_replicas() const { return num_replicas_; }
+  int64_t rank() const { return rank_; }
+
+ private:
+  int64_t size_, num_replicas_, rank_;
+  SamplerOptions options_;
+  int64_t num_samples_;
+  int64_t epoch_ = 0;
+};
+
+// The permutation of [0, n) for `seed` (Fisher-Yates over Philox words); exposed for tests.
+std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed);
+
+}  // namespace ringgrad::data

@@ -1,0 +1,43 @@
+// Parameter-free layers: ReLU, GELU, Flatten, Dropout.
+#pragma once
+
+#include "core/random.h"
+#include "nn/functional.h"
+#include "nn/module.h"
+
+namespace ringgrad::nn {
+
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& x) override { return relu(x); }
+};
+
+class GELU : public Module {
+ public:
+  GELU() : Module("GELU") {}
+  Tensor forward(const Tensor& x) override { return gelu(x); }  // tanh approximation
+};
+
+// (N, d1, d2, ...) -> (N, d1 * d2 * ...)
+class Flatten : public Module {
+ public:
+  Flatten() : Module("Flatten") {}
+  Tensor forward(const Tensor& x) override { return x.flatten(1); }
+};
+
+// Inverted dropout; identity in eval mode.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, Generator* generator = nullptr)
+      : Module("Dropout"), p(p), generator_(generator) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::dropout(x, p, is_training(), generator_ ? *generator_ : default_generator());
+  }
+  double p;
+
+ private:
+  Generator* generator_;
+};
+
+}  // namespace ringgrad::nn

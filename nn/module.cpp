@@ -1,0 +1,174 @@
+#include "nn/module.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "autograd/engine.h"
+#include "autograd/node.h"
+#include "core/native/native.h"
+
+namespace ringgrad::nn {
+
+Tensor Module::forward(const Tensor&) {
+  RG_FAIL("nn", type_name_, " has no single-tensor forward(); call its own forward overload");
+}
+
+namespace {
+void check_name(const char* what, const std::string& name,
+                const std::vector<std::pair<std::string, Tensor>>& a,
+                const std::vector<std::pair<std::string, Tensor>>& b) {
+  RG_CHECK(!name.empty() && name.find('.') == std::string::npos, what, "invalid name '", name,
+           "' (must be non-empty, without '.')");
+  auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& p) { return p.first == name; });
+  };
+  RG_CHECK(!taken(a) && !taken(b), what, "name '", name, "' is already registered");
+}
+}  // namespace
+
+Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
+  check_name("register_parameter", name, parameters_, buffers_);
+  RG_CHECK(tensor.defined(), "register_parameter", "parameter '", name, "' is undefined");
+  if (requires_grad) tensor.requires_grad_(true);
+  parameters_.emplace_back(name, tensor);
+  return tensor;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
+  check_name("register_buffer", name, parameters_, buffers_);
+  buffers_.emplace_back(name, tensor);
+  return tensor;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
+  RG_CHECK(child != nullptr, "register_module", "module '", name, "' is null");
+  RG_CHECK(!name.empty() && name.find('.') == std::string::npos, "register_module", "invalid name '", name, "'");
+  for (const auto& [n, m] : children_) RG_CHECK(n != name, "register_module", "name '", name, "' is already registered");
+  children_.emplace_back(name, std::move(child));
+}
+
+void Module::collect(const std::string& prefix, bool recurse, bool buffers,
+                     std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [name, t] : buffers ? buffers_ : parameters_) out.emplace_back(prefix + name, t);
+  if (!recurse) return;
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", true, buffers, out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", recurse, /*buffers=*/false, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", recurse, /*buffers=*/true, out);
+  return out;
+}
+
+int64_t Module::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void assign_in_place(const Tensor& t, const Tensor& value) {
+  TensorImpl* impl = t.impl();
+  const bool layout_changes = value.dtype() != t.dtype() || value.device() != t.device();
+  impl->storage = value.storage();
+  impl->shape = value.shape();
+  impl->strides = value.strides();
+  impl->offset = value.offset();
+  impl->dtype = value.dtype();
+  if (layout_changes && impl->autograd) impl->autograd->grad = Tensor();
+}
+
+void Module::to(Device device) {
+  for (const auto& [name, t] : named_parameters()) assign_in_place(t, native::to_device(t, device));
+  for (const auto& [name, t] : named_buffers()) assign_in_place(t, native::to_device(t, device));
+}
+
+void Module::to(DType dtype) {
+  RG_CHECK(is_floating(dtype), "Module::to", "parameters must stay floating-point, got ", dtype_name(dtype));
+  for (const auto& [name, t] : named_parameters()) assign_in_place(t, native::cast(t, dtype));
+  for (const auto& [name, t] : named_buffers())
+    if (is_floating(t.dtype())) assign_in_place(t, native::cast(t, dtype));
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (auto& t : parameters()) t.zero_grad(set_to_none);
+}
+
+StateDict Module::state_dict() const {
+  StateDict out = named_parameters();
+  for (auto& entry : named_buffers()) out.push_back(entry);
+  return out;
+}
+
+void Module::load_state_dict(const StateDict& state, bool strict) {
+  const StateDict mine = state_dict();
+  std::vector<std::string> missing, unexpected, mismatched;
+  std::set<std::string> given;
+  for (const auto& [name, t] : state) given.insert(name);
+  for (const auto& [name, t] : mine) {
+    if (!given.count(name)) missing.push_back(name);
+  }
+  std::set<std::string> known;
+  for (const auto& [name, t] : mine) known.insert(name);
+  for (const auto& [name, t] : state) {
+    if (!known.count(name)) {
+      unexpected.push_back(name);
+      continue;
+    }
+    auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& p) { return p.first == name; });
+    if (it->second.shape() != t.shape())
+      mismatched.push_back(name + ": checkpoint " + shape_str(t.shape()) + " vs model " + shape_str(it->second.shape()));
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  const bool bad = !mismatched.empty() || (strict && (!missing.empty() || !unexpected.empty()));
+  RG_CHECK(!bad, "load_state_dict", "state does not match ", type_name_, ":",
+           missing.empty() ? "" : "\n  missing keys: " + join(missing),
+           unexpected.empty() ? "" : "\n  unexpected keys: " + join(unexpected),
+           mismatched.empty() ? "" : "\n  shape mismatches: " + join(mismatched),
+           strict ? "\n  (pass strict = false to load a subset)" : "");
+  NoGradGuard no_grad;
+  for (const auto& [name, t] : state) {
+    auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& p) { return p.first == name; });
+    if (it != mine.end()) native::copy_(it->second, t);
+  }
+}
+
+std::string Module::summary() const {
+  std::ostringstream os;
+  size_t width = 4;
+  const auto params = named_parameters();
+  for (const auto& [name, t] : params) width = std::max(width, name.size());
+  os << type_name_ << "\n";
+  os << std::left << std::setw(static_cast<int>(width) + 2) << "name" << std::setw(16) << "shape"
+     << std::setw(6) << "dtype" << std::right << std::setw(12) << "params" << "\n";
+  for (const auto& [name, t] : params) {
+    os << std::left << std::setw(static_cast<int>(width) + 2) << name << std::setw(16) << shape_str(t.shape())
+       << std::setw(6) << dtype_name(t.dtype()) << std::right << std::setw(12) << t.numel() << "\n";
+  }
+  os << "total parameters: " << parameter_count() << "\n";
+  return os.str();
+}
+
+}  // namespace ringgrad::nn

@@ -1,0 +1,96 @@
+// nn::Module: the base of every layer and model.
+//
+// A module owns named parameters (tensors that require grad), buffers (state that is saved but not
+// trained) and child modules, each registered in the constructor. named_parameters() walks them
+// recursively in registration order with dotted names ("fc1.weight"); that order is deterministic
+// and the same on every rank, which the distributed module relies on (DDP buckets are built from it).
+//
+// Modules are held by std::shared_ptr, as libtorch's C++ frontend does:
+//   auto model = std::make_shared<Net>();
+//   optim::SGD opt(model->parameters(), {.lr = 0.05});
+//
+// Parameters are Tensor handles. Module::to(device / dtype) converts them in place (the handles keep
+// pointing at the converted tensors), so an optimizer built before or after the conversion sees the
+// same parameters. Convert before building the optimizer, though: optimizer state is not converted.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ringgrad::nn {
+
+// An ordered list of (name, tensor): parameters first, then buffers, in registration order.
+using StateDict = std::vector<std::pair<std::string, Tensor>>;
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Single-tensor forward, used by Sequential and by the examples. Modules with other signatures
+  // define their own forward and leave this one throwing.
+  virtual Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+
+  const std::string& type_name() const { return type_name_; }
+
+  // ---- registration (call from constructors) ----------------------------------------------------
+  Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+  // ---- traversal --------------------------------------------------------------------------------
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  int64_t parameter_count() const;  // total number of parameter elements
+
+  // ---- mode and placement ---------------------------------------------------------------------
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Converts every parameter and buffer in place (floating buffers only for dtype).
+  void to(Device device);
+  void to(DType dtype);
+  void zero_grad(bool set_to_none = true);
+
+  // ---- state ------------------------------------------------------------------------------------
+  StateDict state_dict() const;
+  // Copies values into this module's tensors. strict: missing and unexpected keys are errors; a
+  // shape mismatch is always an error. Nothing is modified unless every check passes.
+  void load_state_dict(const StateDict& state, bool strict = true);
+
+  // A printed table: parameter names, shapes, dtypes, and the total count.
+  std::string summary() const;
+
+ protected:
+  void add_child(const std::string& name, std::shared_ptr<Module> child);
+
+ private:
+  void collect(const std::string& prefix, bool recurse, bool buffers,
+               std::vector<std::pair<std::string, Tensor>>& out) const;
+
+  std::string type_name_;
+  bool training_ = true;
+  std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+// Replaces the contents of `t` (storage, layout, dtype) with those of `value`, keeping the handle's
+// identity, so every holder of `t` sees the change. Autograd state (requires_grad) is kept; .grad is
+// dropped when the dtype or device changes.
+void assign_in_place(const Tensor& t, const Tensor& value);
+
+}  // namespace ringgrad::nn

@@ -1,0 +1,10 @@
+// Everything in nn/.
+#pragma once
+
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/module.h"
+#include "nn/sequential.h"

@@ -1,0 +1,8 @@
+// Everything in optim/.
+#pragma once
+
+#include "optim/adam.h"
+#include "optim/grad_scaler.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "optim/sgd.h"

@@ -1,0 +1,59 @@
+// Optimizer base: parameter groups, zero_grad, learning-rate access, state for checkpoints, and the
+// memory the optimizer holds.
+//
+// Mixed precision (see optim/adam.h): a parameter of dtype f16 or bf16 is updated through an f32 master
+// copy that the optimizer owns; the rounded result is written back into the parameter. Gradients stay
+// in the parameter's dtype. For Adam that is 2 (param) + 2 (grad) + 4 (master) + 8 (exp_avg,
+// exp_avg_sq) = 16 bytes per parameter; state_bytes() reports the optimizer's share (12).
+//
+// Contract: step() reads .grad of every parameter that has one (parameters without a gradient are
+// skipped, as in PyTorch) and must run outside autograd (it uses NoGradGuard internally).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/module.h"
+
+namespace ringgrad::optim {
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  virtual void step() = 0;
+  virtual std::string name() const = 0;
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // Every parameter, in group order (the order state is saved in).
+  std::vector<Tensor> parameters() const;
+  void set_lr(double lr);  // all groups
+  double lr() const { return groups_.at(0).lr; }
+
+  // Bytes of optimizer state (master weights, moments, momentum buffers) held now.
+  virtual size_t state_bytes() const = 0;
+  // State as named tensors ("3.exp_avg" = parameter 3's first moment; scalars as 0-dim f64), and back.
+  virtual nn::StateDict state_dict() const = 0;
+  virtual void load_state_dict(const nn::StateDict& state) = 0;
+
+ protected:
+  std::vector<ParamGroup> groups_;
+};
+
+// Looks up `name` in `state`; an error naming the optimizer when it is missing or mis-shaped.
+Tensor find_state(const nn::StateDict& state, const std::string& name, const char* optimizer,
+                  const Shape& expected_shape);
+
+}  // namespace ringgrad::optim

@@ -1,0 +1,82 @@
+#include "optim/sgd.h"
+
+#include "autograd/engine.h"
+#include "core/native/native.h"
+#include "core/ops.h"
+#include "optim/fused.h"
+
+namespace ringgrad::optim {
+namespace {
+std::vector<ParamGroup> one_group(std::vector<Tensor> params, double lr, double wd) {
+  return {ParamGroup{std::move(params), lr, wd}};
+}
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : SGD(one_group(std::move(params), options.lr, options.weight_decay), options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::move(groups)), options_(options) {
+  RG_CHECK(options.momentum >= 0 && (!options.nesterov || (options.momentum > 0 && options.dampening == 0)),
+           "SGD", "Nesterov momentum needs momentum > 0 and dampening 0 (got momentum ", options.momentum,
+           ", dampening ", options.dampening, ")");
+  for (const Tensor& p : parameters()) {
+    State s;
+    if (needs_master(p.dtype())) s.master = native::cast(p, DType::f32);
+    state_.push_back(s);
+  }
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  size_t index = 0;
+  for (const ParamGroup& group : groups_) {
+    for (const Tensor& p : group.params) {
+      State& s = state_[index++];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      grad = native::contiguous(grad.dtype() == p.dtype() ? grad : native::cast(grad, p.dtype()));
+      const bool first = options_.momentum != 0 && !s.momentum.defined();
+      if (first) s.momentum = native::empty(p.shape(), state_dtype(p.dtype()), p.device());
+      sgd_update(p, grad, s.master, s.momentum,
+                 {group.lr, options_.momentum, options_.dampening, group.weight_decay, options_.nesterov, first});
+    }
+  }
+}
+
+size_t SGD::state_bytes() const {
+  size_t n = 0;
+  for (const State& s : state_) {
+    if (s.master.defined()) n += s.master.nbytes();
+    if (s.momentum.defined()) n += s.momentum.nbytes();
+  }
+  return n;
+}
+
+nn::StateDict SGD::state_dict() const {
+  nn::StateDict out;
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const std::string key = std::to_string(i);
+    if (state_[i].master.defined()) out.emplace_back(key + ".master", state_[i].master);
+    if (state_[i].momentum.defined()) out.emplace_back(key + ".momentum_buffer", state_[i].momentum);
+  }
+  return out;
+}
+
+void SGD::load_state_dict(const nn::StateDict& state) {
+  const std::vector<Tensor> params = parameters();
+  std::vector<State> loaded(state_.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string key = std::to_string(i);
+    if (state_[i].master.defined())
+      loaded[i].master = native::cast(find_state(state, key + ".master", "SGD", params[i].shape()), DType::f32);
+    for (const auto& [name, t] : state)
+      if (name == key + ".momentum_buffer") {
+        RG_CHECK(t.shape() == params[i].shape(), "SGD", "momentum buffer ", name, " has shape ", shape_str(t.shape()),
+                 ", parameter has ", shape_str(params[i].shape()));
+        loaded[i].momentum = native::cast(t, state_dtype(params[i].dtype()));
+      }
+  }
+  state_ = std::move(loaded);  // only after every entry checked out
+}
+
+}  // namespace ringgrad::optim

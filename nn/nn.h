@@ -2,6 +2,7 @@
 #pragma once
 
 #include "nn/activation.h"
+#include "nn/checkpoint.h"
 #include "nn/conv.h"
 #include "nn/functional.h"
 #include "nn/init.h"

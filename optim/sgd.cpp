@@ -22,6 +22,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::mo
   for (const Tensor& p : parameters()) {
     State s;
     if (needs_master(p.dtype())) s.master = native::cast(p, DType::f32);
+    if (options.momentum != 0) s.momentum = native::empty(p.shape(), state_dtype(p.dtype()), p.device());
     state_.push_back(s);
   }
 }
@@ -35,8 +36,8 @@ void SGD::step() {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       grad = native::contiguous(grad.dtype() == p.dtype() ? grad : native::cast(grad, p.dtype()));
-      const bool first = options_.momentum != 0 && !s.momentum.defined();
-      if (first) s.momentum = native::empty(p.shape(), state_dtype(p.dtype()), p.device());
+      const bool first = !s.started;
+      s.started = true;
       sgd_update(p, grad, s.master, s.momentum,
                  {group.lr, options_.momentum, options_.dampening, group.weight_decay, options_.nesterov, first});
     }
@@ -57,7 +58,7 @@ nn::StateDict SGD::state_dict() const {
   for (size_t i = 0; i < state_.size(); ++i) {
     const std::string key = std::to_string(i);
     if (state_[i].master.defined()) out.emplace_back(key + ".master", state_[i].master);
-    if (state_[i].momentum.defined()) out.emplace_back(key + ".momentum_buffer", state_[i].momentum);
+    if (state_[i].momentum.defined() && state_[i].started) out.emplace_back(key + ".momentum_buffer", state_[i].momentum);
   }
   return out;
 }
@@ -74,7 +75,10 @@ void SGD::load_state_dict(const nn::StateDict& state) {
         RG_CHECK(t.shape() == params[i].shape(), "SGD", "momentum buffer ", name, " has shape ", shape_str(t.shape()),
                  ", parameter has ", shape_str(params[i].shape()));
         loaded[i].momentum = native::cast(t, state_dtype(params[i].dtype()));
+        loaded[i].started = true;
       }
+    if (!loaded[i].started && state_[i].momentum.defined())
+      loaded[i].momentum = native::empty(params[i].shape(), state_dtype(params[i].dtype()), params[i].device());
   }
   state_ = std::move(loaded);  // only after every entry checked out
 }

@@ -31,7 +31,8 @@ class SGD : public Optimizer {
  private:
   struct State {
     Tensor master;    // f32 copy for f16/bf16 parameters
-    Tensor momentum;  // created on the first step when momentum != 0
+    Tensor momentum;  // allocated up front when momentum != 0, so state_bytes() is known early
+    bool started = false;  // the first step sets the buffer to the gradient
   };
   SGDOptions options_;
   std::vector<State> state_;  // one per parameter, in parameters() order

@@ -1,0 +1,154 @@
+#include "nn/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "core/native/native.h"
+#include "core/ops.h"
+
+namespace ringgrad::nn {
+namespace {
+
+constexpr char kMagic[8] = {'R', 'G', 'C', 'K', 'P', 'T', '\0', '\1'};
+constexpr uint32_t kVersion = 1;
+
+template <class T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// A bounds-checked reader over the file's bytes.
+struct Reader {
+  const std::string& bytes;
+  const std::string& path;
+  size_t pos = 0;
+  void need(size_t n, const char* what) {
+    RG_CHECK(pos + n <= bytes.size(), "load_checkpoint", path, ": file truncated while reading ", what, " (at byte ",
+             pos, " of ", bytes.size(), ")");
+  }
+  template <class T>
+  T get(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, bytes.data() + pos, sizeof v);
+    pos += sizeof v;
+    return v;
+  }
+};
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const StateDict& entries) {
+  std::string out(kMagic, sizeof kMagic);
+  put<uint32_t>(out, kVersion);
+  put<uint32_t>(out, static_cast<uint32_t>(entries.size()));
+  for (const auto& [name, tensor] : entries) {
+    Tensor t = native::contiguous(tensor.to(Device::cpu()));
+    put<uint32_t>(out, static_cast<uint32_t>(name.size()));
+    out += name;
+    put<uint8_t>(out, static_cast<uint8_t>(t.dtype()));
+    put<uint8_t>(out, static_cast<uint8_t>(t.dim()));
+    for (int64_t d : t.shape()) put<int64_t>(out, d);
+    put<uint64_t>(out, t.nbytes());
+    out.append(static_cast<const char*>(t.raw_data()), t.nbytes());
+  }
+  put<uint32_t>(out, static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(out.data()),
+                                                 static_cast<uInt>(out.size()))));
+
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  RG_CHECK(fd >= 0, "save_checkpoint", "cannot create ", tmp, ": ", std::strerror(errno));
+  size_t written = 0;
+  while (written < out.size()) {
+    const ssize_t n = ::write(fd, out.data() + written, out.size() - written);
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      std::remove(tmp.c_str());
+      RG_FAIL("save_checkpoint", "writing ", tmp, " failed: ", std::strerror(err));
+    }
+    written += static_cast<size_t>(n);
+  }
+  // The data must be on disk before the rename makes it the checkpoint.
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  RG_CHECK(synced, "save_checkpoint", "fsync of ", tmp, " failed: ", std::strerror(errno));
+  RG_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "save_checkpoint", "renaming ", tmp, " to ", path,
+           " failed: ", std::strerror(errno));
+}
+
+StateDict load_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  RG_CHECK(in.good(), "load_checkpoint", "cannot open ", path);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Reader r{bytes, path};
+  r.need(sizeof kMagic, "the magic number");
+  RG_CHECK(std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0, "load_checkpoint", path,
+           ": not a ringgrad checkpoint (bad magic number)");
+  r.pos = sizeof kMagic;
+  const uint32_t version = r.get<uint32_t>("the version");
+  RG_CHECK(version == kVersion, "load_checkpoint", path, ": format version ", version, ", this build reads ", kVersion);
+  RG_CHECK(bytes.size() >= 4, "load_checkpoint", path, ": file truncated");
+  uint32_t stored_crc;
+  std::memcpy(&stored_crc, bytes.data() + bytes.size() - 4, 4);
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size() - 4)));
+  const uint32_t count = r.get<uint32_t>("the entry count");
+  StateDict entries;
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t name_len = r.get<uint32_t>("an entry name length");
+    r.need(name_len, "an entry name");
+    std::string name = bytes.substr(r.pos, name_len);
+    r.pos += name_len;
+    const uint8_t dtype = r.get<uint8_t>("a dtype");
+    RG_CHECK(dtype <= static_cast<uint8_t>(DType::u8), "load_checkpoint", path, ": entry '", name,
+             "' has unknown dtype code ", int(dtype));
+    const uint8_t ndim = r.get<uint8_t>("a rank");
+    RG_CHECK(ndim <= 8, "load_checkpoint", path, ": entry '", name, "' has ", int(ndim), " dims");
+    Shape shape(ndim);
+    for (auto& d : shape) {
+      d = r.get<int64_t>("a dimension");
+      RG_CHECK(d >= 0, "load_checkpoint", path, ": entry '", name, "' has a negative dimension");
+    }
+    const uint64_t nbytes = r.get<uint64_t>("a byte count");
+    const DType dt = static_cast<DType>(dtype);
+    RG_CHECK(nbytes == static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dt), "load_checkpoint", path,
+             ": entry '", name, "' holds ", nbytes, " bytes, but ", shape_str(shape), " ", dtype_name(dt), " needs ",
+             shape_numel(shape) * static_cast<int64_t>(dtype_size(dt)));
+    r.need(nbytes + 4, "tensor data");  // + the trailer
+    entries.emplace_back(std::move(name), from_blob(bytes.data() + r.pos, shape, dt, {.dtype = dt}));
+    r.pos += nbytes;
+  }
+  RG_CHECK(r.pos + 4 == bytes.size(), "load_checkpoint", path, ": ", bytes.size() - r.pos - 4,
+           " unexpected bytes after the last entry");
+  RG_CHECK(crc == stored_crc, "load_checkpoint", path, ": checksum mismatch (file is corrupt)");
+  return entries;
+}
+
+StateDict with_prefix_removed(const StateDict& state, const std::string& prefix) {
+  StateDict out;
+  for (const auto& [name, t] : state)
+    if (name.rfind(prefix, 0) == 0) out.emplace_back(name.substr(prefix.size()), t);
+  return out;
+}
+
+StateDict with_prefix(const StateDict& entries, const std::string& prefix) {
+  StateDict out;
+  for (const auto& [name, t] : entries) out.emplace_back(prefix + name, t);
+  return out;
+}
+
+double scalar_entry(const StateDict& state, const std::string& name) {
+  for (const auto& [n, t] : state)
+    if (n == name) return t.item();
+  RG_FAIL("checkpoint", "entry '", name, "' is missing");
+}
+
+}  // namespace ringgrad::nn

@@ -1,0 +1,37 @@
+// Checkpoint files: a list of named tensors in one small binary format.
+//
+// Layout (little-endian):
+//   header   "RGCKPT\0\1"   8 bytes magic
+//            u32 version (1), u32 entry count
+//   entry    u32 name length, name bytes (UTF-8)
+//            u8 dtype (DType's value), u8 ndim, i64 dims[ndim]
+//            u64 byte count, the bytes (row-major, the dtype's native little-endian layout)
+//   trailer  u32 CRC-32 (zlib) of every byte before it
+//
+// A training checkpoint stores everything a run needs to continue exactly, under prefixes:
+// "model." (state_dict), "optimizer." (moments, master weights, step counts), "scaler.",
+// "schedule.", "progress." (epoch, step), "sampler." and "rng." (generator seed and offset).
+//
+// save_checkpoint writes to "<path>.tmp", flushes it to disk, then renames it over <path>: a crash
+// leaves either the old file or the new one, never a torn one. load_checkpoint reads and checks the
+// whole file (magic, version, sizes, checksum) before returning anything, so a truncated or corrupt
+// file is an error that changes nothing.
+#pragma once
+
+#include <string>
+
+#include "nn/module.h"
+
+namespace ringgrad::nn {
+
+void save_checkpoint(const std::string& path, const StateDict& entries);
+StateDict load_checkpoint(const std::string& path);
+
+// Entries of `state` whose names start with `prefix`, with the prefix removed.
+StateDict with_prefix_removed(const StateDict& state, const std::string& prefix);
+// `entries` with `prefix` prepended to each name.
+StateDict with_prefix(const StateDict& entries, const std::string& prefix);
+// The single value of the entry `name` (an error naming the file's missing key otherwise).
+double scalar_entry(const StateDict& state, const std::string& name);
+
+}  // namespace ringgrad::nn

@@ -13,6 +13,25 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 
 Node::Node() : sequence_nr(g_next_sequence_nr++) {}
 
+// Destroying the last reference to a long chain of nodes (a graph 100k ops deep) would recurse once
+// per node inside nested destructors and overflow the stack. Instead each destructor hands the
+// children it owns alone to a per-thread list, which the outermost destructor drains in a loop.
+Node::~Node() {
+  thread_local bool draining = false;
+  thread_local std::vector<std::shared_ptr<Node>> orphans;
+  for (Edge& e : next_edges)
+    if (e.node && e.node.use_count() == 1) orphans.push_back(std::move(e.node));
+  next_edges.clear();
+  if (draining) return;
+  draining = true;
+  while (!orphans.empty()) {
+    std::shared_ptr<Node> last = std::move(orphans.back());
+    orphans.pop_back();
+    last.reset();  // its destructor appends its own children
+  }
+  draining = false;
+}
+
 AutogradMeta& autograd_meta(const Tensor& t) {
   TensorImpl* impl = t.impl();
   RG_CHECK(impl != nullptr, "autograd", "use of an undefined tensor");

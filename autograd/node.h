@@ -28,7 +28,7 @@ struct Edge {
 class Node {
  public:
   Node();
-  virtual ~Node() = default;
+  virtual ~Node();
   virtual std::string name() const = 0;
   // grads: one per forward output (undefined where that output received no gradient).
   // Returns one gradient per next_edges entry (undefined where none is needed).

@@ -41,6 +41,7 @@ class ThreadPool {
   bool run(int64_t n, int64_t chunk, int chunks, const std::function<void(int64_t, int64_t)>& fn) {
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
+    uint64_t generation;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job_ = &fn;
@@ -50,10 +51,10 @@ class ThreadPool {
       next_chunk_ = 0;
       unfinished_ = chunks;
       error_ = nullptr;
-      ++generation_;
+      generation = ++generation_;
     }
     wake_.notify_all();
-    work_on_chunks();
+    work_on_chunks(generation);
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [this] { return unfinished_ == 0; });
     job_ = nullptr;
@@ -71,19 +72,28 @@ class ThreadPool {
         if (stop_) return;
         seen = generation_;
       }
-      work_on_chunks();
+      work_on_chunks(seen);
     }
   }
 
-  void work_on_chunks() {
+  // Claims chunks of job `generation` until none are left. A claim happens under the mutex and only
+  // while that job is still the current one: a worker that wakes late, after its job ended and the
+  // next one began, must not take a chunk of the next job through the old job's state.
+  void work_on_chunks(uint64_t generation) {
     t_inside_parallel_region = true;
     for (;;) {
-      const int c = next_chunk_.fetch_add(1);
-      if (c >= chunks_) break;
-      const int64_t begin = c * chunk_;
-      const int64_t end = std::min(n_, begin + chunk_);
+      const std::function<void(int64_t, int64_t)>* job;
+      int64_t begin, end;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (generation_ != generation || next_chunk_ >= chunks_) break;
+        const int c = next_chunk_++;
+        job = job_;
+        begin = c * chunk_;
+        end = std::min(n_, begin + chunk_);
+      }
       try {
-        (*job_)(begin, end);
+        (*job)(begin, end);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!error_) error_ = std::current_exception();
@@ -102,7 +112,7 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t n_ = 0, chunk_ = 0;
   int chunks_ = 0;
-  std::atomic<int> next_chunk_{0};
+  int next_chunk_ = 0;
   int unfinished_ = 0;
   uint64_t generation_ = 0;
   bool stop_ = false;

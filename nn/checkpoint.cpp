@@ -100,6 +100,9 @@ StateDict load_checkpoint(const std::string& path) {
   std::memcpy(&stored_crc, bytes.data() + bytes.size() - 4, 4);
   const uint32_t crc = static_cast<uint32_t>(
       crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size() - 4)));
+  // Checked before parsing, so any damaged byte is reported as such rather than as a strange size.
+  RG_CHECK(crc == stored_crc, "load_checkpoint", path, ": checksum mismatch: the file (", bytes.size(),
+           " bytes) is corrupt or truncated");
   const uint32_t count = r.get<uint32_t>("the entry count");
   StateDict entries;
   for (uint32_t i = 0; i < count; ++i) {
@@ -128,7 +131,6 @@ StateDict load_checkpoint(const std::string& path) {
   }
   RG_CHECK(r.pos + 4 == bytes.size(), "load_checkpoint", path, ": ", bytes.size() - r.pos - 4,
            " unexpected bytes after the last entry");
-  RG_CHECK(crc == stored_crc, "load_checkpoint", path, ": checksum mismatch (file is corrupt)");
   return entries;
 }
 

@@ -34,6 +34,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 Tensor matmul(const Tensor& a, const Tensor& b) {
   RG_CHECK(a.defined() && b.defined() && a.dim() >= 1 && b.dim() >= 1, "matmul",
            "needs tensors with at least 1 dim, got a ", a.desc(), ", b ", b.desc());
+  native::check_same_device_dtype("matmul", a, b);
   RG_CHECK(a.size(-1) == b.size(b.dim() == 1 ? 0 : -2), "matmul", "inner dimensions differ: a ", a.desc(),
            ", b ", b.desc(), ": ", a.size(-1), " != ", b.size(b.dim() == 1 ? 0 : -2));
   if (a.dim() == 1 && b.dim() == 1) return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});

@@ -35,6 +35,19 @@ struct MapBody {
   }
 };
 
+// where(cond, a, b) selects rather than computes: the chosen element is copied as stored (an f16 NaN
+// keeps its payload), as the CPU loop does.
+template <class T>
+struct WhereBody {
+  static constexpr int kOperands = 4;
+
+  __device__ void operator()(void* const* data, const int64_t* offsets) const {
+    const uint8_t cond = static_cast<const uint8_t*>(data[1])[offsets[1]];
+    static_cast<T*>(data[0])[offsets[0]] = WhereOp{}(cond, static_cast<const T*>(data[2])[offsets[2]],
+                                                     static_cast<const T*>(data[3])[offsets[3]]);
+  }
+};
+
 // The one elementwise kernel. Each thread handles linear indices i, i + stride, ... of the output;
 // when every operand is dense (args.contiguous) index i is each operand's offset, otherwise
 // operand_offset maps it through the operand's strides (0 on broadcast dims).
@@ -104,7 +117,7 @@ void binary(BinaryOp op, DType dtype, const ElementwiseArgs& args) {
 void where(DType dtype, const ElementwiseArgs& args) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    launch("where", args, MapBody<T, WhereOp, uint8_t, T, T>{WhereOp{}});
+    launch("where", args, WhereBody<T>{});
   });
 }
 

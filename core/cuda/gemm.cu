@@ -82,7 +82,8 @@ void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
       break;
     }
     default:
-      RG_FAIL("matmul", "no CUDA gemm for dtype ", dtype_name(dtype), " (f32, f64, f16 and bf16 are supported)");
+      RG_FAIL("matmul", "no CUDA gemm for dtype ", dtype_name(dtype),
+              " (f32, f64, f16 and bf16 are supported)");
   }
 }
 

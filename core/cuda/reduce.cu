@@ -26,12 +26,22 @@ constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 constexpr int64_t kMaxBlocks = 65536;  // the row loop is grid-strided beyond this
 
-// ---- states and their combination ------------------------------------------------------------------
+// ---- reducers ----------------------------------------------------------------------------------------
+// Sums accumulate in double for f32/f64 (as on the CPU), in float for f16/bf16, in int64 for integers.
 template <class T>
-using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t,
-                                 std::conditional_t<std::is_same_v<compute_t<T>, float> &&
-                                                        !std::is_same_v<T, float>,
-                                                    float, double>>;  // f16/bf16: float; f32/f64: double
+struct Accumulator {
+  using type = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+};
+template <>
+struct Accumulator<Half> {
+  using type = float;
+};
+template <>
+struct Accumulator<BFloat16> {
+  using type = float;
+};
+template <class T>
+using acc_t = typename Accumulator<T>::type;
 
 template <class V>
 struct MaxIndex {
@@ -39,7 +49,8 @@ struct MaxIndex {
   int64_t index;
 };
 
-// The state a reducer folds into; `combine` must be associative (the shuffle tree reorders).
+// A reducer has a State, its identity, accumulate (fold in one element), combine (two states; must be
+// associative, the shuffle tree reorders) and store (write the result of task i).
 template <class T>
 struct SumReducer {
   using State = acc_t<T>;
@@ -65,7 +76,9 @@ struct MaxReducer {
     using limits = std::numeric_limits<V>;
     return {limits::has_infinity ? -limits::infinity() : limits::lowest(), INT64_MAX};
   }
-  __device__ State accumulate(State s, const T& x, int64_t index) const { return combine(s, {load(x), index}); }
+  __device__ State accumulate(State s, const T& x, int64_t index) const {
+    return combine(s, {load(x), index});
+  }
   __device__ State combine(State a, State b) const {
     const bool a_nan = a.value != a.value, b_nan = b.value != b.value;
     if (a_nan != b_nan) return a_nan ? a : b;
@@ -139,7 +152,8 @@ void launch(const Reducer& r, const T* in, Out* out, int64_t rows, int64_t cols,
   // Short rows: a warp per row, 8 rows per block. Long rows: the whole block per row.
   const bool warp_per_task = chunk_cols <= 1024;
   const int64_t tasks_per_block = warp_per_task ? kThreads / kWarp : 1;
-  const auto blocks = static_cast<unsigned>(std::min((tasks + tasks_per_block - 1) / tasks_per_block, kMaxBlocks));
+  const auto blocks =
+      static_cast<unsigned>(std::min((tasks + tasks_per_block - 1) / tasks_per_block, kMaxBlocks));
   if (warp_per_task) {
     reduce_rows_kernel<kWarp><<<blocks, kThreads>>>(r, in, out, rows, cols, chunks, chunk_cols);
   } else {
@@ -168,7 +182,8 @@ class ScratchBuffer {
 
 template <class T>
 void sum_rows(bool mean, int device, const T* in, T* out, int64_t rows, int64_t cols) {
-  const double divisor = mean ? static_cast<double>(cols) : 1.0;
+  // The mean of an empty row is 0 here, as on the CPU (0 / 1 rather than 0 / 0).
+  const double divisor = mean && cols > 0 ? static_cast<double>(cols) : 1.0;
   // Fewer rows than the GPU has warps to spare, each long: split the rows (see the file comment).
   constexpr int64_t kFewRows = 512, kChunkCols = 8192, kMaxChunks = 1024;
   const int64_t chunks = rows < kFewRows ? std::min((cols + kChunkCols - 1) / kChunkCols, kMaxChunks) : 1;
@@ -180,7 +195,7 @@ void sum_rows(bool mean, int device, const T* in, T* out, int64_t rows, int64_t 
   ScratchBuffer partial(device, static_cast<size_t>(rows * chunks) * sizeof(Acc));
   auto* partial_sums = static_cast<Acc*>(partial.data());
   launch(SumReducer<T>{1.0}, in, partial_sums, rows, cols, chunks);
-  // Partials are already in the accumulator type, so summing them in Acc loses nothing.
+  // The partials are summed in acc_t<Acc> (double for every floating Acc): no precision is lost.
   launch(SumReducer<Acc>{divisor}, partial_sums, out, rows, chunks);
 }
 

@@ -60,6 +60,7 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions options) {
   RG_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector", values.size(),
            " values do not fill shape ", shape_str(shape));
+  if (!options.dtype) options.dtype = DType::f32;
   return from_blob(values.data(), shape, DType::f64, options);
 }
 Tensor from_vector(const std::vector<float>& values, const Shape& shape, TensorOptions options) {
@@ -75,6 +76,7 @@ Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, Tenso
 }
 
 Tensor from_blob(const void* data, const Shape& shape, DType dtype, TensorOptions options) {
+  if (!options.dtype) options.dtype = dtype;  // a blob keeps its own dtype unless told otherwise
   Tensor host = native::empty(shape, dtype, Device::cpu());
   std::memcpy(host.raw_data(), data, host.nbytes());
   return convert(host, options);
@@ -87,12 +89,36 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions options) {
   return uniform(shape, 0.0, 1.0, gen, options);
 }
 
+namespace {
+// The largest value of `dtype` strictly below hi (for hi > lo): uniform draws are clamped to it, since
+// rounding lo + (hi - lo) u to a narrow dtype could otherwise produce hi itself.
+double largest_below(double hi, DType dtype) {
+  Tensor t = native::empty({1}, dtype, Device::cpu());
+  t.fill_(hi);
+  const double rounded = t.item();
+  if (rounded < hi) return rounded;
+  switch (dtype) {
+    case DType::f64: return std::nextafter(hi, -INFINITY);
+    case DType::f32: return std::nextafter(static_cast<float>(rounded), -INFINITY);
+    case DType::f16:
+    case DType::bf16: {
+      uint16_t* bits = static_cast<uint16_t*>(t.raw_data());
+      *bits = (*bits & 0x8000) ? static_cast<uint16_t>(*bits + 1) : static_cast<uint16_t>(*bits - 1);
+      return t.item();
+    }
+    default: return hi;  // integer dtypes truncate toward zero anyway
+  }
+}
+}  // namespace
+
 Tensor uniform(const Shape& shape, double lo, double hi, Generator& gen, TensorOptions options) {
+  RG_CHECK(lo <= hi, "uniform", "lo ", lo, " > hi ", hi);
+  const double cap = lo < hi ? largest_below(hi, options.dtype.value_or(DType::f32)) : hi;
   const uint64_t first = gen.advance((static_cast<uint64_t>(shape_numel(shape)) + 3) / 4);
   const uint64_t key = gen.seed();
   return convert(host_f64(shape, [&](int64_t i) {
                    const Philox4x32 r = philox4x32(first + static_cast<uint64_t>(i) / 4, 0, key);
-                   return lo + (hi - lo) * static_cast<double>(uint_to_unit_float(r.v[i % 4]));
+                   return std::min(cap, lo + (hi - lo) * static_cast<double>(uint_to_unit_float(r.v[i % 4])));
                  }),
                  options);
 }

@@ -55,7 +55,7 @@ bool needs_f32_compute(const Tensor& a) {
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
-  check_matmul_args("matmul", a, b, 2);
+  check_matmul_args("mm", a, b, 2);
   if (needs_f32_compute(a)) return cast(mm(cast(a, DType::f32), cast(b, DType::f32)), a.dtype());
   Tensor out = empty({a.size(0), b.size(1)}, a.dtype(), a.device());
   gemm_2d(a, b, out);

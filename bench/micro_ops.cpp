@@ -1,0 +1,288 @@
+// micro_ops: throughput of ringgrad's basic operations, each printed beside its ceiling.
+//
+//   micro_ops [--threads N] [--repeat N] [--warmup N]
+//
+// GEMM   ringgrad::matmul on square products and on the W1 MLP shapes (784-512-512-10, batch 128;
+//        forward x @ w^T and the backward products), in GFLOP/s = 2·M·N·K / time. Beside each one,
+//        cblas_sgemm called directly on the same operands (same transposes, same threads), and as the
+//        ceiling of the table cblas_sgemm on a 2048 x 2048 product.
+// memory add, mul, exp on 64 MiB f32 tensors through ringgrad ops, in GB/s = (bytes read + bytes
+//        written) / time, against the bandwidth of std::memcpy on one core (256 MiB buffers; a copy
+//        reads and writes every byte, so it is counted the same way).
+//
+// Timing: std::chrono::steady_clock; `warmup` untimed runs, then `repeat` samples; a sample repeats
+// the operation until it lasts at least 5 ms (small GEMMs take microseconds). ringgrad and the direct
+// BLAS call alternate sample by sample, so both see the same machine noise. The table shows the best
+// and the median sample. Each operation's result is checked once against an independent computation
+// (`check` column).
+//
+// Letters in shapes: M, K, N as in (M, K) @ (K, N); `^T` marks an operand used transposed.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ringgrad.h"
+
+namespace rg = ringgrad;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  int threads = 0;  // 0: ringgrad's default (cores / ranks on this node)
+  int repeat = 10;
+  int warmup = 2;
+};
+
+[[noreturn]] void usage(const char* prog, const std::string& problem) {
+  if (!problem.empty()) std::fprintf(stderr, "micro_ops: %s\n", problem.c_str());
+  std::fprintf(stderr,
+               "usage: %s [--threads N] [--repeat N] [--warmup N]\n"
+               "  --threads N  compute threads, also used by BLAS (default: ringgrad's default)\n"
+               "  --repeat N   timed samples per operation (default 10)\n"
+               "  --warmup N   untimed runs before the samples (default 2)\n",
+               prog);
+  std::exit(problem.empty() ? 0 : 2);
+}
+
+Options parse_options(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") usage(argv[0], "");
+    int* target = arg == "--threads" ? &opt.threads
+                  : arg == "--repeat" ? &opt.repeat
+                  : arg == "--warmup" ? &opt.warmup
+                                      : nullptr;
+    if (!target) usage(argv[0], "unknown argument '" + arg + "'");
+    if (i + 1 >= argc) usage(argv[0], arg + " needs a value");
+    char* end = nullptr;
+    const long value = std::strtol(argv[++i], &end, 10);
+    if (*end != '\0' || value < 0 || value > 1000000) usage(argv[0], "bad value for " + arg);
+    *target = static_cast<int>(value);
+  }
+  if (opt.repeat < 1) usage(argv[0], "--repeat must be at least 1");
+  return opt;
+}
+
+struct Stats {
+  double best = 0;    // seconds per operation
+  double median = 0;
+};
+
+Stats summarize(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  const double median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  return {samples.front(), median};
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Times `fns` (one or more variants of the same operation) sample by sample, alternating between them.
+// Returns per-operation Stats for each function.
+std::vector<Stats> measure(const std::vector<std::function<void()>>& fns, const Options& opt) {
+  constexpr double kMinSampleSeconds = 5e-3;
+  std::vector<int> iters(fns.size(), 1);
+  for (size_t f = 0; f < fns.size(); ++f) {
+    for (int w = 0; w < std::max(opt.warmup, 1); ++w) fns[f]();
+    const auto start = Clock::now();
+    fns[f]();
+    const double once = seconds_since(start);
+    if (once < kMinSampleSeconds)
+      iters[f] = static_cast<int>(std::ceil(kMinSampleSeconds / std::max(once, 1e-9)));
+  }
+  std::vector<std::vector<double>> samples(fns.size());
+  for (int r = 0; r < opt.repeat; ++r) {
+    for (size_t f = 0; f < fns.size(); ++f) {
+      const auto start = Clock::now();
+      for (int i = 0; i < iters[f]; ++i) fns[f]();
+      samples[f].push_back(seconds_since(start) / iters[f]);
+    }
+  }
+  std::vector<Stats> out;
+  for (auto& s : samples) out.push_back(summarize(std::move(s)));
+  return out;
+}
+
+// ---- ceilings ----------------------------------------------------------------------------------
+
+// Single-core memcpy bandwidth, counting bytes read + bytes written. Best of `repeat` copies.
+Stats memcpy_bandwidth(const Options& opt) {
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> src(bytes), dst(bytes);
+  std::memset(src.data(), 1, bytes);  // fault every page in before timing
+  std::memset(dst.data(), 2, bytes);
+  Stats t = measure({[&] { std::memcpy(dst.data(), src.data(), bytes); }}, opt)[0];
+  if (dst[bytes / 2] != 1) std::fprintf(stderr, "memcpy check failed\n");
+  return {2.0 * bytes / t.best / 1e9, 2.0 * bytes / t.median / 1e9};  // GB/s
+}
+
+// ---- GEMM --------------------------------------------------------------------------------------
+
+struct GemmCase {
+  std::string name;
+  int64_t m, k, n;
+  bool a_transposed;  // a is stored (K, M) and used as its transpose
+  bool b_transposed;  // b is stored (N, K) and used as its transpose
+};
+
+// "128x784 @ (512x784)^T": each operand as stored, ^T when it is used transposed.
+std::string gemm_shape(const GemmCase& c) {
+  auto dims = [](int64_t rows, int64_t cols, bool transposed) {
+    char buf[64];
+    if (transposed)
+      std::snprintf(buf, sizeof buf, "(%lldx%lld)^T", static_cast<long long>(cols),
+                    static_cast<long long>(rows));
+    else
+      std::snprintf(buf, sizeof buf, "%lldx%lld", static_cast<long long>(rows),
+                    static_cast<long long>(cols));
+    return std::string(buf);
+  };
+  return dims(c.m, c.k, c.a_transposed) + " @ " + dims(c.k, c.n, c.b_transposed);
+}
+
+void cblas(const GemmCase& c, const float* a, const float* b, float* out) {
+  cblas_sgemm(CblasRowMajor, c.a_transposed ? CblasTrans : CblasNoTrans,
+              c.b_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(c.m),
+              static_cast<int>(c.n), static_cast<int>(c.k), 1.0f, a,
+              static_cast<int>(c.a_transposed ? c.m : c.k), b,
+              static_cast<int>(c.b_transposed ? c.k : c.n), 0.0f, out, static_cast<int>(c.n));
+}
+
+void print_rule() {
+  std::printf("%s\n", std::string(112, '-').c_str());
+}
+
+void run_gemm(const GemmCase& c, double peak_gflops, rg::Generator& gen, const Options& opt) {
+  // Operands as stored; the transposed ones are handed to matmul as .t() views, as nn::Linear does.
+  rg::Tensor a_stored = rg::randn(c.a_transposed ? rg::Shape{c.k, c.m} : rg::Shape{c.m, c.k}, gen);
+  rg::Tensor b_stored = rg::randn(c.b_transposed ? rg::Shape{c.n, c.k} : rg::Shape{c.k, c.n}, gen);
+  rg::Tensor a = c.a_transposed ? a_stored.t() : a_stored;
+  rg::Tensor b = c.b_transposed ? b_stored.t() : b_stored;
+  std::vector<float> reference(static_cast<size_t>(c.m * c.n));
+
+  // check: ringgrad against BLAS on the same operands (sums of K products: relative tolerance).
+  cblas(c, a_stored.data<float>(), b_stored.data<float>(), reference.data());
+  const rg::Tensor ours = rg::matmul(a, b);
+  bool ok = ours.shape() == rg::Shape{c.m, c.n};
+  if (ok) {
+    const rg::Tensor dense = ours.contiguous();
+    const float* got = dense.data<float>();
+    for (size_t i = 0; i < reference.size() && ok; ++i)
+      ok = std::fabs(got[i] - reference[i]) <= 1e-4f * std::sqrt(static_cast<float>(c.k)) *
+                                                   (1.0f + std::fabs(reference[i]));
+  }
+
+  const auto t = measure({[&] { rg::matmul(a, b); },
+                          [&] { cblas(c, a_stored.data<float>(), b_stored.data<float>(), reference.data()); }},
+                         opt);
+  const double flops = 2.0 * static_cast<double>(c.m) * static_cast<double>(c.n) * static_cast<double>(c.k);
+  const double ours_best = flops / t[0].best / 1e9, ours_median = flops / t[0].median / 1e9;
+  const double blas_best = flops / t[1].best / 1e9;
+  std::printf("%-12s %-28s %10.3f %10.3f %10.1f %10.1f %10.1f %8.2f %7.0f%% %5s\n", c.name.c_str(),
+              gemm_shape(c).c_str(), t[0].best * 1e3, t[0].median * 1e3, ours_best, ours_median,
+              blas_best, ours_best / blas_best, 100.0 * ours_best / peak_gflops, ok ? "ok" : "WRONG");
+}
+
+// ---- elementwise -------------------------------------------------------------------------------
+
+struct ElementwiseCase {
+  std::string name;
+  int inputs;  // tensors read; one tensor is written
+  std::function<rg::Tensor(const rg::Tensor&, const rg::Tensor&)> op;
+  std::function<float(float, float)> reference;
+};
+
+void run_elementwise(const ElementwiseCase& c, const rg::Tensor& x, const rg::Tensor& y,
+                     double memcpy_gbs, const Options& opt) {
+  const rg::Tensor out = c.op(x, y);
+  bool ok = out.shape() == x.shape();
+  if (ok) {
+    const float *px = x.data<float>(), *py = y.data<float>(), *po = out.data<float>();
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n && ok; i += 4093) {  // a stride through the whole tensor
+      const float want = c.reference(px[i], py[i]);
+      ok = std::fabs(po[i] - want) <= 1e-5f * (1.0f + std::fabs(want));
+    }
+  }
+  const Stats t = measure({[&] { c.op(x, y); }}, opt)[0];
+  const double bytes = static_cast<double>(c.inputs + 1) * static_cast<double>(x.nbytes());
+  const double best = bytes / t.best / 1e9, median = bytes / t.median / 1e9;
+  std::printf("%-12s %-28s %10.3f %10.3f %10.2f %10.2f %7.0f%% %5s\n", c.name.c_str(),
+              (rg::shape_str(x.shape()) + " f32").c_str(), t.best * 1e3, t.median * 1e3, best, median,
+              100.0 * best / memcpy_gbs, ok ? "ok" : "WRONG");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = parse_options(argc, argv);
+  try {
+    if (opt.threads > 0) rg::set_num_threads(opt.threads);
+    std::printf("# micro_ops: threads %d, BLAS threads %d, repeat %d, warmup %d\n", rg::num_threads(),
+                openblas_get_num_threads(), opt.repeat, opt.warmup);
+    std::printf("# OpenBLAS: %s\n", openblas_get_config());
+    rg::Generator gen(/*seed=*/1234);
+
+    // ---- ceilings, measured first ----
+    const GemmCase peak_case{"blas peak", 2048, 2048, 2048, false, false};
+    std::vector<float> pa(2048 * 2048, 0.5f), pb(2048 * 2048, 0.25f), pc(2048 * 2048);
+    const Stats peak_t =
+        measure({[&] { cblas(peak_case, pa.data(), pb.data(), pc.data()); }}, opt)[0];
+    const double peak_gflops = 2.0 * 2048.0 * 2048.0 * 2048.0 / peak_t.best / 1e9;
+    const Stats memcpy_gbs = memcpy_bandwidth(opt);
+    std::printf("# ceiling: cblas_sgemm 2048x2048 @ 2048x2048: best %.1f GFLOP/s, median %.1f GFLOP/s\n",
+                peak_gflops, 2.0 * 2048.0 * 2048.0 * 2048.0 / peak_t.median / 1e9);
+    std::printf("# ceiling: std::memcpy 256 MiB, one core:    best %.2f GB/s, median %.2f GB/s (read + write)\n",
+                memcpy_gbs.best, memcpy_gbs.median);
+
+    // ---- GEMM ----
+    std::printf("\n");
+    std::printf("%-12s %-28s %10s %10s %10s %10s %10s %8s %8s %5s\n", "gemm", "shape", "best_ms",
+                "median_ms", "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_peak", "check");
+    print_rule();
+    std::vector<GemmCase> gemms;
+    for (int64_t s : {128, 256, 512, 1024}) gemms.push_back({"square", s, s, s, false, false});
+    // W1 (784-512-512-10, batch 128): linear(x, w) = x @ w^T with w stored (out, in).
+    gemms.push_back({"fc1 fwd", 128, 784, 512, false, true});   // x (128, 784) @ w1^T
+    gemms.push_back({"fc2 fwd", 128, 512, 512, false, true});   // h1 (128, 512) @ w2^T
+    gemms.push_back({"fc3 fwd", 128, 512, 10, false, true});    // h2 (128, 512) @ w3^T
+    gemms.push_back({"fc2 dx", 128, 512, 512, false, false});   // dh2 (128, 512) @ w2
+    gemms.push_back({"fc1 dw", 512, 128, 784, true, false});    // dh1^T (512, 128) @ x (128, 784)
+    for (const GemmCase& c : gemms) run_gemm(c, peak_gflops, gen, opt);
+
+    // ---- elementwise, memory bound ----
+    std::printf("\n");
+    std::printf("%-12s %-28s %10s %10s %10s %10s %8s %5s\n", "elementwise", "shape", "best_ms",
+                "median_ms", "GB/s", "med_GB/s", "of_memcpy", "check");
+    print_rule();
+    const int64_t n = (int64_t{64} << 20) / 4;  // 64 MiB of f32
+    const rg::Tensor x = rg::randn({n}, gen);
+    const rg::Tensor y = rg::randn({n}, gen);
+    const std::vector<ElementwiseCase> elementwise = {
+        {"add", 2, [](const rg::Tensor& a, const rg::Tensor& b) { return rg::add(a, b); },
+         [](float a, float b) { return a + b; }},
+        {"mul", 2, [](const rg::Tensor& a, const rg::Tensor& b) { return rg::mul(a, b); },
+         [](float a, float b) { return a * b; }},
+        {"exp", 1, [](const rg::Tensor& a, const rg::Tensor&) { return rg::exp(a); },
+         [](float a, float) { return std::exp(a); }},
+    };
+    for (const ElementwiseCase& c : elementwise) run_elementwise(c, x, y, memcpy_gbs.best, opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "micro_ops: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ringgrad builds against. Idempotent: when every package is already
+# installed it touches nothing (no apt-get update, no network). Uses sudo only when not root.
+#
+#   scripts/setup.sh
+#
+# The CUDA toolkit is not a Debian package here; the build finds it at /usr/local/cuda when present
+# (RINGGRAD_CUDA=AUTO) and builds without it otherwise.
+set -euo pipefail
+
+packages=(
+  build-essential   # gcc/g++ 12, make
+  cmake             # >= 3.25
+  ninja-build
+  pkg-config        # finds OpenBLAS (pkg_check_modules)
+  libopenblas-dev   # CPU GEMM
+  libopenmpi-dev    # dist/ MPI backend
+  openmpi-bin       # mpirun for the multi-rank tests
+  zlib1g-dev        # compressed datasets and checkpoints
+  doctest-dev       # the test framework
+  libcli11-dev      # command-line parsing in examples/ (header-only)
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup: all ${#packages[@]} build dependencies are installed"
+  exit 0
+fi
+
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "setup: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  sudo_cmd=(sudo)
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"

@@ -1,0 +1,155 @@
+// nn::Module: registration order, state_dict round trip, strict-load errors, layer shapes and init.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "ringgrad.h"
+
+using namespace ringgrad;
+
+namespace {
+
+struct Block : nn::Module {
+  Block() : Module("Block") {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, 3));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(3, 2, nn::LinearOptions{.bias = false}));
+    scale = register_buffer("scale", full({1}, 2.0));
+  }
+  Tensor forward(const Tensor& x) override { return fc2->forward(relu(fc1->forward(x))) * scale; }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+  Tensor scale;
+};
+
+struct Net : nn::Module {
+  Net() : Module("Net") {
+    embed = register_parameter("embed", zeros({5}));
+    block = register_module("block", std::make_shared<Block>());
+  }
+  Tensor embed;
+  std::shared_ptr<Block> block;
+};
+
+std::vector<std::string> names(const std::vector<std::pair<std::string, Tensor>>& list) {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : list) out.push_back(n);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("named_parameters are dotted and in registration order, recursively") {
+  Net net;
+  CHECK(names(net.named_parameters()) ==
+        std::vector<std::string>{"embed", "block.fc1.weight", "block.fc1.bias", "block.fc2.weight"});
+  CHECK(names(net.named_buffers()) == std::vector<std::string>{"block.scale"});
+  CHECK(net.parameter_count() == 5 + 4 * 3 + 3 + 3 * 2);
+  for (const Tensor& p : net.parameters()) CHECK(p.requires_grad());
+  CHECK(net.summary().find("block.fc1.weight") != std::string::npos);
+  CHECK(net.summary().find("total parameters: 26") != std::string::npos);
+}
+
+TEST_CASE("train and eval propagate to children") {
+  Net net;
+  net.eval();
+  CHECK_FALSE(net.block->fc1->is_training());
+  net.train();
+  CHECK(net.block->fc2->is_training());
+}
+
+TEST_CASE("state_dict round trip copies values into another instance") {
+  manual_seed(1);
+  Net a;
+  manual_seed(2);
+  Net b;
+  CHECK_FALSE(equal(a.block->fc1->weight, b.block->fc1->weight));
+  b.load_state_dict(a.state_dict());
+  for (size_t i = 0; i < a.state_dict().size(); ++i) CHECK(equal(a.state_dict()[i].second, b.state_dict()[i].second));
+  // The handles stay the same tensors (an optimizer holding them keeps working).
+  CHECK(b.parameters()[1].is_same(b.block->fc1->weight));
+}
+
+TEST_CASE("strict load_state_dict lists missing, unexpected and mis-shaped keys and changes nothing") {
+  Net net;
+  const Tensor before = net.block->fc1->weight.clone();
+  nn::StateDict state = net.state_dict();
+  state.erase(state.begin());                          // drop "embed"
+  state.emplace_back("block.fc3.weight", zeros({1}));  // unexpected
+  state[0].second = zeros({9, 9});                     // block.fc1.weight mis-shaped
+  try {
+    net.load_state_dict(state);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("[load_state_dict]") != std::string::npos);
+    CHECK(msg.find("missing keys: embed") != std::string::npos);
+    CHECK(msg.find("unexpected keys: block.fc3.weight") != std::string::npos);
+    CHECK(msg.find("block.fc1.weight: checkpoint (9, 9) vs model (3, 4)") != std::string::npos);
+  }
+  CHECK(equal(net.block->fc1->weight, before));
+  // Non-strict still rejects shape mismatches but accepts a subset.
+  nn::StateDict subset{{"embed", ones({5})}};
+  net.load_state_dict(subset, /*strict=*/false);
+  CHECK(net.embed.sum().item() == 5.0);
+}
+
+TEST_CASE("Linear and Conv2d initialise within PyTorch's kaiming-uniform bounds") {
+  manual_seed(7);
+  nn::Linear fc(100, 50);
+  const double bound = 1.0 / std::sqrt(100.0);
+  for (double v : fc.weight.to_vector()) CHECK(std::abs(v) <= bound);
+  for (double v : fc.bias.to_vector()) CHECK(std::abs(v) <= bound);
+  // Uniform on [-b, b] has variance b^2 / 3: the sample variance of 5000 draws is within 10%.
+  const double var = fc.weight.var().item();
+  CHECK(var == doctest::Approx(bound * bound / 3).epsilon(0.1));
+  nn::Conv2d conv(3, 8, 3);
+  const double cbound = 1.0 / std::sqrt(27.0);
+  for (double v : conv.weight.to_vector()) CHECK(std::abs(v) <= cbound);
+  CHECK(conv.weight.shape() == Shape{8, 3, 3, 3});
+}
+
+TEST_CASE("Sequential chains its layers and names them by position") {
+  nn::Sequential seq{std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4, 2)};
+  CHECK(names(seq.named_parameters()) == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
+  Tensor x = ones({5, 3});
+  CHECK(seq.forward(x).shape() == Shape{5, 2});
+  auto* fc0 = dynamic_cast<nn::Linear*>(seq[0].get());
+  auto* fc2 = dynamic_cast<nn::Linear*>(seq[2].get());
+  Tensor expected = linear(relu(linear(x, fc0->weight, fc0->bias)), fc2->weight, fc2->bias);
+  CHECK(allclose(seq.forward(x), expected));
+}
+
+TEST_CASE("Module::to converts parameters in place") {
+  Net net;
+  Tensor w = net.block->fc1->weight;
+  const std::vector<double> before = w.to_vector();
+  net.to(DType::f16);
+  CHECK(w.dtype() == DType::f16);  // the same handle now holds f16 values
+  CHECK(w.requires_grad());
+  const std::vector<double> after = w.to_vector();
+  for (size_t i = 0; i < before.size(); ++i) CHECK(after[i] == doctest::Approx(before[i]).epsilon(1e-3));
+}
+
+TEST_CASE("Dropout zeroes about p of the elements in training and is the identity in eval") {
+  Generator gen(3);
+  nn::Dropout drop(0.25, &gen);
+  Tensor x = ones({100000});
+  Tensor y = drop.forward(x);
+  const std::vector<double> v = y.to_vector();
+  int64_t zeros_seen = 0;
+  for (double e : v) {
+    if (e == 0) ++zeros_seen;
+    else CHECK(e == doctest::Approx(1.0 / 0.75));
+  }
+  // Binomial(100000, 0.25): standard deviation ~137; allow 5 of them.
+  CHECK(std::abs(static_cast<double>(zeros_seen) - 25000.0) < 5 * 137);
+  drop.eval();
+  CHECK(equal(drop.forward(x), x));
+}
+
+TEST_CASE("functional losses and accuracy against hand-computed values") {
+  Tensor a = from_vector(std::vector<double>{1, 2, 3}, {3}), b = from_vector(std::vector<double>{1, 0, 5}, {3});
+  CHECK(nn::F::mse_loss(a, b).item() == doctest::Approx((0 + 4 + 4) / 3.0));
+  Tensor logits = from_vector(std::vector<double>{0.1, 0.9, 0.8, 0.2, 0.3, 0.7}, {3, 2});
+  Tensor target = from_vector(std::vector<int64_t>{1, 1, 1}, {3});
+  CHECK(nn::F::accuracy(logits, target) == doctest::Approx(2.0 / 3.0));
+}

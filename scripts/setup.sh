@@ -19,6 +19,7 @@ packages=(
   zlib1g-dev        # compressed datasets and checkpoints
   doctest-dev       # the test framework
   libcli11-dev      # command-line parsing in examples/ (header-only)
+  dataset-fashion-mnist  # the MNIST example's default data (/usr/share/datasets/fashion-mnist)
 )
 
 missing=()

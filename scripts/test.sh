@@ -49,7 +49,8 @@ elif command -v nvcc >/dev/null 2>&1; then
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DRINGGRAD_CUDA=ON \
     -DRINGGRAD_BUILD_TESTS=ON -DRINGGRAD_BUILD_EXAMPLES=OFF -DRINGGRAD_BUILD_BENCH=OFF
   step "build build-cuda/"
-  ninja -C build-cuda -j "$jobs"
+  # The library (with the CUDA kernels) and the gpu tests; the CPU test suite already ran in build/.
+  ninja -C build-cuda -j "$jobs" ringgrad test_cuda
   step "test build-cuda/ (gpu tests, install test)"
   ctest --test-dir build-cuda --output-on-failure -L gpu
   ctest --test-dir build-cuda --output-on-failure -R '^install_'

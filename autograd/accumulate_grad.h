@@ -9,7 +9,7 @@ namespace ringgrad::autograd {
 
 class AccumulateGrad : public Node {
  public:
-  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) { runs_first = true; }
   std::string name() const override { return "AccumulateGrad"; }
   TensorList apply(TensorList&& grads) override;
 

@@ -21,8 +21,12 @@ struct GraphTask {
 };
 thread_local GraphTask* t_current_task = nullptr;
 
+// Priority among ready nodes: accumulators first, then the most recently created.
 struct LaterFirst {
-  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+  bool operator()(const Node* a, const Node* b) const {
+    if (a->runs_first != b->runs_first) return b->runs_first;
+    return a->sequence_nr < b->sequence_nr;
+  }
 };
 
 void store_retained_grads(Node& node, const TensorList& buffer) {

@@ -4,7 +4,7 @@
 //
 // backward(roots, grads) runs every node reachable from `roots` exactly once, in reverse topological
 // order: a node runs only when every node that feeds it a gradient has run (dependency counts), and
-// among ready nodes the most recently created runs first. Gradients arriving at the same input are
+// among ready nodes AccumulateGrad nodes run first, then the most recently created node. Gradients arriving at the same input are
 // summed before the node runs. Nodes run on the calling thread, with grad mode off.
 //
 // Post-accumulate-grad hooks (Tensor::register_post_accumulate_grad_hook):
@@ -17,7 +17,8 @@
 //     it when undefined. Then it calls the leaf's post-accumulate-grad hooks, in registration order,
 //     with the leaf (whose .grad holds the accumulated value).
 //   * Hooks therefore fire in the order gradients become ready: for a feed-forward network, last
-//     layer first. A hook may read or modify .grad and may start asynchronous work; it must not run
+//     layer first: an AccumulateGrad node runs as soon as its count reaches zero, before any other
+//     ready node, so the hook fires before backward moves on to earlier layers. A hook may read or modify .grad and may start asynchronous work; it must not run
 //     backward itself.
 //   * Leaves that no path from the roots reaches get no hook call in that backward.
 //

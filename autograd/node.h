@@ -41,6 +41,10 @@ class Node {
   // Creation order. The engine runs ready nodes latest-created first, which is a reverse
   // topological order and makes gradient order deterministic.
   uint64_t sequence_nr;
+  // AccumulateGrad nodes run as soon as they are ready, ahead of any other ready node, so a leaf's
+  // post-accumulate-grad hooks fire the moment its gradient is final (what lets DDP start reducing
+  // a bucket while backward continues).
+  bool runs_first = false;
   bool released = false;
   // Non-leaf tensors that asked to keep their gradient (Tensor::retain_grad): output number -> tensor.
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained_grads;

@@ -1,6 +1,7 @@
 // Element types, and the f16 / bf16 <-> f32 conversions every backend shares.
 //
-// Conversions to f16 and bf16 round to nearest, ties to even, and keep NaN (quietened) and Inf.
+// Conversions to f16 and bf16 round to nearest, ties to even (from f32 and from f64 alike), and keep
+// NaN (quietened) and Inf.
 // Arithmetic on f16 / bf16 tensors loads each element as f32, computes in f32 and rounds once on store.
 // f64 exists so that gradcheck can run finite differences in double precision.
 #pragma once
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "core/host_device.h"
 
@@ -127,14 +129,33 @@ template <>
 RG_HOST_DEVICE RG_INLINE BFloat16 store_as<BFloat16, float>(float v) {
   return BFloat16{float_to_bf16_bits(v)};
 }
+// f64 -> f32 rounding to odd: truncate toward zero and set the last bit when inexact. Rounding the
+// result once more to f16/bf16 (at least 13 bits shorter) then equals rounding the double directly,
+// with no double-rounding error (Boldo & Melquiond, "When double rounding is odd").
+RG_HOST_DEVICE RG_INLINE float double_to_float_round_odd(double v) {
+  float f = static_cast<float>(v);
+  if (static_cast<double>(f) == v || v != v) return f;
+  uint32_t bits = float_bits(f);
+  const bool away_from_zero = (f > 0) ? (static_cast<double>(f) > v) : (static_cast<double>(f) < v);
+  if (away_from_zero && (bits & 0x7fffffffu) != 0) bits -= 1;  // step back toward zero: truncation
+  return bits_float(bits | 1u);
+}
 template <>
 RG_HOST_DEVICE RG_INLINE Half store_as<Half, double>(double v) {
-  return Half{float_to_half_bits(static_cast<float>(v))};
+  return Half{float_to_half_bits(double_to_float_round_odd(v))};
 }
 template <>
 RG_HOST_DEVICE RG_INLINE BFloat16 store_as<BFloat16, double>(double v) {
-  return BFloat16{float_to_bf16_bits(static_cast<float>(v))};
+  return BFloat16{float_to_bf16_bits(double_to_float_round_odd(v))};
 }
+
+// The type a value of storage type In is converted to before store_as<Out> rounds it: Out's compute
+// type, except that doubles going to f16/bf16 stay double so they are rounded once (round-to-odd
+// above), not twice through f32. The CPU and CUDA cast kernels both use it.
+template <class Out, class In>
+using cast_compute_t =
+    std::conditional_t<(std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>) && std::is_same_v<In, double>,
+                       double, compute_t<Out>>;
 
 template <class T>
 constexpr DType dtype_of();

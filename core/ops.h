@@ -31,7 +31,8 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, Tensor
 Tensor from_vector(const std::vector<float>& values, const Shape& shape, TensorOptions options = {});
 // int64 values give an i64 tensor unless options.dtype says otherwise.
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, TensorOptions options = {});
-// Copies `shape`-many elements of type `dtype` from host memory `data`.
+// Copies `shape`-many elements of type `dtype` from host memory `data`. The result has `dtype`
+// unless options.dtype asks for a conversion.
 Tensor from_blob(const void* data, const Shape& shape, DType dtype, TensorOptions options = {});
 Tensor scalar_tensor(double value, TensorOptions options = {});
 

@@ -98,12 +98,7 @@ void cast_copy(DType out_dtype, DType in_dtype, const ElementwiseArgs& args) {
       for_each_row<2>(args, [&](const int64_t* off, int64_t n, const int64_t* st) {
         for (int64_t i = 0; i < n; ++i) {
           const auto v = load(in[off[1] + i * st[1]]);
-          // Half/BFloat16 only convert from float: go through float (one rounding) for them.
-          if constexpr (std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>) {
-            out[off[0] + i * st[0]] = store_as<Out>(static_cast<float>(v));
-          } else {
-            out[off[0] + i * st[0]] = static_cast<Out>(v);
-          }
+          out[off[0] + i * st[0]] = store_as<Out>(static_cast<cast_compute_t<Out, In>>(v));
         }
       });
     });

@@ -81,7 +81,8 @@ void launch(const char* op, const ElementwiseArgs& args, const Body& body) {
   RG_CUDA_CHECK(cudaGetLastError());
 }
 
-// Converts to the output's compute type; store_as then rounds to f16/bf16 where needed.
+// Converts to the output's compute type (double for f64 -> f16/bf16, see cast_compute_t); store_as then
+// rounds to f16/bf16 once.
 template <class To>
 struct CastOp {
   template <class V>
@@ -133,7 +134,7 @@ void cast_copy(DType out_dtype, DType in_dtype, const ElementwiseArgs& args) {
     using Out = decltype(out_tag);
     dispatch_dtype(in_dtype, [&](auto in_tag) {
       using In = decltype(in_tag);
-      launch("copy", args, MapBody<Out, CastOp<compute_t<Out>>, In>{CastOp<compute_t<Out>>{}});
+      launch("copy", args, MapBody<Out, CastOp<cast_compute_t<Out, In>>, In>{CastOp<cast_compute_t<Out, In>>{}});
     });
   });
 }

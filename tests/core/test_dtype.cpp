@@ -508,3 +508,20 @@ TEST_CASE("binary ops reject operands of different dtypes") {
   auto lt_fd = [&] { lt(f, d); };
   CHECK_ERROR(lt_fd, "f32", "f64");
 }
+
+TEST_CASE("f64 to f16 and bf16 rounds once, not through a rounded f32") {
+  using namespace ringgrad;
+  // 1 + 2^-11 + 2^-30: just above the f16 midpoint between 1 and 1 + 2^-10, so it rounds up. Through
+  // f32 first it would become the midpoint 1 + 2^-11 and then tie to even: 1.
+  const double x = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -30);
+  Tensor h = from_vector(std::vector<double>{x, -x}, {2}).to(DType::f64);
+  h = from_blob(std::vector<double>{x, -x}.data(), {2}, DType::f64).to(DType::f16);
+  CHECK(h.to_vector() == std::vector<double>{1.0 + std::ldexp(1.0, -10), -(1.0 + std::ldexp(1.0, -10))});
+  // bf16 keeps 8 significant bits: the midpoint is 1 + 2^-8.
+  const double y = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
+  Tensor b = from_blob(&y, {1}, DType::f64).to(DType::bf16);
+  CHECK(b.item() == 1.0 + std::ldexp(1.0, -7));
+  // Exact values and the tie rule are unchanged.
+  const double tie = 1.0 + std::ldexp(1.0, -11);
+  CHECK(from_blob(&tie, {1}, DType::f64).to(DType::f16).item() == 1.0);
+}

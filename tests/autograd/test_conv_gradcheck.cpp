@@ -1,0 +1,91 @@
+// conv2d and max_pool2d: values against direct loops written here, gradients against finite
+// differences (gradcheck, in double).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "ringgrad.h"
+
+using namespace ringgrad;
+
+namespace {
+
+// out[n][o][i][j] = b[o] + sum_{c,a,e} x[n][c][i*s-p+a][j*s-p+e] w[o][c][a][e]  (zero outside x)
+std::vector<double> conv_reference(const Tensor& x, const Tensor& w, const Tensor& b, int64_t s, int64_t p,
+                                   Shape& out_shape) {
+  const auto xv = x.to_vector(), wv = w.to_vector(), bv = b.to_vector();
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = w.size(0), K = w.size(2);
+  const int64_t OH = (H + 2 * p - K) / s + 1, OW = (W + 2 * p - K) / s + 1;
+  out_shape = {N, O, OH, OW};
+  std::vector<double> out;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          double acc = bv[o];
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t a = 0; a < K; ++a)
+              for (int64_t e = 0; e < K; ++e) {
+                const int64_t y = i * s - p + a, xx = j * s - p + e;
+                if (y < 0 || y >= H || xx < 0 || xx >= W) continue;
+                acc += xv[((n * C + c) * H + y) * W + xx] * wv[((o * C + c) * K + a) * K + e];
+              }
+          out.push_back(acc);
+        }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d matches a direct loop for several strides and paddings") {
+  Generator gen(4);
+  Tensor x = randn({2, 3, 7, 6}, gen), w = randn({4, 3, 3, 3}, gen), b = randn({4}, gen);
+  for (auto [s, p] : {std::pair<int64_t, int64_t>{1, 0}, {1, 1}, {2, 1}, {3, 2}}) {
+    Shape shape;
+    const auto expected = conv_reference(x, w, b, s, p, shape);
+    Tensor y = conv2d(x, w, b, s, p);
+    REQUIRE(y.shape() == shape);
+    const auto got = y.to_vector();
+    // f32 sums of 27 products of N(0,1) values: 1e-4 absolute is ~100 f32 ulps of the largest terms.
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-4).scale(1));
+  }
+}
+
+TEST_CASE("conv2d gradients match finite differences, with and without bias, strided input") {
+  Generator gen(5);
+  Tensor x = randn({2, 3, 5, 6}, gen), w = randn({4, 3, 3, 3}, gen), b = randn({4}, gen);
+  auto r = gradcheck([](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], v[2], 1, 1); }, {x, w, b});
+  CHECK_MESSAGE(r.ok, r.message);
+  r = gradcheck([](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], Tensor(), 2, 0); }, {x, w});
+  CHECK_MESSAGE(r.ok, r.message);
+  // A non-contiguous input (transposed spatial dims).
+  r = gradcheck([](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], v[2], 2, 1); }, {x.transpose(2, 3), w, b});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("max_pool2d picks window maxima and routes gradients to them") {
+  Tensor x = from_vector(std::vector<double>{1, 5, 2, 0,   //
+                                             3, 4, 8, 1,   //
+                                             0, 0, 1, 2,   //
+                                             9, 0, 3, 7},
+                         {1, 1, 4, 4}, {.requires_grad = true});
+  Tensor y = max_pool2d(x, 2);
+  CHECK(y.to_vector() == std::vector<double>{5, 8, 9, 7});
+  y.sum().backward();
+  CHECK(x.grad().to_vector() == std::vector<double>{0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1});
+  Generator gen(6);
+  // Distinct values (a random permutation scaled) keep the argmax away from ties.
+  Tensor v = randn({2, 3, 6, 5}, gen);
+  auto r = gradcheck([](const std::vector<Tensor>& t) { return max_pool2d(t[0], 2); }, {v});
+  CHECK_MESSAGE(r.ok, r.message);
+  r = gradcheck([](const std::vector<Tensor>& t) { return max_pool2d(t[0], 3, 2, 1); }, {v});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("conv2d and max_pool2d reject bad shapes with clear messages") {
+  CHECK_THROWS_WITH_AS(conv2d(zeros({1, 3, 5, 5}), zeros({2, 4, 3, 3})), doctest::Contains("input channels differ"),
+                       Error);
+  CHECK_THROWS_WITH_AS(conv2d(zeros({1, 3, 2, 2}), zeros({2, 3, 3, 3})), doctest::Contains("larger than the padded"),
+                       Error);
+  CHECK_THROWS_WITH_AS(max_pool2d(zeros({3, 4}), 2), doctest::Contains("[max_pool2d]"), Error);
+}

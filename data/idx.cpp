@@ -93,12 +93,14 @@ MnistSplit load_split(const std::string& dir, const std::string& prefix, double 
 
 }  // namespace
 
-Mnist load_mnist(const std::string& dir) {
+Mnist load_mnist(const std::string& dir, bool normalize) {
   Mnist m;
-  // Normalisation statistics from the training pixels, so any MNIST-format data set works.
-  Tensor raw = read_idx(find_file(dir, "train-images-idx3-ubyte")).to(DType::f32) * (1.0 / 255.0);
-  m.mean = raw.mean().item();
-  m.std = std::sqrt(raw.var({}, false, false).item());
+  if (normalize) {
+    // Statistics from the training pixels, so any MNIST-format data set works.
+    Tensor raw = read_idx(find_file(dir, "train-images-idx3-ubyte")).to(DType::f32) * (1.0 / 255.0);
+    m.mean = raw.mean().item();
+    m.std = std::sqrt(raw.var({}, false, false).item());
+  }
   m.train = load_split(dir, "train", m.mean, m.std);
   m.test = load_split(dir, "t10k", m.mean, m.std);
   return m;

@@ -23,11 +23,13 @@ struct MnistSplit {
 
 struct Mnist {
   MnistSplit train, test;
-  double mean = 0, std = 1;  // of the training pixels in [0, 1], used for both splits
+  double mean = 0, std = 1;  // applied to both splits: (pixel / 255 - mean) / std
 };
 
 // Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir` (the layout of the original
-// MNIST and of Debian's dataset-fashion-mnist) and checks that images and labels agree.
-Mnist load_mnist(const std::string& dir);
+// MNIST and of Debian's dataset-fashion-mnist) and checks that images and labels agree. With
+// `normalize`, pixels are standardised with the training set's mean and std; without, they are
+// pixel / 255 in [0, 1] (torchvision's ToTensor()).
+Mnist load_mnist(const std::string& dir, bool normalize = true);
 
 }  // namespace ringgrad::data

@@ -28,6 +28,7 @@ struct Config {
   int64_t checkpoint_every = 0, limit_steps = 0;
   double lr = 0.05, momentum = 0.9, weight_decay = 0.0;
   uint64_t seed = 1;
+  bool normalize = true;
 };
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -80,6 +81,8 @@ int main(int argc, char** argv) {
   app.add_option("--precision", c.precision, "fp32, fp16 or bf16 parameters")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--seed", c.seed, "seed for initialisation and shuffling");
+  app.add_flag("!--no-normalize", c.normalize,
+               "feed pixel / 255 instead of standardising with the training set's mean and std");
   app.add_option("--threads", c.threads, "compute threads (default: cores / ranks on this node)");
   app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here at each epoch end");
   app.add_option("--checkpoint-every", c.checkpoint_every, "also write it every N steps");
@@ -94,7 +97,7 @@ int main(int argc, char** argv) {
     const DType dtype = precision_dtype(c.precision);
 
     auto t_load = Clock::now();
-    data::Mnist mnist = data::load_mnist(c.data);
+    data::Mnist mnist = data::load_mnist(c.data, c.normalize);
     auto train = std::make_shared<data::TensorDataset>(mnist.train.images, mnist.train.labels);
     std::printf("data: %s: %lld train, %lld test images (loaded in %.1f s; pixel mean %.4f std %.4f)\n",
                 c.data.c_str(), (long long)train->size(), (long long)mnist.test.images.size(0), seconds_since(t_load),

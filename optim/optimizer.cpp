@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "autograd/engine.h"
+#include "core/native/native.h"
+
 namespace ringgrad::optim {
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
@@ -23,6 +26,21 @@ std::vector<Tensor> Optimizer::parameters() const {
   std::vector<Tensor> out;
   for (const auto& g : groups_) out.insert(out.end(), g.params.begin(), g.params.end());
   return out;
+}
+
+void Optimizer::for_each_param_with_grad(
+    const std::function<void(const ParamGroup&, const Tensor&, const Tensor&, size_t)>& fn) {
+  NoGradGuard no_grad;
+  size_t index = 0;
+  for (const ParamGroup& group : groups_) {
+    for (const Tensor& p : group.params) {
+      const size_t i = index++;
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      grad = native::contiguous(grad.dtype() == p.dtype() ? grad : native::cast(grad, p.dtype()));
+      fn(group, p, grad, i);
+    }
+  }
 }
 
 void Optimizer::set_lr(double lr) {

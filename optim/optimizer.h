@@ -10,6 +10,7 @@
 // skipped, as in PyTorch) and must run outside autograd (it uses NoGradGuard internally).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,12 @@ class Optimizer {
   virtual void load_state_dict(const nn::StateDict& state) = 0;
 
  protected:
+  // Calls fn(group, param, grad, index) for every parameter that has a gradient, with grad made dense
+  // and of the parameter's dtype; index counts all parameters (with or without a gradient) in
+  // parameters() order, so per-parameter state can be a vector. Runs under NoGradGuard.
+  void for_each_param_with_grad(
+      const std::function<void(const ParamGroup&, const Tensor&, const Tensor&, size_t)>& fn);
+
   std::vector<ParamGroup> groups_;
 };
 

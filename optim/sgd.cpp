@@ -28,20 +28,13 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::mo
 }
 
 void SGD::step() {
-  NoGradGuard no_grad;
-  size_t index = 0;
-  for (const ParamGroup& group : groups_) {
-    for (const Tensor& p : group.params) {
-      State& s = state_[index++];
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
-      grad = native::contiguous(grad.dtype() == p.dtype() ? grad : native::cast(grad, p.dtype()));
-      const bool first = !s.started;
-      s.started = true;
-      sgd_update(p, grad, s.master, s.momentum,
-                 {group.lr, options_.momentum, options_.dampening, group.weight_decay, options_.nesterov, first});
-    }
-  }
+  for_each_param_with_grad([&](const ParamGroup& group, const Tensor& p, const Tensor& grad, size_t i) {
+    State& s = state_[i];
+    const bool first = !s.started;
+    s.started = true;
+    sgd_update(p, grad, s.master, s.momentum,
+               {group.lr, options_.momentum, options_.dampening, group.weight_decay, options_.nesterov, first});
+  });
 }
 
 size_t SGD::state_bytes() const {

@@ -28,7 +28,7 @@ struct Config {
   int64_t checkpoint_every = 0, limit_steps = 0;
   double lr = 0.05, momentum = 0.9, weight_decay = 0.0;
   uint64_t seed = 1;
-  bool normalize = true;
+  std::string input_norm;  // standard | half | none; default depends on the model (see main)
 };
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -81,8 +81,10 @@ int main(int argc, char** argv) {
   app.add_option("--precision", c.precision, "fp32, fp16 or bf16 parameters")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--seed", c.seed, "seed for initialisation and shuffling");
-  app.add_flag("!--no-normalize", c.normalize,
-               "feed pixel / 255 instead of standardising with the training set's mean and std");
+  app.add_option("--input-norm", c.input_norm,
+                 "input scaling: standard ((p - mean) / std of the training pixels), half ((p - 0.5) / 0.5), "
+                 "none (p in [0, 1]); default: standard for mlp, half for cnn")
+      ->check(CLI::IsMember({"standard", "half", "none"}));
   app.add_option("--threads", c.threads, "compute threads (default: cores / ranks on this node)");
   app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here at each epoch end");
   app.add_option("--checkpoint-every", c.checkpoint_every, "also write it every N steps");
@@ -90,6 +92,9 @@ int main(int argc, char** argv) {
   app.add_option("--limit-steps", c.limit_steps, "stop after this many steps in total (for quick runs)");
   CLI11_PARSE(app, argc, argv);
   if (c.batch_size <= 0) c.batch_size = c.model == "mlp" ? 128 : 64;
+  // Measured over seeds 0-3 (docs/mnist.md): the MLP does best on standardised pixels (85.6% vs 84.0%
+  // after one epoch), the CNN on (p - 0.5) / 0.5 (88.8% vs 88.5%).
+  if (c.input_norm.empty()) c.input_norm = c.model == "mlp" ? "standard" : "half";
 
   try {
     if (c.threads > 0) set_num_threads(c.threads);
@@ -97,9 +102,14 @@ int main(int argc, char** argv) {
     const DType dtype = precision_dtype(c.precision);
 
     auto t_load = Clock::now();
-    data::Mnist mnist = data::load_mnist(c.data, c.normalize);
+    data::Mnist mnist = data::load_mnist(c.data, /*normalize=*/c.input_norm == "standard");
+    if (c.input_norm == "half") {
+      mnist.train.images = (mnist.train.images - 0.5) * 2.0;
+      mnist.test.images = (mnist.test.images - 0.5) * 2.0;
+      mnist.mean = mnist.std = 0.5;
+    }
     auto train = std::make_shared<data::TensorDataset>(mnist.train.images, mnist.train.labels);
-    std::printf("data: %s: %lld train, %lld test images (loaded in %.1f s; pixel mean %.4f std %.4f)\n",
+    std::printf("data: %s: %lld train, %lld test images (loaded in %.1f s; inputs (p - %.4f) / %.4f)\n",
                 c.data.c_str(), (long long)train->size(), (long long)mnist.test.images.size(0), seconds_since(t_load),
                 mnist.mean, mnist.std);
 

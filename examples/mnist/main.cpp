@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
       const int64_t trained_steps = step_in_epoch - skip_in_epoch;
       skip_in_epoch = 0;
       const double accuracy = evaluate(*model, mnist.test, dtype);
-      std::printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s, %.0f samples/s\n", epoch + 1,
+      std::printf("epoch %d: train loss %.5f, test accuracy %.2f%%, %.1f s, %.0f samples/s\n", epoch + 1,
                   trained_steps ? loss_sum / static_cast<double>(trained_steps) : 0.0, accuracy, epoch_seconds,
                   static_cast<double>(epoch_samples) / epoch_seconds);
       save(epoch + 1, 0);

@@ -14,4 +14,8 @@
 #include "autograd/node.h"
 #include "data/data.h"
 #include "nn/nn.h"
+#ifdef RINGGRAD_WITH_MPI
+#include "dist/init.h"
+#include "dist/process_group.h"
+#endif
 #include "optim/optim.h"

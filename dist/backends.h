@@ -1,0 +1,13 @@
+// The backend constructors new_group chooses among (internal; see dist/process_group.cpp).
+#pragma once
+
+#include <memory>
+
+#include "dist/process_group.h"
+
+namespace ringgrad::dist::detail {
+
+std::unique_ptr<ProcessGroup> new_mpi_group(const GroupOptions& options);   // dist/mpi_backend.cpp
+std::unique_ptr<ProcessGroup> new_ring_group(const GroupOptions& options);  // dist/ring.cpp
+
+}  // namespace ringgrad::dist::detail

@@ -1,0 +1,87 @@
+#include "dist/init.h"
+
+#include <cstdio>
+
+#include "dist/mpi_check.h"
+
+namespace ringgrad::dist {
+
+namespace {
+// The process's place in the job; MPI_COMM_WORLD is process-global, so this is too.
+World g_world;
+bool g_initialized = false;
+}  // namespace
+
+namespace detail {
+
+std::string rank_for_errors() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return "?";
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return std::to_string(rank);
+}
+
+void throw_mpi_error(int code, const char* statement, const char* file, int line) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", code);
+  throw Error(str_cat("[mpi] ", statement, " failed on rank ", rank_for_errors(), ": ", text, " (", file,
+                      ":", line, ")"));
+}
+
+}  // namespace detail
+
+World init(int* argc, char*** argv) {
+  int already = 0;
+  RG_MPI_CHECK(MPI_Initialized(&already));
+  RG_CHECK(!already, "dist.init", "MPI is already initialised; call dist::init once, before any other MPI use");
+  int provided = 0;
+  RG_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  // From here on MPI errors on MPI_COMM_WORLD return codes (RG_MPI_CHECK turns them into Errors)
+  // instead of aborting every rank.
+  RG_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  World w;
+  RG_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &w.rank));
+  RG_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &w.size));
+  if (provided < MPI_THREAD_SERIALIZED) {
+    MPI_Finalize();
+    RG_FAIL("dist.init", "MPI granted thread level ", provided, " on rank ", w.rank,
+            "; ringgrad needs at least MPI_THREAD_SERIALIZED (its communication thread calls MPI). "
+            "Use an MPI built with thread support (Open MPI and MPICH are by default).");
+  }
+  w.thread_level = provided;
+  w.thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+  if (!w.thread_multiple && w.rank == 0) {
+    fprintf(stderr,
+            "[dist.init] warning: MPI granted MPI_THREAD_SERIALIZED, not MPI_THREAD_MULTIPLE: make no MPI "
+            "calls of your own and create/destroy process groups only while no collective is outstanding "
+            "(see Note [MPI thread level] in dist/init.h)\n");
+  }
+  // Ranks that share memory share a machine: their index there is the local rank.
+  MPI_Comm local = MPI_COMM_NULL;
+  RG_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local));
+  RG_MPI_CHECK(MPI_Comm_rank(local, &w.local_rank));
+  RG_MPI_CHECK(MPI_Comm_size(local, &w.local_size));
+  RG_MPI_CHECK(MPI_Comm_free(&local));
+  g_world = w;
+  g_initialized = true;
+  return w;
+}
+
+const World& world() {
+  RG_CHECK(g_initialized, "dist.world", "dist::init has not been called (or dist::finalize already was)");
+  return g_world;
+}
+
+void finalize() {
+  if (!g_initialized) return;
+  g_initialized = false;
+  RG_MPI_CHECK(MPI_Finalize());
+}
+
+bool is_initialized() { return g_initialized; }
+
+}  // namespace ringgrad::dist

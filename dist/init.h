@@ -1,0 +1,44 @@
+// Starting and stopping the distributed runtime, and where this process sits in the job.
+//
+// Launch with `mpirun -np N prog args...`. Several machines need no code change: give mpirun a
+// hostfile (`mpirun -np 8 --hostfile hosts prog`, one line per machine, e.g. `node1 slots=4`);
+// local_rank / local_size then describe the ranks that share this machine.
+// Run without mpirun, a program is a world of one (rank 0 of 1), and every collective is a copy.
+//
+// dist::init is the one place the process touches MPI's global state; everything after it (process
+// groups, their communicators and threads) is an object the caller creates and passes around.
+#pragma once
+
+namespace ringgrad::dist {
+
+// The job as this process sees it.
+struct World {
+  int rank = 0;        // 0 .. size-1 in MPI_COMM_WORLD
+  int size = 1;        // world size N
+  int local_rank = 0;  // index among the ranks on this machine (MPI_COMM_TYPE_SHARED)
+  int local_size = 1;  // ranks on this machine
+  // The MPI thread level granted: MPI_THREAD_MULTIPLE normally. See Note [MPI thread level].
+  int thread_level = 0;
+  bool thread_multiple = true;
+};
+
+// Calls MPI_Init_thread (asking for MPI_THREAD_MULTIPLE) and fills the World. Throws ringgrad::Error
+// when MPI is already initialised by someone else, or grants less than MPI_THREAD_SERIALIZED.
+// argc / argv may be null.
+//
+// Note [MPI thread level]: each process group runs its collectives on its own communication thread,
+// while the main thread keeps computing (and may create groups, or call MPI itself). That needs
+// MPI_THREAD_MULTIPLE. An MPI that grants only MPI_THREAD_SERIALIZED still works if the program
+// makes no MPI calls of its own, and creates / destroys process groups only while no collective is
+// outstanding; init prints a one-line warning saying so.
+World init(int* argc = nullptr, char*** argv = nullptr);
+
+// The World filled by init. Throws when init has not run.
+const World& world();
+
+// Calls MPI_Finalize. Destroy every process group first (their threads use MPI).
+void finalize();
+
+bool is_initialized();  // between init and finalize
+
+}  // namespace ringgrad::dist

@@ -1,0 +1,81 @@
+// Backend "mpi": the MPI library's own nonblocking collectives (MPI_Iallreduce, MPI_Ibcast,
+// MPI_Iallgather, MPI_Ibarrier), driven by the group's communication thread.
+//
+// f16 / bf16 have no MPI datatype: they are widened into an f32 scratch buffer, reduced there and
+// rounded once (Note [Half-precision accumulation]), at twice the bytes on the wire. AVG is an
+// MPI_SUM followed by one division on every rank (Note [Where AVG divides]).
+#include <mpi.h>
+
+#include <type_traits>
+
+#include "dist/backends.h"
+#include "dist/group_base.h"
+#include "dist/reduce_kernels.h"
+#include "dist/requests.h"
+
+namespace ringgrad::dist::detail {
+
+namespace {
+
+class MpiGroup final : public GroupBase {
+ public:
+  explicit MpiGroup(const GroupOptions& options) : GroupBase("mpi", options) {}
+  ~MpiGroup() override { shutdown(); }
+
+ protected:
+  // t: any shape, reduced in place.
+  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int /*tag*/) override {
+    return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
+      using T = decltype(zero);
+      using Acc = compute_t<T>;
+      if constexpr (std::is_same_v<T, uint8_t>) {
+        RG_FAIL("dist.allreduce", "u8 is not supported");  // rejected at submission already
+      } else {
+        const int64_t n = t.numel();
+        T* data = static_cast<T*>(t.raw_data());
+        Acc* acc = reinterpret_cast<Acc*>(data);
+        if constexpr (!std::is_same_v<T, Acc>) {  // f16 / bf16: reduce an f32 copy
+          acc = reinterpret_cast<Acc*>(scratch(0, n * sizeof(Acc)));
+          widen(acc, data, n);
+        }
+        MPI_Request request;
+        RG_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), mpi_type<Acc>(), mpi_op(op), comm_,
+                                    &request));
+        auto on_done = [data, acc, n, op, N = size_] {
+          if (static_cast<void*>(data) != static_cast<void*>(acc) || op == ReduceOp::avg)
+            finish_into(data, acc, n, op, N);
+        };
+        return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, on_done, std::vector<Tensor>{t});
+      }
+    });
+  }
+
+  std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int /*tag*/) override {
+    MPI_Request request;
+    RG_MPI_CHECK(MPI_Ibcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, comm_, &request));
+    return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{t});
+  }
+
+  std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int /*tag*/) override {
+    MPI_Request request;
+    const int bytes = static_cast<int>(input.nbytes());
+    RG_MPI_CHECK(MPI_Iallgather(input.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_,
+                                &request));
+    return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr,
+                                        std::vector<Tensor>{output, input});
+  }
+
+  std::unique_ptr<PendingOp> start_barrier(int /*tag*/) override {
+    MPI_Request request;
+    RG_MPI_CHECK(MPI_Ibarrier(comm_, &request));
+    return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{});
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> new_mpi_group(const GroupOptions& options) {
+  return std::make_unique<MpiGroup>(options);
+}
+
+}  // namespace ringgrad::dist::detail

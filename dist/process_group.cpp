@@ -1,0 +1,40 @@
+#include "dist/process_group.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "dist/backends.h"
+#include "dist/init.h"
+
+namespace ringgrad::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "?";
+}
+
+double default_collective_timeout() {
+  const char* env = std::getenv("RINGGRAD_COLLECTIVE_TIMEOUT");
+  if (env == nullptr || *env == '\0') return 300.0;
+  char* end = nullptr;
+  const double seconds = std::strtod(env, &end);
+  RG_CHECK(end != env && *end == '\0' && seconds > 0, "dist", "RINGGRAD_COLLECTIVE_TIMEOUT='", env,
+           "' is not a positive number of seconds");
+  return seconds;
+}
+
+// The one place a backend is chosen.
+std::unique_ptr<ProcessGroup> new_group(const std::string& backend, const GroupOptions& options) {
+  RG_CHECK(is_initialized(), "dist.new_group", "call dist::init(&argc, &argv) first");
+  if (backend == "mpi") return detail::new_mpi_group(options);
+  if (backend == "ring") return detail::new_ring_group(options);
+  RG_FAIL("dist.new_group", "unknown backend '", backend, "' (rank ", world().rank, "/", world().size,
+          "); available: mpi, ring");
+}
+
+}  // namespace ringgrad::dist

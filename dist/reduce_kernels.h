@@ -1,0 +1,72 @@
+// The elementwise pieces of a reduction, shared by the backends (internal).
+//
+// T is a tensor's storage type; Acc = compute_t<T> is what it is summed in (f32 for f16 / bf16,
+// T itself otherwise). See Note [Half-precision accumulation] in dist/process_group.h.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "dist/process_group.h"
+
+namespace ringgrad::dist::detail {
+
+// dst[i] = dst[i] (op) src[i]; avg sums (it divides once at the end, Note [Where AVG divides]).
+template <class Acc>
+void reduce_into(Acc* dst, const Acc* src, int64_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+      break;
+    case ReduceOp::max:
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+      break;
+    case ReduceOp::min:
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
+      break;
+  }
+}
+
+// dst[i] = store_as<T>(src[i] / N when avg, else src[i]): the single rounding.
+template <class T, class Acc>
+void finish_into(T* dst, const Acc* src, int64_t n, ReduceOp op, int world_size) {
+  if (op == ReduceOp::avg) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = store_as<T>(static_cast<Acc>(src[i] / static_cast<Acc>(world_size)));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = store_as<T>(src[i]);
+  }
+}
+
+template <class T>
+void widen(compute_t<T>* dst, const T* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = load(src[i]);
+}
+
+// The MPI datatype of an accumulation type.
+template <class Acc>
+MPI_Datatype mpi_type();
+template <> inline MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <> inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+template <> inline MPI_Datatype mpi_type<int32_t>() { return MPI_INT32_T; }
+template <> inline MPI_Datatype mpi_type<int64_t>() { return MPI_INT64_T; }
+
+inline MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+    default: return MPI_SUM;
+  }
+}
+
+// Rank-independent split of n elements into `parts` chunks: the first n % parts get one more.
+inline int64_t chunk_begin(int64_t n, int parts, int i) {
+  const int64_t base = n / parts, extra = n % parts;
+  return i * base + std::min<int64_t>(i, extra);
+}
+inline int64_t chunk_size(int64_t n, int parts, int i) { return n / parts + (i < n % parts ? 1 : 0); }
+
+}  // namespace ringgrad::dist::detail

@@ -1,0 +1,48 @@
+// Work: the handle every collective returns.
+//
+// Contract (what callers may rely on):
+// - A collective is submitted when the ProcessGroup call returns; it runs later on the group's
+//   communication thread (see Note [Collective order] in dist/process_group.h). Until the Work is
+//   completed, the tensors passed in must stay alive and must not be read or written by the caller.
+// - wait() blocks until the collective finished on this rank. It returns normally when the result
+//   is in the tensor, and throws the collective's ringgrad::Error when it failed or timed out.
+// - wait(timeout) waits at most `timeout`: false when still running, true when finished; a failed
+//   collective throws, as in wait().
+// - is_completed() never blocks; it is true for failed collectives too (check error()).
+// - Waiting sleeps on a condition variable; it never spins.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string>
+
+namespace ringgrad::dist {
+
+class Work {
+ public:
+  explicit Work(std::string description) : description_(std::move(description)) {}
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  void wait();
+  bool wait(std::chrono::duration<double> timeout);
+  bool is_completed() const;
+  bool is_success() const;          // completed without error
+  std::exception_ptr error() const;  // null while running or after success
+  // "allreduce #7 (sum, 4000 bytes f32) on ring": what this Work is, for messages.
+  const std::string& description() const { return description_; }
+
+  // Called once by the communication thread: the collective ended (error null on success).
+  void finish(std::exception_ptr error = nullptr);
+
+ private:
+  const std::string description_;
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace ringgrad::dist

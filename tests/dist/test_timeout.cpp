@@ -1,0 +1,51 @@
+// test_dist_timeout: rank 0 skips one collective; every other rank's wait() must throw, within
+// the group's 2 s timeout, an error naming the rank, the op, its sequence number, the byte count
+// and the backend -- instead of hanging. A separate executable because the timed-out groups stay
+// broken (Note [After a timeout] in dist/comm_thread.h).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <chrono>
+
+#include "dist_test_util.h"
+
+TEST_CASE("a skipped collective times out with a message instead of hanging") {
+  const int N = dist::world().size, r = dist::world().rank;
+  for (const std::string backend : {"mpi", "ring"}) {
+    CAPTURE(backend);
+    auto pg = dist::new_group(backend, test_options(/*timeout_seconds=*/2));
+    rg::Tensor t = filled(1000, rg::DType::f32, [&](int64_t) { return 1.0; });
+    pg->allreduce(t)->wait();  // #0: everyone
+    if (r != 0) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::string expected = rg::str_cat("[dist.allreduce] allreduce #1 (sum, (1000,) f32 cpu, 4000 bytes) on backend '",
+                                               backend, "', rank ", r, "/", N, " timed out after 2 s");
+      auto work = pg->allreduce(t);  // #1: rank 0 never issues it
+      CHECK_FALSE(work->wait(std::chrono::milliseconds(100)));
+      CHECK_THROWS_WITH_AS(work->wait(),
+                           doctest::Contains(expected.c_str()),
+                           rg::Error);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      CHECK(seconds >= 1.9);
+      CHECK(seconds < 10);
+      CHECK(work->is_completed());
+      CHECK_FALSE(work->is_success());
+      CHECK(work->error() != nullptr);
+      // The group is now unusable, and says why.
+      CHECK_THROWS_WITH_AS(pg->barrier()->wait(), doctest::Contains("unusable: allreduce #1 timed out"), rg::Error);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+int main(int argc, char** argv) {
+  const dist::World world = dist::init(&argc, &argv);
+  doctest::Context context(argc, argv);
+  int rc = context.run();
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  dist::finalize();
+  (void)world;
+  return context.shouldExit() ? rc : worst;
+}

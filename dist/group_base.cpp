@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "dist/mpi_check.h"
+#include "dist/requests.h"
 
 namespace ringgrad::dist::detail {
 
@@ -100,6 +101,12 @@ std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& i
 
 std::shared_ptr<Work> GroupBase::barrier() {
   return submit("barrier", "no data", 0, [this](int tag) { return start_barrier(tag); });
+}
+
+std::unique_ptr<PendingOp> GroupBase::start_barrier(int /*tag*/) {
+  MPI_Request request;
+  RG_MPI_CHECK(MPI_Ibarrier(comm_, &request));
+  return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{});
 }
 
 }  // namespace ringgrad::dist::detail

@@ -65,11 +65,6 @@ class MpiGroup final : public GroupBase {
                                         std::vector<Tensor>{output, input});
   }
 
-  std::unique_ptr<PendingOp> start_barrier(int /*tag*/) override {
-    MPI_Request request;
-    RG_MPI_CHECK(MPI_Ibarrier(comm_, &request));
-    return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{});
-  }
 };
 
 }  // namespace

@@ -261,12 +261,6 @@ class RingGroup final : public GroupBase {
     return std::make_unique<RingAllgather>(output, input, tag, comm_, rank_, size_);
   }
 
-  // A barrier moves no data; the ring has nothing to save over MPI's (log N latency) one.
-  std::unique_ptr<PendingOp> start_barrier(int /*tag*/) override {
-    MPI_Request request;
-    RG_MPI_CHECK(MPI_Ibarrier(comm_, &request));
-    return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{});
-  }
 };
 
 }  // namespace

@@ -1,0 +1,123 @@
+// allreduce_bench: AllReduce bandwidth per backend, in the style of nccl-tests' all_reduce_perf.
+//
+//   mpirun -np 2 build/examples/allreduce_bench -b 4K -e 256M -f 2 -n 20 -w 5 -c 1 --backends mpi,ring
+//
+// For each size: the mean time of one AllReduce (sum) over -n iterations after -w warm-ups, algbw =
+// bytes / time, busbw = algbw * 2(N-1)/N (the bytes each rank's link actually carries in a ring, so
+// figures compare across world sizes), and #wrong: elements that differ from the closed-form sum
+// when -c 1 (each rank fills rank + 1, so every element must be N(N+1)/2).
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ringgrad.h>
+
+using namespace ringgrad;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int64_t parse_size(const std::string& s) {
+  const char unit = s.empty() ? '\0' : static_cast<char>(std::toupper(s.back()));
+  const int64_t scale = unit == 'K' ? 1 << 10 : unit == 'M' ? 1 << 20 : unit == 'G' ? 1 << 30 : 1;
+  return static_cast<int64_t>(std::stod(scale == 1 ? s : s.substr(0, s.size() - 1)) * static_cast<double>(scale));
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+// One core's memcpy bandwidth (read + write bytes / s), best of a few: the ceiling for a loopback
+// AllReduce, which is memory copies in the end.
+double memcpy_bandwidth() {
+  const size_t n = 256 << 20;
+  std::vector<char> a(n, 1), b(n, 2);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, 2.0 * static_cast<double>(n) / s);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string begin = "4K", end = "256M", backends = "mpi,ring", type = "f32";
+  double factor = 2;
+  int iters = 20, warmup = 5, check = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "-b") begin = value;
+    else if (flag == "-e") end = value;
+    else if (flag == "-f") factor = std::stod(value);
+    else if (flag == "-n") iters = std::stoi(value);
+    else if (flag == "-w") warmup = std::stoi(value);
+    else if (flag == "-c") check = std::stoi(value);
+    else if (flag == "-d") type = value;
+    else if (flag == "--backends") backends = value;
+    else {
+      std::fprintf(stderr, "unknown flag %s (flags: -b -e -f -n -w -c -d f32|f16 --backends mpi,ring)\n", flag.c_str());
+      return 2;
+    }
+  }
+  try {
+    const dist::World w = dist::init(&argc, &argv);
+    set_num_threads(1);
+    const DType dtype = type == "f16" ? DType::f16 : type == "bf16" ? DType::bf16 : DType::f32;
+    const double n = w.size;
+    if (w.rank == 0) {
+      std::printf("# allreduce_bench: %d ranks, %s, sizes %s..%s x%g, %d iterations after %d warm-ups\n", w.size,
+                  type.c_str(), begin.c_str(), end.c_str(), factor, iters, warmup);
+      std::printf("# ceiling: one core's memcpy bandwidth %.2f GB/s (read + write)\n", memcpy_bandwidth() / 1e9);
+    }
+    for (const std::string& backend : split_list(backends)) {
+      auto pg = dist::new_group(backend);
+      if (w.rank == 0) {
+        std::printf("# backend: %s\n", backend.c_str());
+        std::printf("%12s %12s %6s %12s %10s %10s %7s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+                    "busbw(GB/s)", "#wrong");
+      }
+      for (double bytes = static_cast<double>(parse_size(begin)); bytes <= static_cast<double>(parse_size(end));
+           bytes *= factor) {
+        const int64_t count = static_cast<int64_t>(bytes) / static_cast<int64_t>(dtype_size(dtype));
+        Tensor t = full({count}, w.rank + 1.0, {.dtype = dtype});
+        for (int i = 0; i < warmup; ++i) pg->allreduce(t)->wait();
+        pg->barrier()->wait();
+        auto t0 = Clock::now();
+        for (int i = 0; i < iters; ++i) pg->allreduce(t)->wait();
+        double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+        // The slowest rank's time is the collective's time.
+        MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        int64_t wrong = 0;
+        if (check) {
+          t.fill_(w.rank + 1.0);
+          pg->allreduce(t)->wait();
+          const double expected = n * (n + 1) / 2;
+          for (double v : t.to_vector()) wrong += v != expected;
+          MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        }
+        const double size = static_cast<double>(count) * static_cast<double>(dtype_size(dtype));
+        const double algbw = size / seconds / 1e9, busbw = algbw * 2 * (n - 1) / n;
+        if (w.rank == 0)
+          std::printf("%12.0f %12lld %6s %12.1f %10.2f %10.2f %7lld\n", size, (long long)count, type.c_str(),
+                      seconds * 1e6, algbw, busbw, (long long)wrong);
+      }
+    }
+    dist::finalize();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -109,4 +109,18 @@ std::unique_ptr<PendingOp> GroupBase::start_barrier(int /*tag*/) {
   return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{});
 }
 
+std::unique_ptr<PendingOp> GroupBase::start_broadcast(const Tensor& t, int root, int /*tag*/) {
+  MPI_Request request;
+  RG_MPI_CHECK(MPI_Ibcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, comm_, &request));
+  return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{t});
+}
+
+std::unique_ptr<PendingOp> GroupBase::start_allgather(const Tensor& output, const Tensor& input, int /*tag*/) {
+  MPI_Request request;
+  const int bytes = static_cast<int>(input.nbytes());
+  RG_MPI_CHECK(MPI_Iallgather(input.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_,
+                              &request));
+  return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{output, input});
+}
+
 }  // namespace ringgrad::dist::detail

@@ -34,8 +34,9 @@ class GroupBase : public ProcessGroup {
  protected:
   // Called on the communication thread. `tag` is unique to this op among recent ones (p2p backends).
   virtual std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) = 0;
-  virtual std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int tag) = 0;
-  virtual std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag) = 0;
+  // Defaults: MPI_Ibcast / MPI_Iallgather (bytes). Backends with their own algorithms override them.
+  virtual std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int tag);
+  virtual std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag);
   // Both backends use MPI_Ibarrier: a barrier moves no data, so a hand-written one saves nothing.
   virtual std::unique_ptr<PendingOp> start_barrier(int tag);
 

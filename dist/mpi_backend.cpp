@@ -49,22 +49,6 @@ class MpiGroup final : public GroupBase {
       }
     });
   }
-
-  std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int /*tag*/) override {
-    MPI_Request request;
-    RG_MPI_CHECK(MPI_Ibcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, comm_, &request));
-    return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{t});
-  }
-
-  std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int /*tag*/) override {
-    MPI_Request request;
-    const int bytes = static_cast<int>(input.nbytes());
-    RG_MPI_CHECK(MPI_Iallgather(input.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_,
-                                &request));
-    return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr,
-                                        std::vector<Tensor>{output, input});
-  }
-
 };
 
 }  // namespace

@@ -33,8 +33,9 @@ std::unique_ptr<ProcessGroup> new_group(const std::string& backend, const GroupO
   RG_CHECK(is_initialized(), "dist.new_group", "call dist::init(&argc, &argv) first");
   if (backend == "mpi") return detail::new_mpi_group(options);
   if (backend == "ring") return detail::new_ring_group(options);
+  if (backend == "tree") return detail::new_tree_group(options);
   RG_FAIL("dist.new_group", "unknown backend '", backend, "' (rank ", world().rank, "/", world().size,
-          "); available: mpi, ring");
+          "); available: mpi, ring, tree");
 }
 
 }  // namespace ringgrad::dist

@@ -70,6 +70,8 @@ class ProcessGroup {
 // A process group over all ranks of the world, with the backend named at run time:
 //   "mpi"  the MPI library's nonblocking collectives (MPI_Iallreduce, ...)
 //   "ring" ring reduce-scatter + all-gather over MPI point-to-point (dist/ring.cpp)
+//   "tree" recursive-doubling AllReduce for small messages (dist/tree.cpp); broadcast and
+//          all-gather are MPI's
 // Collective: every rank must call it, in the same order as other group creations.
 std::unique_ptr<ProcessGroup> new_group(const std::string& backend, const GroupOptions& options = {});
 

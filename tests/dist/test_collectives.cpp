@@ -13,7 +13,7 @@ namespace {
 
 const std::vector<rg::DType> kDtypes = {rg::DType::f32, rg::DType::f64, rg::DType::f16,
                                         rg::DType::bf16, rg::DType::i32, rg::DType::i64};
-const std::vector<std::string> kBackends = {"mpi", "ring"};
+const std::vector<std::string> kBackends = {"mpi", "ring", "tree"};
 const std::vector<dist::ReduceOp> kOps = {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::max,
                                           dist::ReduceOp::min};
 

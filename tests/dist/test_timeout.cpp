@@ -12,7 +12,7 @@
 
 TEST_CASE("a skipped collective times out with a message instead of hanging") {
   const int N = dist::world().size, r = dist::world().rank;
-  for (const std::string backend : {"mpi", "ring"}) {
+  for (const std::string backend : {"mpi", "ring", "tree"}) {
     CAPTURE(backend);
     auto pg = dist::new_group(backend, test_options(/*timeout_seconds=*/2));
     rg::Tensor t = filled(1000, rg::DType::f32, [&](int64_t) { return 1.0; });

@@ -1,0 +1,146 @@
+// Backend "tree": AllReduce by recursive doubling, the latency-optimal algorithm for small messages.
+//
+// With p the largest power of two <= N: in step k = 0 .. log2(p) - 1 rank r exchanges its whole
+// partial result with rank r XOR 2^k and adds what it receives. After log2(p) steps every rank
+// holds the full reduction: log2(p) message latencies instead of the ring's 2(N-1), at the price of
+// sending the whole tensor each step (n log2 p elements instead of 2n(N-1)/N) — so it wins below a
+// few tens of KiB and loses above (docs/dist.md has the measurement).
+//
+// A world that is not a power of two folds in first: rank p + i (i < N - p) sends its tensor to
+// rank i, which adds it, and receives the final result back at the end.
+//
+// Every rank ends with identical bits: in each step both partners add the same two operands, and
+// floating-point addition is commutative. f16 / bf16 are summed in f32 and rounded once; AVG
+// divides once at the end on every rank (Notes in dist/process_group.h). Broadcast, all-gather and
+// barrier are MPI's (GroupBase defaults).
+#include <mpi.h>
+
+#include <type_traits>
+#include <vector>
+
+#include "dist/backends.h"
+#include "dist/mpi_check.h"
+#include "dist/group_base.h"
+#include "dist/reduce_kernels.h"
+
+namespace ringgrad::dist::detail {
+namespace {
+
+// One step of the schedule: send our partial sums to `send_to`, and/or receive from `recv_from`
+// (into the scratch buffer then reduced into ours, or, for the folded-in ranks' last step,
+// straight into ours).
+struct TreeStep {
+  int send_to = -1;
+  int recv_from = -1;
+  bool reduce = true;
+};
+
+std::vector<TreeStep> tree_schedule(int rank, int size) {
+  int p = 1;
+  while (p * 2 <= size) p *= 2;
+  const int extra = size - p;
+  std::vector<TreeStep> steps;
+  if (rank >= p) {
+    steps.push_back({rank - p, -1, false});   // fold in
+    steps.push_back({-1, rank - p, false});   // the final result comes back
+    return steps;
+  }
+  if (rank < extra) steps.push_back({-1, rank + p, true});
+  for (int mask = 1; mask < p; mask <<= 1) steps.push_back({rank ^ mask, rank ^ mask, true});
+  if (rank < extra) steps.push_back({rank + p, -1, false});
+  return steps;
+}
+
+// t: (n) viewed flat, reduced in place.
+template <class T>
+class TreeAllreduce : public PendingOp {
+  using Acc = compute_t<T>;
+
+ public:
+  TreeAllreduce(const Tensor& t, ReduceOp op, int tag, MPI_Comm comm, int rank, int size, Acc* work, Acc* recv)
+      : tensor_(t), op_(op), tag_(tag), comm_(comm), size_(size), n_(t.numel()),
+        data_(static_cast<T*>(t.raw_data())), work_(work), recv_(recv), steps_(tree_schedule(rank, size)) {
+    if constexpr (!std::is_same_v<T, Acc>) widen(work_, data_, n_);
+  }
+
+  bool poll() override {
+    for (;;) {
+      if (posted_) {
+        int done = 0;
+        RG_MPI_CHECK(MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE));
+        if (!done) return false;
+        posted_ = false;
+        const TreeStep& s = steps_[next_ - 1];
+        if (s.recv_from >= 0 && s.reduce) reduce_into(work_, recv_, n_, op_);
+      }
+      if (next_ == steps_.size()) {
+        if (!std::is_same_v<T, Acc> || op_ == ReduceOp::avg) finish_into(data_, work_, n_, op_, size_);
+        return true;
+      }
+      const TreeStep& s = steps_[next_++];
+      const int count = static_cast<int>(n_);  // checked against INT_MAX at submission
+      requests_[0] = requests_[1] = MPI_REQUEST_NULL;
+      if (s.recv_from >= 0)
+        RG_MPI_CHECK(MPI_Irecv(s.reduce ? recv_ : work_, count, mpi_type<Acc>(), s.recv_from, tag_, comm_, &requests_[0]));
+      if (s.send_to >= 0)
+        RG_MPI_CHECK(MPI_Isend(work_, count, mpi_type<Acc>(), s.send_to, tag_, comm_, &requests_[1]));
+      posted_ = true;
+    }
+  }
+
+  void abandon() override {  // See Note [After a timeout] in dist/comm_thread.h
+    if (!posted_) return;
+    if (requests_[0] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&requests_[0]);
+      MPI_Request_free(&requests_[0]);
+    }
+    if (requests_[1] != MPI_REQUEST_NULL) MPI_Request_free(&requests_[1]);
+    posted_ = false;
+  }
+
+ private:
+  Tensor tensor_;  // keeps the storage alive
+  ReduceOp op_;
+  int tag_;
+  MPI_Comm comm_;
+  int size_;
+  int64_t n_;
+  T* data_;
+  Acc* work_;  // (n) partial result; data_ itself when T == Acc
+  Acc* recv_;  // (n) the partner's partial result
+  std::vector<TreeStep> steps_;
+  size_t next_ = 0;
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  bool posted_ = false;
+};
+
+class TreeGroup final : public GroupBase {
+ public:
+  explicit TreeGroup(const GroupOptions& options) : GroupBase("tree", options) {}
+  ~TreeGroup() override { shutdown(); }
+
+ protected:
+  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
+    return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
+      using T = decltype(zero);
+      using Acc = compute_t<T>;
+      if constexpr (std::is_same_v<T, uint8_t>) {
+        RG_FAIL("dist.allreduce", "u8 is not supported");  // rejected at submission already
+      } else {
+        const int64_t n = t.numel();
+        Acc* work = reinterpret_cast<Acc*>(t.raw_data());
+        if constexpr (!std::is_same_v<T, Acc>) work = reinterpret_cast<Acc*>(scratch(0, n * sizeof(Acc)));
+        Acc* recv = reinterpret_cast<Acc*>(scratch(1, std::max<int64_t>(n, 1) * sizeof(Acc)));
+        return std::make_unique<TreeAllreduce<T>>(t, op, tag, comm_, rank_, size_, work, recv);
+      }
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> new_tree_group(const GroupOptions& options) {
+  return std::make_unique<TreeGroup>(options);
+}
+
+}  // namespace ringgrad::dist::detail

@@ -9,10 +9,12 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dist/comm_thread.h"
 #include "dist/process_group.h"
+#include "dist/reduce_kernels.h"
 
 namespace ringgrad::dist::detail {
 
@@ -39,6 +41,31 @@ class GroupBase : public ProcessGroup {
   virtual std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag);
   // Both backends use MPI_Ibarrier: a barrier moves no data, so a hand-written one saves nothing.
   virtual std::unique_ptr<PendingOp> start_barrier(int tag);
+
+  // For start_allreduce: calls make(T{}, work, recv) with T the tensor's storage type (u8 is refused),
+  // work the buffer partial results live in -- the tensor itself, or for f16 / bf16 an f32 scratch
+  // copy, already widened (Note [Half-precision accumulation]) -- and recv a scratch buffer of
+  // recv_elems accumulation-type elements (null for 0).
+  template <class Make>
+  std::unique_ptr<PendingOp> with_accumulator(const Tensor& t, int64_t recv_elems, Make make) {
+    return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
+      using T = decltype(zero);
+      using Acc = compute_t<T>;
+      if constexpr (std::is_same_v<T, uint8_t>) {
+        RG_FAIL("dist.allreduce", "u8 is not supported");  // rejected at submission already
+      } else {
+        const int64_t n = t.numel();
+        T* data = static_cast<T*>(t.raw_data());
+        Acc* work = reinterpret_cast<Acc*>(data);
+        if constexpr (!std::is_same_v<T, Acc>) {
+          work = reinterpret_cast<Acc*>(scratch(0, n * sizeof(Acc)));
+          widen(work, data, n);
+        }
+        Acc* recv = recv_elems > 0 ? reinterpret_cast<Acc*>(scratch(1, recv_elems * sizeof(Acc))) : nullptr;
+        return make(zero, work, recv);
+      }
+    });
+  }
 
   // Derived destructors call this first: queued ops still call start_* above.
   void shutdown() { comm_thread_->shutdown(); }

@@ -25,28 +25,19 @@ class MpiGroup final : public GroupBase {
  protected:
   // t: any shape, reduced in place.
   std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int /*tag*/) override {
-    return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
+    return with_accumulator(t, 0, [&](auto zero, auto* acc, auto*) -> std::unique_ptr<PendingOp> {
       using T = decltype(zero);
-      using Acc = compute_t<T>;
-      if constexpr (std::is_same_v<T, uint8_t>) {
-        RG_FAIL("dist.allreduce", "u8 is not supported");  // rejected at submission already
-      } else {
-        const int64_t n = t.numel();
-        T* data = static_cast<T*>(t.raw_data());
-        Acc* acc = reinterpret_cast<Acc*>(data);
-        if constexpr (!std::is_same_v<T, Acc>) {  // f16 / bf16: reduce an f32 copy
-          acc = reinterpret_cast<Acc*>(scratch(0, n * sizeof(Acc)));
-          widen(acc, data, n);
-        }
-        MPI_Request request;
-        RG_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), mpi_type<Acc>(), mpi_op(op), comm_,
-                                    &request));
-        auto on_done = [data, acc, n, op, N = size_] {
-          if (static_cast<void*>(data) != static_cast<void*>(acc) || op == ReduceOp::avg)
-            finish_into(data, acc, n, op, N);
-        };
-        return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, on_done, std::vector<Tensor>{t});
-      }
+      using Acc = std::remove_pointer_t<decltype(acc)>;
+      const int64_t n = t.numel();
+      T* data = static_cast<T*>(t.raw_data());
+      MPI_Request request;
+      RG_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), mpi_type<Acc>(), mpi_op(op), comm_,
+                                  &request));
+      auto on_done = [data, acc, n, op, N = size_] {
+        if (static_cast<void*>(data) != static_cast<void*>(acc) || op == ReduceOp::avg)
+          finish_into(data, acc, n, op, N);
+      };
+      return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, on_done, std::vector<Tensor>{t});
     });
   }
 };

@@ -76,7 +76,6 @@ class RingAllreduce : public PendingOp {
   RingAllreduce(const Tensor& t, ReduceOp op, int tag, MPI_Comm comm, int rank, int size, Acc* work, Acc* recv)
       : tensor_(t), op_(op), tag_(tag), comm_(comm), rank_(rank), N_(size), n_(t.numel()),
         data_(static_cast<T*>(t.raw_data())), work_(work), recv_(recv) {
-    if constexpr (!std::is_same_v<T, Acc>) widen(work_, data_, n_);
   }
 
   bool poll() override {
@@ -238,20 +237,11 @@ class RingGroup final : public GroupBase {
 
  protected:
   std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
-      using T = decltype(zero);
-      using Acc = compute_t<T>;
-      if constexpr (std::is_same_v<T, uint8_t>) {
-        RG_FAIL("dist.allreduce", "u8 is not supported");  // rejected at submission already
-      } else {
-        const int64_t n = t.numel();
-        Acc* work = reinterpret_cast<Acc*>(t.raw_data());
-        if constexpr (!std::is_same_v<T, Acc>) work = reinterpret_cast<Acc*>(scratch(0, n * sizeof(Acc)));
-        Acc* recv = reinterpret_cast<Acc*>(scratch(1, (n / size_ + 1) * sizeof(Acc)));
-        return std::make_unique<RingAllreduce<T>>(t, op, tag, comm_, rank_, size_, work, recv);
-      }
+    return with_accumulator(t, t.numel() / size_ + 1, [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
+      return std::make_unique<RingAllreduce<decltype(zero)>>(t, op, tag, comm_, rank_, size_, work, recv);
     });
   }
+
 
   std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int tag) override {
     return std::make_unique<ChainBroadcast>(t, root, tag, comm_, rank_, size_);

@@ -60,7 +60,6 @@ class TreeAllreduce : public PendingOp {
   TreeAllreduce(const Tensor& t, ReduceOp op, int tag, MPI_Comm comm, int rank, int size, Acc* work, Acc* recv)
       : tensor_(t), op_(op), tag_(tag), comm_(comm), size_(size), n_(t.numel()),
         data_(static_cast<T*>(t.raw_data())), work_(work), recv_(recv), steps_(tree_schedule(rank, size)) {
-    if constexpr (!std::is_same_v<T, Acc>) widen(work_, data_, n_);
   }
 
   bool poll() override {
@@ -121,20 +120,11 @@ class TreeGroup final : public GroupBase {
 
  protected:
   std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
-      using T = decltype(zero);
-      using Acc = compute_t<T>;
-      if constexpr (std::is_same_v<T, uint8_t>) {
-        RG_FAIL("dist.allreduce", "u8 is not supported");  // rejected at submission already
-      } else {
-        const int64_t n = t.numel();
-        Acc* work = reinterpret_cast<Acc*>(t.raw_data());
-        if constexpr (!std::is_same_v<T, Acc>) work = reinterpret_cast<Acc*>(scratch(0, n * sizeof(Acc)));
-        Acc* recv = reinterpret_cast<Acc*>(scratch(1, std::max<int64_t>(n, 1) * sizeof(Acc)));
-        return std::make_unique<TreeAllreduce<T>>(t, op, tag, comm_, rank_, size_, work, recv);
-      }
+    return with_accumulator(t, std::max<int64_t>(t.numel(), 1), [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
+      return std::make_unique<TreeAllreduce<decltype(zero)>>(t, op, tag, comm_, rank_, size_, work, recv);
     });
   }
+
 };
 
 }  // namespace

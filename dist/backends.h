@@ -10,5 +10,7 @@ namespace ringgrad::dist::detail {
 std::unique_ptr<ProcessGroup> new_mpi_group(const GroupOptions& options);   // dist/mpi_backend.cpp
 std::unique_ptr<ProcessGroup> new_ring_group(const GroupOptions& options);  // dist/ring.cpp
 std::unique_ptr<ProcessGroup> new_tree_group(const GroupOptions& options);  // dist/tree.cpp
+std::unique_ptr<ProcessGroup> new_auto_group(const GroupOptions& options);  // dist/auto_backend.cpp
+std::unique_ptr<ProcessGroup> new_hierarchical_group(const GroupOptions& options);  // dist/hierarchical.cpp
 
 }  // namespace ringgrad::dist::detail

@@ -6,12 +6,14 @@
 
 namespace ringgrad::dist {
 
-CommThread::CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us)
+CommThread::CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us,
+                       bool trace)
     : backend_(std::move(backend)),
       rank_(rank),
       size_(size),
       timeout_(timeout_seconds),
       max_sleep_(max_poll_sleep_us),
+      trace_(trace),
       thread_([this] { loop(); }) {}
 
 CommThread::~CommThread() { shutdown(); }
@@ -39,7 +41,7 @@ std::shared_ptr<Work> CommThread::submit(OpInfo info, StartFn start) {
   {
     std::lock_guard lock(mutex_);
     RG_CHECK(!stopping_, "dist." + info.name, "the process group is shutting down");
-    info.seq = next_seq_++;
+    info.seq = info.p2p ? next_p2p_seq_++ : next_seq_++;
     work = std::make_shared<Work>(label(info));
     queue_.push_back(Task{std::move(info), std::move(start), work});
   }
@@ -47,68 +49,151 @@ std::shared_ptr<Work> CommThread::submit(OpInfo info, StartFn start) {
   return work;
 }
 
+GroupStats CommThread::stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+std::vector<TraceEvent> CommThread::trace_events() const {
+  std::lock_guard lock(stats_mutex_);
+  return events_;
+}
+
 void CommThread::loop() {
+  int idle_polls = 0;
+  bool was_running = false;
+  double last_us = trace_clock_us();
   for (;;) {
-    Task task;
+    std::vector<Task> to_start;
     {
       std::unique_lock lock(mutex_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued has run
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      const bool running = collective_ || !p2p_.empty();
+      if (!running) queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (!running && queue_.empty()) return;  // stopping, and everything queued has run
+      // Point-to-point ops start whenever they reach the front; a collective only when none runs.
+      bool collective_busy = collective_ != nullptr;
+      while (!queue_.empty() && (queue_.front().info.p2p || !collective_busy)) {
+        collective_busy = collective_busy || !queue_.front().info.p2p;
+        to_start.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
     }
-    run(task);
+    // Busy time: the wall time during which something was running.
+    const double now_us = trace_clock_us();
+    if (was_running) {
+      std::lock_guard lock(stats_mutex_);
+      stats_.busy_seconds += (now_us - last_us) * 1e-6;
+    }
+    last_us = now_us;
+
+    bool progress = !to_start.empty();
+    for (Task& task : to_start) {
+      auto running = std::make_unique<Running>();
+      const bool p2p = task.info.p2p;
+      if (!start(task, *running)) continue;
+      if (p2p) p2p_.push_back(std::move(running));
+      else collective_ = std::move(running);
+    }
+    if (collective_ && advance(*collective_)) {
+      collective_.reset();
+      progress = true;
+    }
+    for (auto it = p2p_.begin(); it != p2p_.end();) {
+      if (advance(**it)) {
+        it = p2p_.erase(it);
+        progress = true;
+      } else {
+        ++it;
+      }
+    }
+    was_running = collective_ || !p2p_.empty() || !to_start.empty();
+    if (progress || !was_running) {
+      idle_polls = 0;
+      continue;
+    }
+    // See Note [Polling, not spinning].
+    if (++idle_polls <= 32) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(
+          std::min(max_sleep_, std::chrono::microseconds(1 << std::min(idle_polls - 32, 16))));
+    }
   }
 }
 
-void CommThread::run(Task& task) {
-  const std::string op = "dist." + task.info.name;
+bool CommThread::start(Task& task, Running& running) {
+  running.task = std::move(task);
+  running.start_us = trace_clock_us();
+  const OpInfo& info = running.task.info;
+  const std::string op = "dist." + info.name;
   if (!broken_.empty()) {
-    task.work->finish(std::make_exception_ptr(
-        Error(str_cat("[", op, "] ", label(task.info), ": the process group is unusable: ", broken_,
+    complete(running, std::make_exception_ptr(
+        Error(str_cat("[", op, "] ", label(info), ": the process group is unusable: ", broken_,
                       ". Create a new process group (every rank must), or end the job."))));
-    return;
+    return false;
   }
-  using Clock = std::chrono::steady_clock;
-  std::unique_ptr<PendingOp> pending;
+  running.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
   try {
-    pending = task.start(task.info.seq);
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
-    // See Note [Polling, not spinning].
-    int idle_polls = 0;
-    while (!pending->poll()) {
-      if (Clock::now() >= deadline) {
-        pending->abandon();
-        abandoned_.push_back(std::move(pending));
-        broken_ = str_cat(task.info.name, " #", task.info.seq, " timed out");
-        task.work->finish(std::make_exception_ptr(Error(str_cat(
-            "[", op, "] ", label(task.info), " timed out after ", timeout_.count(),
-            " s. Another rank probably did not issue this collective, or issued collectives in a different "
-            "order (see Note [Collective order] in dist/process_group.h). If it is only slow, raise "
-            "RINGGRAD_COLLECTIVE_TIMEOUT (seconds)."))));
-        return;
-      }
-      if (++idle_polls <= 32) {
-        std::this_thread::yield();
-      } else {
-        const auto sleep = std::min(max_sleep_, std::chrono::microseconds(1 << std::min(idle_polls - 32, 16)));
-        std::this_thread::sleep_for(sleep);
-      }
-    }
+    running.op = running.task.start(info.seq);
+    return true;
   } catch (const Error& e) {
-    if (pending) {
-      pending->abandon();
-      abandoned_.push_back(std::move(pending));
-    }
-    broken_ = str_cat(task.info.name, " #", task.info.seq, " failed");
-    task.work->finish(std::make_exception_ptr(Error(str_cat(e.what(), " [while running ", label(task.info), "]"))));
-    return;
+    broken_ = str_cat(info.name, " #", info.seq, " failed");
+    complete(running, std::make_exception_ptr(Error(str_cat(e.what(), " [while starting ", label(info), "]"))));
   } catch (...) {
-    broken_ = str_cat(task.info.name, " #", task.info.seq, " failed");
-    task.work->finish(std::current_exception());
-    return;
+    broken_ = str_cat(info.name, " #", info.seq, " failed");
+    complete(running, std::current_exception());
   }
-  task.work->finish();
+  return false;
+}
+
+bool CommThread::advance(Running& running) {
+  const OpInfo& info = running.task.info;
+  const std::string op = "dist." + info.name;
+  try {
+    if (running.op->poll()) {
+      complete(running, nullptr);
+      return true;
+    }
+    if (Clock::now() < running.deadline) return false;
+    running.op->abandon();
+    abandoned_.push_back(std::move(running.op));
+    broken_ = str_cat(info.name, " #", info.seq, " timed out");
+    const char* hint = info.p2p
+        ? "The peer probably did not issue the matching send / recv (same tag, same byte count)."
+        : "Another rank probably did not issue this collective, or issued collectives in a different order (see "
+          "Note [Collective order] in dist/process_group.h; RINGGRAD_DIST_DEBUG=1 checks it on every "
+          "collective), or died.";
+    complete(running, std::make_exception_ptr(Error(str_cat("[", op, "] ", label(info), " timed out after ",
+                                                            timeout_.count(), " s. ", hint,
+                                                            " If it is only slow, raise RINGGRAD_COLLECTIVE_TIMEOUT "
+                                                            "(seconds)."))));
+  } catch (const Error& e) {
+    running.op->abandon();
+    abandoned_.push_back(std::move(running.op));
+    broken_ = str_cat(info.name, " #", info.seq, " failed");
+    complete(running, std::make_exception_ptr(Error(str_cat(e.what(), " [while running ", label(info), "]"))));
+  } catch (...) {
+    broken_ = str_cat(info.name, " #", info.seq, " failed");
+    complete(running, std::current_exception());
+  }
+  return true;
+}
+
+void CommThread::complete(Running& running, std::exception_ptr error) {
+  const OpInfo& info = running.task.info;
+  {
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.ops;
+    if (error) ++stats_.failed;
+    stats_.bytes += info.bytes;
+    if (trace_) {
+      const double end_us = trace_clock_us();
+      events_.push_back(TraceEvent{str_cat(info.name, " #", info.seq), "comm", rank_, "comm:" + backend_,
+                                   running.start_us, end_us - running.start_us,
+                                   str_cat("\"bytes\": ", info.bytes, ", \"ok\": ", error ? "false" : "true")});
+    }
+  }
+  running.task.work->finish(error);
 }
 
 }  // namespace ringgrad::dist

@@ -1,9 +1,14 @@
-// CommThread: the one thread that runs a process group's collectives, in submission order.
+// CommThread: the one thread that runs a process group's operations, in submission order.
 //
-// A collective is a PendingOp: start() (called on this thread) posts nonblocking MPI calls, poll()
-// advances it and says whether it finished. The thread polls the running op until it finishes or
-// its deadline passes, then completes its Work and takes the next op. See Note [Collective order]
-// in dist/process_group.h for why ops never overlap or reorder.
+// An operation is a PendingOp: start() (called on this thread) posts nonblocking MPI calls, poll()
+// advances it and says whether it finished. The thread polls the running collective until it
+// finishes or its deadline passes, then completes its Work and takes the next one. See Note
+// [Collective order] in dist/process_group.h for why collectives never overlap or reorder.
+// Point-to-point ops (send / recv) start in submission order too but do not wait for each other or
+// for the running collective: they are polled alongside it, each with its own deadline.
+//
+// The thread also keeps the group's counters (GroupStats) and, when asked, one TraceEvent per
+// operation on the row "comm:<backend>" of this rank.
 //
 // Note [Polling, not spinning]: the thread calls MPI_Test (inside poll()), and between unsuccessful
 // polls it first yields, then sleeps (up to max_poll_sleep_us). A blocking MPI_Wait would busy-poll
@@ -29,6 +34,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/trace.h"
+#include "dist/process_group.h"
 #include "dist/work.h"
 
 namespace ringgrad::dist {
@@ -44,14 +51,15 @@ class PendingOp {
 struct OpInfo {
   std::string name;    // "allreduce"
   std::string detail;  // "sum, 1000 x f32"
-  uint64_t seq = 0;    // 0, 1, 2, ... per group, the same on every rank
+  uint64_t seq = 0;    // collectives: 0, 1, 2, ... per group, the same on every rank; p2p: its own count
   size_t bytes = 0;    // this rank's tensor bytes
+  bool p2p = false;    // send / recv: concurrent, outside the collective order
 };
 
 class CommThread {
  public:
   // rank / size / backend only label error messages.
-  CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us);
+  CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us, bool trace);
   ~CommThread();  // runs the ops already queued (each bounded by the timeout), then joins
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
@@ -63,14 +71,28 @@ class CommThread {
   // After shutdown: whether an op timed out or failed (its MPI requests may still be live).
   bool broken() const { return !broken_.empty(); }
 
+  GroupStats stats() const;
+  std::vector<TraceEvent> trace_events() const;
+
  private:
+  using Clock = std::chrono::steady_clock;
   struct Task {
     OpInfo info;
     StartFn start;
     std::shared_ptr<Work> work;
   };
+  struct Running {
+    Task task;
+    std::unique_ptr<PendingOp> op;
+    Clock::time_point deadline;
+    double start_us = 0;
+  };
   void loop();
-  void run(Task& task);
+  // Starts a task: false when it finished at once (failed to start, or the group is broken).
+  bool start(Task& task, Running& out);
+  // Polls one running op: true once it finished (its Work is then completed).
+  bool advance(Running& running);
+  void complete(Running& running, std::exception_ptr error);
   std::string label(const OpInfo& info) const;
 
   const std::string backend_;
@@ -81,12 +103,20 @@ class CommThread {
   std::mutex mutex_;
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
-  uint64_t next_seq_ = 0;
+  uint64_t next_seq_ = 0, next_p2p_seq_ = 0;
   bool stopping_ = false;
 
   // Touched only by the thread.
   std::string broken_;  // why the group is unusable; empty while healthy
   std::vector<std::unique_ptr<PendingOp>> abandoned_;  // See Note [After a timeout]
+  std::unique_ptr<Running> collective_;                // the running collective, if any
+  std::vector<std::unique_ptr<Running>> p2p_;          // running sends / receives
+
+  // Read by other threads under stats_mutex_.
+  const bool trace_;
+  mutable std::mutex stats_mutex_;
+  GroupStats stats_;
+  std::vector<TraceEvent> events_;
 
   std::thread thread_;  // last: starts after the members above exist
 };

@@ -1,6 +1,9 @@
 #include "dist/group_base.h"
 
+#include <atomic>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "dist/mpi_check.h"
@@ -23,48 +26,208 @@ int checked_count(const char* op, int64_t n, int rank) {
   return static_cast<int>(n);
 }
 
+namespace {
+
+// RINGGRAD_DIST_DEBUG and friends: unset / "" / 0 / false / off are false; 1 / true / on are true.
+bool env_flag(const char* name) {
+  const char* env = std::getenv(name);
+  if (env == nullptr) return false;
+  const std::string v = env;
+  if (v.empty() || v == "0" || v == "false" || v == "off") return false;
+  RG_CHECK(v == "1" || v == "true" || v == "on", "dist.new_group", name, "='", v, "' is not 0/1/true/false/on/off");
+  return true;
+}
+
+int next_group_id() {
+  static std::atomic<int> id{0};
+  return id++;
+}
+
+// The debug fingerprint: fixed size, so one MPI_Iallgather exchanges every rank's.
+constexpr int kFingerprintBytes = 192;
+
+// Note [Debug mode]: all-gathers the fingerprints, compares, then runs the real collective.
+class CheckedOp : public PendingOp {
+ public:
+  CheckedOp(const std::string& fingerprint, const std::string& where, MPI_Comm comm, int rank, int size,
+            std::function<std::unique_ptr<PendingOp>()> start_real)
+      : where_(where), rank_(rank), size_(size), mine_(kFingerprintBytes, '\0'),
+        all_(static_cast<size_t>(kFingerprintBytes) * size, '\0'), start_real_(std::move(start_real)) {
+    fingerprint.copy(mine_.data(), kFingerprintBytes - 1);
+    RG_MPI_CHECK(MPI_Iallgather(mine_.data(), kFingerprintBytes, MPI_CHAR, all_.data(), kFingerprintBytes, MPI_CHAR,
+                                comm, &request_));
+  }
+
+  bool poll() override {
+    if (!real_) {
+      int done = 0;
+      RG_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+      if (!done) return false;
+      compare();
+      real_ = start_real_();
+    }
+    return real_->poll();
+  }
+  void abandon() override {
+    if (real_) real_->abandon();  // an unfinished MPI_Iallgather cannot be cancelled; it is leaked
+  }
+
+ private:
+  std::string view(int r) const { return std::string(all_.data() + static_cast<size_t>(r) * kFingerprintBytes); }
+
+  void compare() const {
+    int first = -1;
+    for (int r = 1; r < size_ && first < 0; ++r)
+      if (view(r) != view(0)) first = r;
+    if (first < 0) return;
+    std::string views;
+    for (int r = 0; r < size_; ++r) {
+      if (r == 16 && size_ > 17) {
+        views += str_cat("\n  ... (", size_ - 17, " more ranks)");
+        r = size_ - 1;
+      }
+      views += str_cat("\n  rank ", r, ": ", view(r), r == first ? "   <-- first to differ from rank 0" : "");
+    }
+    RG_FAIL("dist.debug", "ranks disagree on ", where_, " (seen by rank ", rank_, "/", size_, "):", views,
+            "\nEvery rank must issue the same collectives, with the same shapes and dtypes, in the same order "
+            "(Note [Collective order] in dist/process_group.h).");
+  }
+
+  std::string where_;
+  int rank_, size_;
+  std::vector<char> mine_, all_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::function<std::unique_ptr<PendingOp>()> start_real_;
+  std::unique_ptr<PendingOp> real_;
+};
+
+// A receive that checks the message filled the tensor exactly.
+class RecvOp : public PendingOp {
+ public:
+  RecvOp(const Tensor& t, int src, int tag, MPI_Comm comm) : tensor_(t), src_(src), tag_(tag) {
+    RG_MPI_CHECK(MPI_Irecv(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, src, tag, comm, &request_));
+  }
+  bool poll() override {
+    int done = 0;
+    MPI_Status status{};
+    // A single-request MPI_Test reports errors in its return value only (status.MPI_ERROR is not
+    // set); the communicator returns errors (MPI_ERRORS_RETURN) rather than aborting.
+    const int rc = MPI_Test(&request_, &done, &status);
+    if (rc != MPI_SUCCESS) {
+      int cls = 0;
+      MPI_Error_class(rc, &cls);
+      RG_CHECK(cls != MPI_ERR_TRUNCATE, "dist.recv", "the message from rank ", src_, " (tag ", tag_,
+               ") is larger than the receiving tensor ", tensor_.desc(), " of ", tensor_.nbytes(), " bytes");
+      RG_MPI_CHECK(rc);
+    }
+    if (!done) return false;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    RG_CHECK(static_cast<size_t>(count) == tensor_.nbytes(), "dist.recv", "the message from rank ", src_, " (tag ",
+             tag_, ") has ", count, " bytes but the receiving tensor ", tensor_.desc(), " has ", tensor_.nbytes());
+    return true;
+  }
+  void abandon() override { abandon_request(request_, true); }
+
+ private:
+  Tensor tensor_;
+  int src_, tag_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+}  // namespace
+
 GroupBase::GroupBase(std::string backend, const GroupOptions& options)
     : backend_(std::move(backend)),
       timeout_seconds_(options.timeout_seconds ? *options.timeout_seconds : default_collective_timeout()) {
   RG_CHECK(timeout_seconds_ > 0, "dist.new_group", "timeout must be positive, got ", timeout_seconds_, " s");
   RG_CHECK(options.max_poll_sleep_us >= 0, "dist.new_group", "max_poll_sleep_us must be >= 0, got ",
            options.max_poll_sleep_us);
-  RG_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
-  RG_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  RG_CHECK(options.ring_segment_bytes >= 64, "dist.new_group", "ring_segment_bytes must be >= 64, got ",
+           options.ring_segment_bytes);
+  ring_tuning_.segment_bytes = options.ring_segment_bytes;
+  debug_check_ = options.debug_check ? *options.debug_check : env_flag("RINGGRAD_DIST_DEBUG");
+  const int id = next_group_id();
+  const char* trace_prefix = std::getenv("RINGGRAD_DIST_TRACE");
+  const bool trace = options.trace ? *options.trace : (trace_prefix != nullptr && *trace_prefix != '\0');
+  for (MPI_Comm* c : {&comm_, &p2p_comm_, &debug_comm_}) {
+    RG_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, c));
+    RG_MPI_CHECK(MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN));
+  }
   RG_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   RG_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  comm_thread_ = std::make_unique<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us);
+  if (trace && trace_prefix != nullptr && *trace_prefix != '\0')
+    trace_path_ = str_cat(trace_prefix, ".rank", rank_, ".g", id, "-", backend_, ".json");
+  comm_thread_ = std::make_unique<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us,
+                                              trace);
 }
 
 GroupBase::~GroupBase() {
   comm_thread_->shutdown();
-  // A broken group may still have requests MPI is working on: leave its communicator (and scratch,
+  if (!trace_path_.empty()) {
+    try {
+      write_chrome_trace(trace_path_, comm_thread_->trace_events());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ringgrad: warning: %s\n", e.what());  // a destructor must not throw
+    }
+  }
+  // A broken group may still have requests MPI is working on: leave its communicators (and scratch,
   // which they may write into) alone rather than free them under MPI. See Note [After a timeout].
   if (comm_thread_->broken()) {
-    for (auto& s : scratch_) new std::vector<std::byte>(std::move(s));  // deliberate leak
+    scratch_.leak();
     return;
   }
-  MPI_Comm_free(&comm_);  // no throw from a destructor
+  for (MPI_Comm* c : {&comm_, &p2p_comm_, &debug_comm_}) MPI_Comm_free(c);  // no throw from a destructor
 }
 
-std::byte* GroupBase::scratch(int i, size_t bytes) {
-  if (scratch_[i].size() < bytes) {
-    scratch_[i].clear();
-    scratch_[i].shrink_to_fit();
-    scratch_[i].resize(bytes);
-  }
-  return scratch_[i].data();
-}
-
-std::shared_ptr<Work> GroupBase::submit(const std::string& name, std::string detail, size_t bytes,
-                                        std::function<std::unique_ptr<PendingOp>(int tag)> start) {
-  OpInfo info{name, std::move(detail), 0, bytes};
+std::shared_ptr<Work> GroupBase::submit_collective(const std::string& name, std::string detail, size_t bytes,
+                                                   std::function<std::unique_ptr<PendingOp>(int tag)> start) {
+  OpInfo info{name, detail, 0, bytes};
   // MPI guarantees tags up to 32767; consecutive ops get different tags, so a timed-out op's
   // late messages never match the next op's receives.
-  auto work = comm_thread_->submit(std::move(info), [start = std::move(start)](uint64_t seq) {
-    return start(static_cast<int>(seq % 32768));
+  if (!debug_check_) {
+    return comm_thread_->submit(std::move(info), [start = std::move(start)](uint64_t seq) {
+      return start(static_cast<int>(seq % 32768));
+    });
+  }
+  std::string fingerprint = str_cat(name, " (", detail, ")");
+  return comm_thread_->submit(std::move(info), [this, start = std::move(start), fingerprint](uint64_t seq) {
+    const std::string where = str_cat("collective #", seq, " of backend '", backend_, "'");
+    return std::make_unique<CheckedOp>(fingerprint, where, debug_comm_, rank_, size_,
+                                       [start, seq] { return start(static_cast<int>(seq % 32768)); });
   });
-  return work;
+}
+
+std::shared_ptr<Work> GroupBase::submit_p2p(const std::string& name, std::string detail, size_t bytes,
+                                            std::function<std::unique_ptr<PendingOp>()> start) {
+  OpInfo info{name, std::move(detail), 0, bytes, /*p2p=*/true};
+  return comm_thread_->submit(std::move(info), [start = std::move(start)](uint64_t) { return start(); });
+}
+
+void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) const {
+  check_tensor(op, "tensor", t, rank_, size_);
+  RG_CHECK(peer >= 0 && peer < size_ && peer != rank_, op, "peer rank ", peer, " must be another rank of this group of ",
+           size_, " (rank ", rank_, ")");
+  RG_CHECK(tag >= 0 && tag <= 32767, op, "tag ", tag, " must be in [0, 32767] (rank ", rank_, "/", size_, ")");
+  checked_count(op, static_cast<int64_t>(t.nbytes()), rank_);
+}
+
+std::shared_ptr<Work> GroupBase::send(const Tensor& t, int dst, int tag) {
+  check_peer("dist.send", dst, tag, t);
+  return submit_p2p("send", str_cat("to rank ", dst, ", tag ", tag, ", ", t.desc()), t.nbytes(),
+                    [this, t, dst, tag] {
+                      MPI_Request request;
+                      RG_MPI_CHECK(MPI_Isend(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, dst, tag,
+                                             p2p_comm_, &request));
+                      return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr,
+                                                          std::vector<Tensor>{t});
+                    });
+}
+
+std::shared_ptr<Work> GroupBase::recv(const Tensor& t, int src, int tag) {
+  check_peer("dist.recv", src, tag, t);
+  return submit_p2p("recv", str_cat("from rank ", src, ", tag ", tag, ", ", t.desc()), t.nbytes(),
+                    [this, t, src, tag] { return std::make_unique<RecvOp>(t, src, tag, p2p_comm_); });
 }
 
 std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
@@ -73,7 +236,7 @@ std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
   RG_CHECK(dt != DType::u8, "dist.allreduce", "dtype u8 is not supported (", t.desc(), ", rank ", rank_, "/",
            size_, "); use f32, f64, f16, bf16, i32 or i64");
   checked_count("dist.allreduce", t.numel(), rank_);
-  return submit("allreduce", str_cat(reduce_op_name(op), ", ", t.desc()), t.nbytes(),
+  return submit_collective("allreduce", str_cat(reduce_op_name(op), ", ", t.desc()), t.nbytes(),
                 [this, t, op](int tag) { return start_allreduce(t, op, tag); });
 }
 
@@ -82,7 +245,7 @@ std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
   RG_CHECK(root >= 0 && root < size_, "dist.broadcast", "root ", root, " is not a rank of this group of ",
            size_, " (rank ", rank_, ")");
   checked_count("dist.broadcast", static_cast<int64_t>(t.nbytes()), rank_);
-  return submit("broadcast", str_cat("root ", root, ", ", t.desc()), t.nbytes(),
+  return submit_collective("broadcast", str_cat("root ", root, ", ", t.desc()), t.nbytes(),
                 [this, t, root](int tag) { return start_broadcast(t, root, tag); });
 }
 
@@ -95,12 +258,27 @@ std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& i
            output.desc(), " must be (N, *input.shape) = ", shape_str(expected), " ", dtype_name(input.dtype()),
            " for input ", input.desc(), " (rank ", rank_, "/", size_, ")");
   checked_count("dist.allgather", static_cast<int64_t>(output.nbytes()), rank_);
-  return submit("allgather", input.desc(), input.nbytes(),
+  return submit_collective("allgather", input.desc(), input.nbytes(),
                 [this, output, input](int tag) { return start_allgather(output, input, tag); });
 }
 
+std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+  check_tensor("dist.reduce_scatter", "input", input, rank_, size_);
+  check_tensor("dist.reduce_scatter", "output", output, rank_, size_);
+  RG_CHECK(input.dtype() != DType::u8, "dist.reduce_scatter", "dtype u8 is not supported (", input.desc(), ", rank ",
+           rank_, "/", size_, "); use f32, f64, f16, bf16, i32 or i64");
+  RG_CHECK(input.numel() == output.numel() * size_ && output.dtype() == input.dtype(), "dist.reduce_scatter",
+           "input ", input.desc(), " must hold N = ", size_, " blocks of output ", output.desc(),
+           " (N * output.numel() elements of output's dtype) (rank ", rank_, "/", size_, ")");
+  checked_count("dist.reduce_scatter", input.numel(), rank_);
+  return submit_collective("reduce_scatter", str_cat(reduce_op_name(op), ", ", input.desc(), " -> ", output.desc()),
+                           input.nbytes(), [this, output, input, op](int tag) {
+                             return start_reduce_scatter(output, input, op, tag);
+                           });
+}
+
 std::shared_ptr<Work> GroupBase::barrier() {
-  return submit("barrier", "no data", 0, [this](int tag) { return start_barrier(tag); });
+  return submit_collective("barrier", "no data", 0, [this](int tag) { return start_barrier(tag); });
 }
 
 std::unique_ptr<PendingOp> GroupBase::start_barrier(int /*tag*/) {
@@ -121,6 +299,28 @@ std::unique_ptr<PendingOp> GroupBase::start_allgather(const Tensor& output, cons
   RG_MPI_CHECK(MPI_Iallgather(input.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_,
                               &request));
   return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{output, input});
+}
+
+}  // namespace ringgrad::dist::detail
+
+namespace ringgrad::dist::detail {
+
+std::unique_ptr<PendingOp> GroupBase::start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                           int /*tag*/) {
+  const int64_t m = output.numel();
+  return with_accumulator(scratch_, input, std::max<int64_t>(m, 1), [&](auto zero, auto* work, auto* recv)
+                                                                          -> std::unique_ptr<PendingOp> {
+    using T = decltype(zero);
+    using Acc = std::remove_pointer_t<decltype(work)>;
+    MPI_Request request;
+    RG_MPI_CHECK(MPI_Ireduce_scatter_block(work, recv, static_cast<int>(m), mpi_type<Acc>(), mpi_op(op), comm_,
+                                           &request));
+    auto on_done = [out = static_cast<T*>(output.raw_data()), recv, m, op, N = size_] {
+      finish_into(out, recv, m, op, N);
+    };
+    return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, on_done,
+                                        std::vector<Tensor>{output, input});
+  });
 }
 
 }  // namespace ringgrad::dist::detail

@@ -1,7 +1,17 @@
-// GroupBase: what every MPI-based backend shares (internal). It owns the group's communicator (a
-// duplicate of MPI_COMM_WORLD, so its messages never match another group's), the communication
-// thread, reusable scratch buffers, and the argument checks. A backend supplies only start_*: post
-// the nonblocking MPI calls of one collective and return a PendingOp that finishes it.
+// GroupBase: what every MPI-based backend shares (internal). It owns the group's communicators
+// (duplicates of MPI_COMM_WORLD, so its messages never match another group's), the communication
+// thread, reusable scratch buffers, the argument checks, point-to-point send / recv and the debug
+// check. A backend supplies only start_*: post the nonblocking MPI calls of one collective and
+// return a PendingOp that finishes it. The defaults are the MPI library's collectives.
+//
+// Note [Debug mode]: with RINGGRAD_DIST_DEBUG=1 (or GroupOptions::debug_check) every collective
+// first all-gathers a fingerprint -- op name, reduce op or root, shape, dtype -- from every rank over
+// a communicator of its own, and compares. On a difference every rank fails the collective with
+// the same error listing each rank's view, and the group becomes unusable: a desynchronised job
+// stops at the first wrong collective with a diagnosis, instead of computing garbage (same byte
+// count, different meaning) or hanging until the timeout. It costs one small all-gather per
+// collective, so it is off by default. A rank that skipped a collective is caught when it issues
+// its next one (whose fingerprint differs); one that issues nothing more still ends in the timeout.
 #pragma once
 
 #include <mpi.h>
@@ -9,12 +19,10 @@
 #include <cstddef>
 #include <memory>
 #include <string>
-#include <type_traits>
-#include <vector>
 
+#include "dist/algorithms.h"
 #include "dist/comm_thread.h"
 #include "dist/process_group.h"
-#include "dist/reduce_kernels.h"
 
 namespace ringgrad::dist::detail {
 
@@ -31,60 +39,65 @@ class GroupBase : public ProcessGroup {
   std::shared_ptr<Work> allreduce(const Tensor& t, ReduceOp op) override;
   std::shared_ptr<Work> broadcast(const Tensor& t, int root) override;
   std::shared_ptr<Work> allgather(const Tensor& output, const Tensor& input) override;
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override;
   std::shared_ptr<Work> barrier() override;
+  std::shared_ptr<Work> send(const Tensor& t, int dst, int tag) override;
+  std::shared_ptr<Work> recv(const Tensor& t, int src, int tag) override;
+
+  GroupStats stats() const override { return comm_thread_->stats(); }
+  std::vector<TraceEvent> trace_events() const override { return comm_thread_->trace_events(); }
 
  protected:
   // Called on the communication thread. `tag` is unique to this op among recent ones (p2p backends).
   virtual std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) = 0;
-  // Defaults: MPI_Ibcast / MPI_Iallgather (bytes). Backends with their own algorithms override them.
+  // Defaults: MPI_Ibcast / MPI_Iallgather (bytes) / MPI_Ireduce_scatter_block (in the accumulation
+  // type). Backends with their own algorithms override them.
   virtual std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int tag);
   virtual std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag);
-  // Both backends use MPI_Ibarrier: a barrier moves no data, so a hand-written one saves nothing.
+  virtual std::unique_ptr<PendingOp> start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                          int tag);
+  // Every backend uses MPI_Ibarrier: a barrier moves no data, so a hand-written one saves nothing.
   virtual std::unique_ptr<PendingOp> start_barrier(int tag);
-
-  // For start_allreduce: calls make(T{}, work, recv) with T the tensor's storage type (u8 is refused),
-  // work the buffer partial results live in -- the tensor itself, or for f16 / bf16 an f32 scratch
-  // copy, already widened (Note [Half-precision accumulation]) -- and recv a scratch buffer of
-  // recv_elems accumulation-type elements (null for 0).
-  template <class Make>
-  std::unique_ptr<PendingOp> with_accumulator(const Tensor& t, int64_t recv_elems, Make make) {
-    return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
-      using T = decltype(zero);
-      using Acc = compute_t<T>;
-      if constexpr (std::is_same_v<T, uint8_t>) {
-        RG_FAIL("dist.allreduce", "u8 is not supported");  // rejected at submission already
-      } else {
-        const int64_t n = t.numel();
-        T* data = static_cast<T*>(t.raw_data());
-        Acc* work = reinterpret_cast<Acc*>(data);
-        if constexpr (!std::is_same_v<T, Acc>) {
-          work = reinterpret_cast<Acc*>(scratch(0, n * sizeof(Acc)));
-          widen(work, data, n);
-        }
-        Acc* recv = recv_elems > 0 ? reinterpret_cast<Acc*>(scratch(1, recv_elems * sizeof(Acc))) : nullptr;
-        return make(zero, work, recv);
-      }
-    });
-  }
 
   // Derived destructors call this first: queued ops still call start_* above.
   void shutdown() { comm_thread_->shutdown(); }
 
-  // Scratch buffer `i` (0 or 1) of at least `bytes`, reused across ops (only the comm thread runs
-  // ops, one at a time). Reuse matters: allocating a fresh large buffer per op costs page faults
-  // on every call.
-  std::byte* scratch(int i, size_t bytes);
+  Channel channel(int tag) const { return Channel{comm_, rank_, size_, tag}; }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  Scratch scratch_;
+  RingTuning ring_tuning_;
 
  private:
-  std::shared_ptr<Work> submit(const std::string& name, std::string detail, size_t bytes,
-                               std::function<std::unique_ptr<PendingOp>(int tag)> start);
+  std::shared_ptr<Work> submit_collective(const std::string& name, std::string detail, size_t bytes,
+                                          std::function<std::unique_ptr<PendingOp>(int tag)> start);
+  std::shared_ptr<Work> submit_p2p(const std::string& name, std::string detail, size_t bytes,
+                                   std::function<std::unique_ptr<PendingOp>()> start);
+  void check_peer(const char* op, int peer, int tag, const Tensor& t) const;
+
   std::string backend_;
   double timeout_seconds_;
-  std::vector<std::byte> scratch_[2];
+  bool debug_check_ = false;
+  std::string trace_path_;             // written at destruction when set
+  MPI_Comm p2p_comm_ = MPI_COMM_NULL;  // send / recv: user tags never meet collective tags
+  MPI_Comm debug_comm_ = MPI_COMM_NULL;
   std::unique_ptr<CommThread> comm_thread_;
+};
+
+// Every collective by the ring algorithms (dist/ring.cpp): backend "ring" itself, and the base of
+// backends that replace only its AllReduce ("auto").
+class RingFamilyGroup : public GroupBase {
+ public:
+  RingFamilyGroup(std::string backend, const GroupOptions& options) : GroupBase(std::move(backend), options) {}
+  ~RingFamilyGroup() override { shutdown(); }
+
+ protected:
+  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override;
+  std::unique_ptr<PendingOp> start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                  int tag) override;
+  std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int tag) override;
+  std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag) override;
 };
 
 // Throws unless t is defined, contiguous and on the CPU; `op` and `what` name it in the message.

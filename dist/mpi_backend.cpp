@@ -25,7 +25,7 @@ class MpiGroup final : public GroupBase {
  protected:
   // t: any shape, reduced in place.
   std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int /*tag*/) override {
-    return with_accumulator(t, 0, [&](auto zero, auto* acc, auto*) -> std::unique_ptr<PendingOp> {
+    return with_accumulator(scratch_, t, 0, [&](auto zero, auto* acc, auto*) -> std::unique_ptr<PendingOp> {
       using T = decltype(zero);
       using Acc = std::remove_pointer_t<decltype(acc)>;
       const int64_t n = t.numel();

@@ -34,8 +34,10 @@ std::unique_ptr<ProcessGroup> new_group(const std::string& backend, const GroupO
   if (backend == "mpi") return detail::new_mpi_group(options);
   if (backend == "ring") return detail::new_ring_group(options);
   if (backend == "tree") return detail::new_tree_group(options);
+  if (backend == "auto") return detail::new_auto_group(options);
+  if (backend == "hierarchical") return detail::new_hierarchical_group(options);
   RG_FAIL("dist.new_group", "unknown backend '", backend, "' (rank ", world().rank, "/", world().size,
-          "); available: mpi, ring, tree");
+          "); available: mpi, ring, tree, auto, hierarchical");
 }
 
 }  // namespace ringgrad::dist

@@ -1,9 +1,10 @@
 // ProcessGroup: the collectives data parallelism needs, on CPU tensors, each asynchronous.
 //
 // N is the world size. Tensors must be defined, contiguous, on the CPU, of dtype f32, f64, f16,
-// bf16, i32 or i64 (allreduce) or any dtype (broadcast, allgather: they move bytes).
+// bf16, i32 or i64 (allreduce, reduce_scatter) or any dtype (broadcast, allgather, send / recv:
+// they move bytes).
 //
-//   auto pg = dist::new_group("ring");                 // or "mpi"
+//   auto pg = dist::new_group("auto");                 // or "mpi", "ring", "tree", "hierarchical"
 //   auto work = pg->allreduce(grad, dist::ReduceOp::avg);
 //   ... compute ...
 //   work->wait();                                      // grad now holds the mean over ranks
@@ -16,23 +17,34 @@
 // GroupOptions::timeout_seconds) their wait() throws an error naming the rank, the op, its sequence
 // number, its byte count and the backend. The group is then unusable (later collectives fail at
 // once); create a new one, or better end the job. Two groups are independent: each has its own
-// communicator (MPI_Comm_dup) and thread.
+// communicator (MPI_Comm_dup) and thread. RINGGRAD_DIST_DEBUG=1 makes every collective first check
+// that all ranks are issuing the same one (Note [Debug mode] in dist/group_base.h).
+//
+// send / recv are not collectives: only the two ranks involved issue them, so they take no part in
+// the collective order. They start in submission order but run concurrently with each other and
+// with the running collective (a send and a receive posted back to back on two ranks cannot
+// deadlock), each under the same timeout. A send matches the receive of the same (src, dst, tag) in
+// order.
 //
 // Note [Where AVG divides]: ReduceOp::avg sums in the accumulation type, then divides by N once,
 // just before rounding to the tensor's dtype: in `ring`, by the rank that owns each chunk after the
-// reduce-scatter (so every rank receives identical bits); in `mpi`, by every rank after the
-// MPI_Iallreduce sum. Integer dtypes divide with C++ truncation toward zero.
+// reduce-scatter (so every rank receives identical bits); in `tree` and `mpi`, by every rank after
+// the sum; in `hierarchical`, by each node leader before it broadcasts to its node. Integer dtypes
+// divide with C++ truncation toward zero.
 //
 // Note [Half-precision accumulation]: f16 and bf16 are summed in f32 and rounded once at the end,
 // so the result does not depend on N's order of additions at 11 (8) bits. `ring` sends f32 partial
 // sums during its reduce-scatter and f16/bf16 in its all-gather; `mpi` reduces an f32 copy.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
+#include "core/trace.h"
 #include "dist/work.h"
 
 namespace ringgrad::dist {
@@ -41,11 +53,36 @@ enum class ReduceOp { sum, avg, max, min };
 const char* reduce_op_name(ReduceOp op);  // "sum", ...
 
 struct GroupOptions {
-  // Seconds one collective may run before wait() throws. Unset: RINGGRAD_COLLECTIVE_TIMEOUT, else 300.
+  // Seconds one operation may run before wait() throws. Unset: RINGGRAD_COLLECTIVE_TIMEOUT, else 300.
   std::optional<double> timeout_seconds;
-  // The communication thread sleeps at most this long between polls of an unfinished collective.
+  // The communication thread sleeps at most this long between polls of an unfinished operation.
   // See Note [Polling, not spinning] in dist/comm_thread.h.
   int max_poll_sleep_us = 100;
+  // ring: segment size of the pipeline (Note [Ring pipelining] in dist/ring_pipeline.h).
+  size_t ring_segment_bytes = size_t{1} << 18;
+  // auto: AllReduces below this many bytes use the tree, the rest the ring. Unset:
+  // RINGGRAD_AUTO_THRESHOLD (bytes, K/M suffixes allowed), else kAutoThresholdBytes.
+  std::optional<size_t> auto_threshold_bytes;
+  // hierarchical: ranks per "node". Unset: RINGGRAD_RANKS_PER_NODE, else the real machines
+  // (MPI_COMM_TYPE_SHARED). Setting it lets one machine pretend to be several: ranks
+  // [0, k) are node 0, [k, 2k) node 1, ...
+  std::optional<int> ranks_per_node;
+  // Check before each collective that every rank issues the same one. Unset: RINGGRAD_DIST_DEBUG.
+  std::optional<bool> debug_check;
+  // Record a TraceEvent per operation (trace_events()). Unset: on when RINGGRAD_DIST_TRACE names a
+  // file prefix; the group then writes PREFIX.rank<r>.<backend>.json when destroyed.
+  std::optional<bool> trace;
+};
+
+// The measured crossover of tree and ring on one machine (docs/dist.md, "auto").
+inline constexpr size_t kAutoThresholdBytes = size_t{64} << 10;
+
+// Counters of one process group, since creation (this rank's view).
+struct GroupStats {
+  uint64_t ops = 0;           // operations finished (collectives and send / recv)
+  uint64_t failed = 0;        // of which failed or timed out
+  uint64_t bytes = 0;         // this rank's tensor bytes over finished operations
+  double busy_seconds = 0;    // wall time during which at least one operation was running
 };
 
 class ProcessGroup {
@@ -54,7 +91,7 @@ class ProcessGroup {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const std::string& backend() const = 0;  // "mpi", "ring"
+  virtual const std::string& backend() const = 0;  // "mpi", "ring", ...
   virtual double timeout_seconds() const = 0;
 
   // t: any shape; every rank's t becomes op over all ranks' t, elementwise.
@@ -63,15 +100,29 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> broadcast(const Tensor& t, int root) = 0;
   // input: S (any shape), output: (N, *S) of input's dtype; output[r] becomes rank r's input.
   virtual std::shared_ptr<Work> allgather(const Tensor& output, const Tensor& input) = 0;
+  // input: N * m elements (e.g. (N, *S)), output: m elements of input's dtype. Rank r's output
+  // becomes op over all ranks of block r of input (elements [r m, (r + 1) m)); input is unchanged.
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input,
+                                               ReduceOp op = ReduceOp::sum) = 0;
   // Completes once every rank has issued it.
   virtual std::shared_ptr<Work> barrier() = 0;
+  // Point-to-point: t's bytes to rank dst / from rank src, tag in [0, 32767]. The receiving
+  // tensor must have exactly the sent byte count (an error names both otherwise).
+  virtual std::shared_ptr<Work> send(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual std::shared_ptr<Work> recv(const Tensor& t, int src, int tag = 0) = 0;
+
+  // Observability: counters, and the trace events recorded when tracing is on (empty otherwise).
+  virtual GroupStats stats() const = 0;
+  virtual std::vector<TraceEvent> trace_events() const = 0;
 };
 
 // A process group over all ranks of the world, with the backend named at run time:
-//   "mpi"  the MPI library's nonblocking collectives (MPI_Iallreduce, ...)
-//   "ring" ring reduce-scatter + all-gather over MPI point-to-point (dist/ring.cpp)
-//   "tree" recursive-doubling AllReduce for small messages (dist/tree.cpp); broadcast and
-//          all-gather are MPI's
+//   "mpi"          the MPI library's nonblocking collectives (MPI_Iallreduce, ...)
+//   "ring"         pipelined ring reduce-scatter + all-gather over MPI point-to-point (dist/ring.cpp)
+//   "tree"         recursive-doubling AllReduce for small messages (dist/tree.cpp); the rest MPI's
+//   "auto"         tree below GroupOptions::auto_threshold_bytes, ring above (dist/auto_backend.cpp)
+//   "hierarchical" reduce within each node, ring among node leaders, broadcast within each node
+//                  (dist/hierarchical.cpp)
 // Collective: every rank must call it, in the same order as other group creations.
 std::unique_ptr<ProcessGroup> new_group(const std::string& backend, const GroupOptions& options = {});
 

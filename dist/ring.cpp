@@ -1,30 +1,18 @@
-// Backend "ring": AllReduce as a ring reduce-scatter followed by a ring all-gather, written over
-// MPI point-to-point (MPI_Isend / MPI_Irecv), plus a ring all-gather and a pipelined chain broadcast.
+// Backend "ring": AllReduce and ReduceScatter by the pipelined ring (dist/ring_pipeline.h), a ring
+// all-gather and a pipelined chain broadcast, all over MPI point-to-point (MPI_Isend / MPI_Irecv).
 //
-// N ranks stand in a ring; rank r sends to r+1 and receives from r-1 (mod N). The tensor's n
-// elements are cut into N chunks (chunk_begin / chunk_size: the first n % N chunks get one element
-// more, so any n works, 0 and 1 included; chunks may be empty).
-//
-//   reduce-scatter, step s = 0 .. N-2: send chunk (r - s), receive chunk (r - s - 1) and reduce it
-//     into the local copy. After N-1 steps rank r holds chunk (r + 1) fully reduced.
-//   all-gather, step s = 0 .. N-2: send chunk (r + 1 - s), receive chunk (r - s) into place.
-//
-// Each rank sends N-1 chunks per phase, 2(N-1) chunks of n/N elements in all: 2(N-1)/N of the
-// data, independent of N -- which is why the ring is bandwidth-optimal for large tensors. Its cost
-// is 2(N-1) message latencies, which is why small tensors want a tree (not in this slice).
-//
-// Between the phases the owner of each chunk divides it for AVG and rounds it to the tensor's dtype
-// (Note [Where AVG divides], Note [Half-precision accumulation] in dist/process_group.h): the
-// reduce-scatter runs on Acc = f32 for f16 / bf16, the all-gather on the tensor's own dtype.
+// The ring is bandwidth-optimal: each rank sends 2(N-1)/N of the data for an AllReduce whatever N.
+// Its cost is 2(N-1) message latencies, which is why small tensors want the tree (dist/tree.cpp)
+// and why backend "auto" switches between the two (dist/auto_backend.cpp).
 #include <mpi.h>
 
 #include <cstring>
 #include <type_traits>
 
+#include "dist/algorithms.h"
 #include "dist/backends.h"
 #include "dist/group_base.h"
-#include "dist/reduce_kernels.h"
-#include "dist/requests.h"
+#include "dist/ring_pipeline.h"
 
 namespace ringgrad::dist::detail {
 
@@ -65,73 +53,6 @@ class RingStep {
  private:
   MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   bool posted_ = false;
-};
-
-// t: (n) viewed flat, reduced in place. T: storage type, Acc: accumulation type.
-template <class T>
-class RingAllreduce : public PendingOp {
-  using Acc = compute_t<T>;
-
- public:
-  RingAllreduce(const Tensor& t, ReduceOp op, int tag, MPI_Comm comm, int rank, int size, Acc* work, Acc* recv)
-      : tensor_(t), op_(op), tag_(tag), comm_(comm), rank_(rank), N_(size), n_(t.numel()),
-        data_(static_cast<T*>(t.raw_data())), work_(work), recv_(recv) {
-  }
-
-  bool poll() override {
-    const int left = (rank_ - 1 + N_) % N_, right = (rank_ + 1) % N_;
-    for (;;) {
-      if (phase_ == Phase::reduce_scatter) {
-        const int send = (rank_ - step_ + N_) % N_, recv = (rank_ - step_ - 1 + 2 * N_) % N_;
-        if (step_ == N_ - 1) {
-          finish_owned_chunk();
-          phase_ = Phase::all_gather;
-          step_ = 0;
-          continue;
-        }
-        if (!exchange_.posted())
-          exchange_.post(work_ + chunk_begin(n_, N_, send), chunk_size(n_, N_, send), recv_,
-                         chunk_size(n_, N_, recv), mpi_type<Acc>(), left, right, tag_, comm_);
-        if (!exchange_.test()) return false;
-        reduce_into(work_ + chunk_begin(n_, N_, recv), recv_, chunk_size(n_, N_, recv), op_);
-        ++step_;
-      } else {
-        if (step_ == N_ - 1) return true;
-        const int send = (rank_ + 1 - step_ + N_) % N_, recv = (rank_ - step_ + N_) % N_;
-        if (!exchange_.posted())
-          exchange_.post(data_ + chunk_begin(n_, N_, send), chunk_size(n_, N_, send) * sizeof(T),
-                         data_ + chunk_begin(n_, N_, recv), chunk_size(n_, N_, recv) * sizeof(T), MPI_BYTE, left,
-                         right, tag_, comm_);
-        if (!exchange_.test()) return false;
-        ++step_;
-      }
-    }
-  }
-
-  void abandon() override { exchange_.abandon(); }
-
- private:
-  // Rank r now holds chunk r+1 reduced over all ranks: divide once for AVG, round once to T.
-  void finish_owned_chunk() {
-    const int owned = (rank_ + 1) % N_;
-    const int64_t begin = chunk_begin(n_, N_, owned), count = chunk_size(n_, N_, owned);
-    if (!std::is_same_v<T, Acc> || op_ == ReduceOp::avg)
-      finish_into(data_ + begin, work_ + begin, count, op_, N_);
-  }
-
-  enum class Phase { reduce_scatter, all_gather };
-  Tensor tensor_;  // keeps the storage alive
-  ReduceOp op_;
-  int tag_;
-  MPI_Comm comm_;
-  int rank_, N_;
-  int64_t n_;
-  T* data_;
-  Acc* work_;  // (n) partial sums; data_ itself when T == Acc
-  Acc* recv_;  // (n / N + 1) one received chunk
-  Phase phase_ = Phase::reduce_scatter;
-  int step_ = 0;
-  RingStep exchange_;
 };
 
 // input: S, output: (N, *S) bytes. Rank r's block r starts as its input; N-1 ring steps pass the rest.
@@ -230,33 +151,66 @@ class ChainBroadcast : public PendingOp {
   std::vector<MPI_Request> sends_;
 };
 
-class RingGroup final : public GroupBase {
- public:
-  explicit RingGroup(const GroupOptions& options) : GroupBase("ring", options) {}
-  ~RingGroup() override { shutdown(); }
+}  // namespace
 
- protected:
-  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    return with_accumulator(t, t.numel() / size_ + 1, [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
-      return std::make_unique<RingAllreduce<decltype(zero)>>(t, op, tag, comm_, rank_, size_, work, recv);
-    });
-  }
+namespace {
 
-
-  std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int tag) override {
-    return std::make_unique<ChainBroadcast>(t, root, tag, comm_, rank_, size_);
-  }
-
-  std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag) override {
-    return std::make_unique<RingAllgather>(output, input, tag, comm_, rank_, size_);
-  }
-
-};
+// The pipeline's receive slots: window segments, in scratch buffer 1.
+template <class Acc>
+Acc* ring_slots(Scratch& scratch, RingTuning tuning) {
+  const int64_t segment = std::max<int64_t>(1, static_cast<int64_t>(tuning.segment_bytes / sizeof(Acc)));
+  return reinterpret_cast<Acc*>(scratch.get(1, tuning.window * segment * sizeof(Acc)));
+}
 
 }  // namespace
 
+std::unique_ptr<PendingOp> ring_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch,
+                                          RingTuning tuning) {
+  return with_accumulator(scratch, t, 0, [&](auto zero, auto* work, auto*) -> std::unique_ptr<PendingOp> {
+    using T = decltype(zero);
+    return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::allreduce, t.numel(), op, ch.size, ch,
+                                             static_cast<T*>(t.raw_data()), work,
+                                             ring_slots<compute_t<T>>(scratch, tuning), tuning,
+                                             std::vector<Tensor>{t});
+  });
+}
+
+std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, Channel ch,
+                                               Scratch& scratch, RingTuning tuning) {
+  // The input must survive: the partial sums always live in a scratch copy.
+  return with_accumulator(scratch, input, 0, [&](auto zero, auto* work, auto*) -> std::unique_ptr<PendingOp> {
+    using T = decltype(zero);
+    return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::reduce_scatter, input.numel(), op, ch.size, ch,
+                                             static_cast<T*>(output.raw_data()), work,
+                                             ring_slots<compute_t<T>>(scratch, tuning), tuning,
+                                             std::vector<Tensor>{output, input});
+  }, /*copy_input=*/true);
+}
+
+std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch) {
+  return std::make_unique<RingAllgather>(output, input, ch.tag, ch.comm, ch.rank, ch.size);
+}
+
+std::unique_ptr<PendingOp> chain_broadcast(const Tensor& t, int root, Channel ch) {
+  return std::make_unique<ChainBroadcast>(t, root, ch.tag, ch.comm, ch.rank, ch.size);
+}
+
+std::unique_ptr<PendingOp> RingFamilyGroup::start_allreduce(const Tensor& t, ReduceOp op, int tag) {
+  return ring_allreduce(t, op, channel(tag), scratch_, ring_tuning_);
+}
+std::unique_ptr<PendingOp> RingFamilyGroup::start_reduce_scatter(const Tensor& output, const Tensor& input,
+                                                                 ReduceOp op, int tag) {
+  return ring_reduce_scatter(output, input, op, channel(tag), scratch_, ring_tuning_);
+}
+std::unique_ptr<PendingOp> RingFamilyGroup::start_broadcast(const Tensor& t, int root, int tag) {
+  return chain_broadcast(t, root, channel(tag));
+}
+std::unique_ptr<PendingOp> RingFamilyGroup::start_allgather(const Tensor& output, const Tensor& input, int tag) {
+  return ring_allgather(output, input, channel(tag));
+}
+
 std::unique_ptr<ProcessGroup> new_ring_group(const GroupOptions& options) {
-  return std::make_unique<RingGroup>(options);
+  return std::make_unique<RingFamilyGroup>("ring", options);
 }
 
 }  // namespace ringgrad::dist::detail

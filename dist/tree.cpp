@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "dist/algorithms.h"
 #include "dist/backends.h"
 #include "dist/mpi_check.h"
 #include "dist/group_base.h"
@@ -89,11 +90,8 @@ class TreeAllreduce : public PendingOp {
 
   void abandon() override {  // See Note [After a timeout] in dist/comm_thread.h
     if (!posted_) return;
-    if (requests_[0] != MPI_REQUEST_NULL) {
-      MPI_Cancel(&requests_[0]);
-      MPI_Request_free(&requests_[0]);
-    }
-    if (requests_[1] != MPI_REQUEST_NULL) MPI_Request_free(&requests_[1]);
+    abandon_request(requests_[0], true);
+    abandon_request(requests_[1], false);
     posted_ = false;
   }
 
@@ -113,6 +111,17 @@ class TreeAllreduce : public PendingOp {
   bool posted_ = false;
 };
 
+}  // namespace
+
+std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch) {
+  return with_accumulator(scratch, t, std::max<int64_t>(t.numel(), 1),
+                          [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
+    return std::make_unique<TreeAllreduce<decltype(zero)>>(t, op, ch.tag, ch.comm, ch.rank, ch.size, work, recv);
+  });
+}
+
+namespace {
+
 class TreeGroup final : public GroupBase {
  public:
   explicit TreeGroup(const GroupOptions& options) : GroupBase("tree", options) {}
@@ -120,11 +129,8 @@ class TreeGroup final : public GroupBase {
 
  protected:
   std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    return with_accumulator(t, std::max<int64_t>(t.numel(), 1), [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
-      return std::make_unique<TreeAllreduce<decltype(zero)>>(t, op, tag, comm_, rank_, size_, work, recv);
-    });
+    return tree_allreduce(t, op, channel(tag), scratch_);
   }
-
 };
 
 }  // namespace

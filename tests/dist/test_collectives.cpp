@@ -5,6 +5,7 @@
 // floats; truncated toward zero for integers, Note [Where AVG divides]).
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "dist_test_util.h"
@@ -13,7 +14,19 @@ namespace {
 
 const std::vector<rg::DType> kDtypes = {rg::DType::f32, rg::DType::f64, rg::DType::f16,
                                         rg::DType::bf16, rg::DType::i32, rg::DType::i64};
-const std::vector<std::string> kBackends = {"mpi", "ring", "tree"};
+// "ring/small-segments" is the ring with 256-byte segments, so that moderate sizes run many
+// pipeline segments per chunk; "hierarchical" declares nodes of 2 ranks (at np 4: 2 fake nodes of 2).
+const std::vector<std::string> kBackends = {"mpi", "ring", "ring/small-segments", "tree", "auto", "hierarchical"};
+
+std::unique_ptr<dist::ProcessGroup> make_group(const std::string& name) {
+  dist::GroupOptions options = test_options();
+  if (name == "ring/small-segments") {
+    options.ring_segment_bytes = 256;
+    return dist::new_group("ring", options);
+  }
+  if (name == "hierarchical") options.ranks_per_node = 2;
+  return dist::new_group(name, options);
+}
 const std::vector<dist::ReduceOp> kOps = {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::max,
                                           dist::ReduceOp::min};
 
@@ -53,8 +66,8 @@ TEST_CASE("world: rank, size, local rank and local size") {
 TEST_CASE("allreduce: every backend x op x dtype x size") {
   const int r = dist::world().rank;
   for (const auto& backend : kBackends) {
-    auto pg = dist::new_group(backend, test_options());
-    CHECK(pg->backend() == backend);
+    auto pg = make_group(backend);
+    CHECK(pg->backend() == backend.substr(0, backend.find('/')));
     CHECK(pg->size() == dist::world().size);
     for (rg::DType dt : kDtypes)
       for (dist::ReduceOp op : kOps)
@@ -79,7 +92,7 @@ TEST_CASE("allreduce: f16 and bf16 are summed in f32 and rounded once") {
   // each addition would give 2048; summing in f32 gives 2048 + N - 1, rounded once.
   const int N = dist::world().size, r = dist::world().rank;
   for (const auto& backend : kBackends) {
-    auto pg = dist::new_group(backend, test_options());
+    auto pg = make_group(backend);
     for (rg::DType dt : {rg::DType::f16, rg::DType::bf16}) {
       CAPTURE(backend);
       const std::string dtype = rg::dtype_name(dt);
@@ -96,7 +109,7 @@ TEST_CASE("allreduce: f16 and bf16 are summed in f32 and rounded once") {
 TEST_CASE("broadcast: every backend x root x dtype x size") {
   const int N = dist::world().size, r = dist::world().rank;
   for (const auto& backend : kBackends) {
-    auto pg = dist::new_group(backend, test_options());
+    auto pg = make_group(backend);
     for (int root : {0, N - 1})
       for (rg::DType dt : kDtypes)
         for (int64_t n : sizes()) {
@@ -115,7 +128,7 @@ TEST_CASE("broadcast: every backend x root x dtype x size") {
 TEST_CASE("allgather: every backend x dtype x size") {
   const int N = dist::world().size, r = dist::world().rank;
   for (const auto& backend : kBackends) {
-    auto pg = dist::new_group(backend, test_options());
+    auto pg = make_group(backend);
     for (rg::DType dt : kDtypes)
       for (int64_t n : sizes()) {
         if (n > 100000 && dt != rg::DType::f32 && dt != rg::DType::f16) continue;
@@ -136,7 +149,7 @@ TEST_CASE("many outstanding async ops complete in submission order") {
   const int r = dist::world().rank;
   for (const auto& backend : kBackends) {
     CAPTURE(backend);
-    auto pg = dist::new_group(backend, test_options());
+    auto pg = make_group(backend);
     std::vector<rg::Tensor> tensors;
     std::vector<std::shared_ptr<dist::Work>> works;
     for (int k = 0; k < 64; ++k) {
@@ -179,4 +192,159 @@ TEST_CASE("collective timeout comes from RINGGRAD_COLLECTIVE_TIMEOUT") {
   CHECK_THROWS_WITH_AS(dist::default_collective_timeout(), doctest::Contains("RINGGRAD_COLLECTIVE_TIMEOUT='soon'"), rg::Error);
   unsetenv("RINGGRAD_COLLECTIVE_TIMEOUT");
   CHECK(dist::default_collective_timeout() == 300.0);
+}
+
+TEST_CASE("reduce_scatter: every backend x op x dtype x size") {
+  const int N = dist::world().size, r = dist::world().rank;
+  for (const auto& backend : kBackends) {
+    auto pg = make_group(backend);
+    for (rg::DType dt : kDtypes)
+      for (dist::ReduceOp op : kOps)
+        for (int64_t m : {int64_t{0}, int64_t{1}, int64_t{N - 1}, int64_t{1001}, int64_t{1} << 18}) {
+          if (m > 100000 && op != dist::ReduceOp::sum) continue;
+          CAPTURE(backend);
+          const std::string dtype = rg::dtype_name(dt);
+          CAPTURE(dtype);
+          const std::string reduce = dist::reduce_op_name(op);
+          CAPTURE(reduce);
+          CAPTURE(m);
+          // input (N, m): element j of the flat input is (r + 1) + (j % 7), so rank q's output
+          // element i is the closed form at j = q m + i.
+          rg::Tensor input = filled(N * m, dt, [&](int64_t j) { return (r + 1) + (j % 7); }).view({N, m});
+          rg::Tensor before = input.clone();
+          rg::Tensor output = rg::full({m}, -1.0, {.dtype = dt});
+          pg->reduce_scatter(output, input, op)->wait();
+          CHECK(mismatch(output, [&](int64_t i) { return expected_reduce(op, dt, r * m + i); }) == "");
+          CHECK(rg::equal(input, before));  // the input is left alone
+        }
+  }
+}
+
+TEST_CASE("send / recv: a ring of large messages posted send-first on every rank does not deadlock") {
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  for (const auto& backend : {"mpi", "ring"}) {
+    auto pg = dist::new_group(backend, test_options());
+    const int64_t n = int64_t{1} << 20;  // 4 MiB: beyond any eager limit, so a send needs its receive
+    rg::Tensor out = filled(n, rg::DType::f32, [&](int64_t i) { return r * 1000 + (i % 11); });
+    rg::Tensor in = rg::zeros({n});
+    rg::Tensor small_out = filled(3, rg::DType::i64, [&](int64_t i) { return -r - i; });
+    rg::Tensor small_in = rg::zeros({3}, {.dtype = rg::DType::i64});
+    const int right = (r + 1) % N, left = (r - 1 + N) % N;
+    // Two tags, received in the other order than sent: tags keep them apart.
+    auto s1 = pg->send(out, right, /*tag=*/1);
+    auto s2 = pg->send(small_out, right, /*tag=*/2);
+    auto r2 = pg->recv(small_in, left, /*tag=*/2);
+    auto r1 = pg->recv(in, left, /*tag=*/1);
+    for (auto& w : {s1, s2, r2, r1}) w->wait();
+    CHECK(mismatch(in, [&](int64_t i) { return left * 1000 + (i % 11); }) == "");
+    CHECK(mismatch(small_in, [&](int64_t i) { return -left - i; }) == "");
+    // Point-to-point ops do not disturb the collective order.
+    rg::Tensor t = filled(1001, rg::DType::f32, [&](int64_t i) { return (r + 1) + (i % 7); });
+    pg->allreduce(t)->wait();
+    CHECK(mismatch(t, [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
+  }
+}
+
+TEST_CASE("send / recv: a message that does not fit the receiving tensor is an error naming both sizes") {
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  auto pg = dist::new_group("ring", test_options());
+  CHECK_THROWS_WITH_AS(pg->send(rg::zeros({4}), r), doctest::Contains("must be another rank"), rg::Error);
+  CHECK_THROWS_WITH_AS(pg->send(rg::zeros({4}), (r + 1) % N, 40000), doctest::Contains("tag 40000"), rg::Error);
+  // Each case on a group of its own: a failed receive leaves its group unusable (on rank 1 only).
+  auto bigger = dist::new_group("ring", test_options());
+  auto smaller = dist::new_group("mpi", test_options());
+  if (r == 0) {
+    bigger->send(rg::zeros({5}), 1, 7)->wait();
+    smaller->send(rg::zeros({3}), 1, 8)->wait();
+  } else if (r == 1) {
+    CHECK_THROWS_WITH_AS(bigger->recv(rg::zeros({4}), 0, 7)->wait(),
+                         doctest::Contains("the message from rank 0 (tag 7) is larger than the receiving tensor (4,) f32"),
+                         rg::Error);
+    CHECK_THROWS_WITH_AS(smaller->recv(rg::zeros({4}), 0, 8)->wait(),
+                         doctest::Contains("the message from rank 0 (tag 8) has 12 bytes but the receiving tensor (4,) f32 cpu has 16"),
+                         rg::Error);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("hierarchical: any node size gives the flat result") {
+  const int N = dist::world().size, r = dist::world().rank;
+  for (int k : {1, 2, 3, N}) {
+    CAPTURE(k);
+    dist::GroupOptions options = test_options();
+    options.ranks_per_node = k;
+    auto pg = dist::new_group("hierarchical", options);
+    for (rg::DType dt : {rg::DType::f32, rg::DType::bf16, rg::DType::i64})
+      for (dist::ReduceOp op : kOps) {
+        rg::Tensor t = filled(5003, dt, [&](int64_t i) { return (r + 1) + (i % 7); });
+        pg->allreduce(t, op)->wait();
+        CHECK(mismatch(t, [&](int64_t i) { return expected_reduce(op, dt, i); }) == "");
+      }
+  }
+}
+
+TEST_CASE("debug mode: a size mismatch is reported with every rank's view") {
+  const int N = dist::world().size, r = dist::world().rank;
+  dist::GroupOptions options = test_options();
+  options.debug_check = true;
+  {  // matching collectives pass the check
+    auto pg = dist::new_group("ring", options);
+    rg::Tensor t = filled(1000, rg::DType::f32, [&](int64_t i) { return (r + 1) + (i % 7); });
+    pg->allreduce(t)->wait();
+    pg->barrier()->wait();
+    CHECK(mismatch(t, [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
+  }
+  if (N == 1) return;
+  auto pg = dist::new_group("ring", options);
+  rg::Tensor t = rg::ones({r == N - 1 ? 999 : 1000});  // the last rank is off by one
+  const std::string view0 = "rank 0: allreduce (sum, (1000,) f32 cpu)";
+  const std::string view_last = rg::str_cat("rank ", N - 1, ": allreduce (sum, (999,) f32 cpu)");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pg->allreduce(t)->wait();
+    FAIL("the mismatch went unnoticed");
+  } catch (const rg::Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("[dist.debug] ranks disagree on collective #0 of backend 'ring'") != std::string::npos);
+    CHECK(what.find(view0) != std::string::npos);
+    CHECK(what.find(view_last + "   <-- first to differ from rank 0") != std::string::npos);
+  }
+  // Found at once, not after the 60 s timeout.
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
+}
+
+TEST_CASE("counters and trace events") {
+  const int r = dist::world().rank;
+  dist::GroupOptions options = test_options();
+  options.trace = true;
+  auto pg = dist::new_group("ring", options);
+  const auto start = std::chrono::steady_clock::now();
+  rg::Tensor t = rg::ones({1000});
+  for (int i = 0; i < 3; ++i) pg->allreduce(t)->wait();
+  pg->barrier()->wait();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const dist::GroupStats stats = pg->stats();
+  CHECK(stats.ops == 4);
+  CHECK(stats.failed == 0);
+  CHECK(stats.bytes == 3 * 4000);
+  CHECK(stats.busy_seconds > 0);
+  CHECK(stats.busy_seconds <= wall);
+  const std::vector<rg::TraceEvent> events = pg->trace_events();
+  REQUIRE(events.size() == 4);
+  CHECK(events[0].name == "allreduce #0");
+  CHECK(events[3].name == "barrier #3");
+  for (size_t i = 0; i < events.size(); ++i) {
+    CHECK(events[i].pid == r);
+    CHECK(events[i].thread == "comm:ring");
+    CHECK(events[i].duration_us >= 0);
+    if (i > 0) CHECK(events[i].start_us >= events[i - 1].start_us + events[i - 1].duration_us);
+  }
+  CHECK(events[0].args_json == "\"bytes\": 4000, \"ok\": true");
+  // Untraced groups record nothing but still count.
+  auto quiet = dist::new_group("tree", test_options());
+  quiet->allreduce(t)->wait();
+  CHECK(quiet->trace_events().empty());
+  CHECK(quiet->stats().ops == 1);
 }

@@ -1,0 +1,105 @@
+// The collective algorithms written here, as PendingOps any group can start (internal).
+//
+// A backend (ring, tree, auto, hierarchical) is a choice among these; each algorithm is a state
+// machine over nonblocking MPI point-to-point calls that the group's communication thread polls
+// (dist/comm_thread.h). The algorithms live in ring.cpp / ring_pipeline.h (ring reduce-scatter,
+// all-reduce, all-gather, chain broadcast) and tree.cpp (recursive doubling).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "dist/comm_thread.h"
+#include "dist/process_group.h"
+#include "dist/reduce_kernels.h"
+
+namespace ringgrad::dist::detail {
+
+// Where one collective's messages go: a communicator, this rank's place in it, and the tag that
+// keeps this op's messages apart from the previous op's (See GroupBase::submit).
+struct Channel {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+  int tag = 0;
+};
+
+// Reusable buffers, owned by a group and used by one op at a time (only its communication thread
+// runs ops, one collective at a time). Reuse matters: a fresh large buffer per op costs page faults
+// on every call.
+class Scratch {
+ public:
+  std::byte* get(int i, size_t bytes) {  // buffer i (0 or 1) of at least `bytes`
+    if (buffers_[i].size() < bytes) {
+      buffers_[i].clear();
+      buffers_[i].shrink_to_fit();
+      buffers_[i].resize(bytes);
+    }
+    return buffers_[i].data();
+  }
+  // After a timeout MPI may still write into the buffers: hand them over to be leaked.
+  void leak() {
+    for (auto& b : buffers_) new std::vector<std::byte>(std::move(b));  // deliberate
+  }
+
+ private:
+  std::vector<std::byte> buffers_[2];
+};
+
+// Calls make(T{}, work, recv) with T the tensor's storage type (u8 is refused), `work` the buffer the
+// partial results live in -- the tensor itself, or for f16 / bf16 (or always when copy_input) an
+// accumulation-type copy in scratch buffer 0 -- and `recv` scratch buffer 1 of recv_elems
+// accumulation-type elements (null for 0). See Note [Half-precision accumulation].
+template <class Make>
+std::unique_ptr<PendingOp> with_accumulator(Scratch& scratch, const Tensor& t, int64_t recv_elems, Make make,
+                                            bool copy_input = false) {
+  return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
+    using T = decltype(zero);
+    using Acc = compute_t<T>;
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      RG_FAIL("dist.reduce", "u8 is not supported");  // rejected at submission already
+    } else {
+      const int64_t n = t.numel();
+      T* data = static_cast<T*>(t.raw_data());
+      Acc* work = reinterpret_cast<Acc*>(data);
+      if (copy_input || !std::is_same_v<T, Acc>) {
+        work = reinterpret_cast<Acc*>(scratch.get(0, n * sizeof(Acc)));
+        widen(work, data, n);
+      }
+      Acc* recv = recv_elems > 0 ? reinterpret_cast<Acc*>(scratch.get(1, recv_elems * sizeof(Acc))) : nullptr;
+      return make(zero, work, recv);
+    }
+  });
+}
+
+// Tuning of the ring (GroupOptions carries them).
+struct RingTuning {
+  size_t segment_bytes = size_t{1} << 18;  // a chunk travels in segments of this many bytes
+  int window = 4;                          // receives in flight per direction
+};
+
+// t: any shape, reduced in place over the channel's ranks.
+std::unique_ptr<PendingOp> ring_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch,
+                                          RingTuning tuning);
+// input: (N * m) elements, output: (m); rank r's output = op over ranks of input block r.
+std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, Channel ch,
+                                               Scratch& scratch, RingTuning tuning);
+// input: S, output: (N, *S).
+std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch);
+std::unique_ptr<PendingOp> chain_broadcast(const Tensor& t, int root, Channel ch);
+// t: any shape, reduced in place by recursive doubling.
+std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch);
+
+// Cancels a posted receive, frees a posted send (See Note [After a timeout] in dist/comm_thread.h).
+inline void abandon_request(MPI_Request& r, bool is_receive) {
+  if (r == MPI_REQUEST_NULL) return;
+  if (is_receive) MPI_Cancel(&r);
+  MPI_Request_free(&r);
+}
+
+}  // namespace ringgrad::dist::detail

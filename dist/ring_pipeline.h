@@ -1,0 +1,202 @@
+// RingPipeline: the ring reduce-scatter (and optional all-gather), chunked and pipelined (internal).
+//
+// N ranks stand in a ring; rank r sends to r+1 and receives from r-1 (mod N). The n elements are
+// cut into N chunks (chunk_begin / chunk_size in dist/reduce_kernels.h: any n works, 0 and 1
+// included; chunks may be empty).
+//
+//   reduce-scatter, step g = 0 .. N-2: send chunk (r - g - shift), receive chunk (r - g - 1 - shift)
+//     and reduce it into the partial sums. After N-1 steps rank r owns chunk (r + 1 - shift), fully
+//     reduced. AllReduce uses shift 0; ReduceScatter uses shift 1 so that rank r owns chunk r.
+//   all-gather (AllReduce only), step g = 0 .. N-2: send chunk (r + 1 - g), receive chunk (r - g)
+//     into place.
+//
+// Each rank sends N-1 chunks per phase: 2(N-1)/N of the data for an AllReduce, whatever N.
+//
+// Note [Ring pipelining]: a chunk travels as segments (RingTuning::segment_bytes), and the chunk a
+// rank sends at step g is the one it received at step g-1. So segment j can be forwarded as soon as
+// segment j of the previous step arrived and was reduced; it need not wait for the whole chunk.
+// While segment j is being added, segment j+1 is on the wire: the reduction hides behind the
+// transfer, and step g+1 starts before step g ends. Receives in flight are bounded by
+// RingTuning::window, each into its own slot of the receive buffer.
+//
+// Sends and receives are two ordered lists of (step, segment) units. MPI delivers messages between
+// two ranks with one tag in order, so the k-th send of rank r matches the k-th receive of rank r+1:
+// both are segment j of the same chunk at the same step (send chunk of r at step g == receive
+// chunk of r+1 at step g).
+//
+// Between the phases the owner of each chunk divides it for AVG (by `divisor`) and rounds it to T,
+// segment by segment as its last partial sum arrives (Note [Where AVG divides], Note
+// [Half-precision accumulation] in dist/process_group.h): the reduce-scatter moves Acc, the
+// all-gather moves T.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <type_traits>
+#include <vector>
+
+#include "dist/algorithms.h"
+#include "dist/mpi_check.h"
+
+namespace ringgrad::dist::detail {
+
+template <class T>
+class RingPipeline : public PendingOp {
+  using Acc = compute_t<T>;
+
+ public:
+  enum class Mode { allreduce, reduce_scatter };
+
+  // work: (n) Acc partial sums (may alias `data` when T == Acc). allreduce: the result lands in
+  // data (n). reduce_scatter: `data` is the (n / N) output block. slots: window * segment Acc.
+  // keep_alive: tensors MPI reads or writes, held until the op ends.
+  RingPipeline(Mode mode, int64_t n, ReduceOp op, int divisor, Channel ch, T* data, Acc* work, Acc* slots,
+               RingTuning tuning, std::vector<Tensor> keep_alive)
+      : mode_(mode), n_(n), op_(op), divisor_(divisor), ch_(ch), data_(data), work_(work), slots_(slots),
+        segment_(std::max<int64_t>(1, static_cast<int64_t>(tuning.segment_bytes / sizeof(Acc)))),
+        window_(std::max(1, tuning.window)), keep_alive_(std::move(keep_alive)) {
+    const int N = ch.size, r = ch.rank, shift = mode == Mode::allreduce ? 0 : 1;
+    owned_ = mod(r + 1 - shift);
+    const int steps = mode == Mode::allreduce ? 2 * (N - 1) : N - 1;
+    for (int g = 0; g < steps; ++g) {
+      const bool rs = g < N - 1;
+      const int send = rs ? mod(r - g - shift) : mod(r + 1 - (g - (N - 1)));
+      const int recv = rs ? mod(r - g - 1 - shift) : mod(r - (g - (N - 1)));
+      add_units(sends_, send, rs, g);
+      add_units(recvs_, recv, rs, g);
+    }
+    // A send at step g forwards the chunk received at step g-1: it waits for that receive.
+    for (size_t i = 0, k = 0; i < sends_.size(); ++i) {
+      if (sends_[i].step == 0) continue;
+      while (recvs_[k].step != sends_[i].step - 1 || recvs_[k].begin != sends_[i].begin) ++k;
+      sends_[i].after_recv = static_cast<int64_t>(k);
+    }
+    first_ag_send_ = std::find_if(sends_.begin(), sends_.end(), [](const Unit& u) { return !u.reduce_scatter; }) -
+                     sends_.begin();
+    send_requests_.assign(sends_.size(), MPI_REQUEST_NULL);
+    recv_requests_.assign(static_cast<size_t>(window_), MPI_REQUEST_NULL);
+    if (N == 1) finish_owned(0, n_);  // nothing to exchange: the owned chunk is everything
+  }
+
+  bool poll() override {
+    for (bool progress = true; progress;) {
+      progress = false;
+      while (next_send_ < sends_.size() && ready_to_send(sends_[next_send_])) {
+        post_send(next_send_++);
+        progress = true;
+      }
+      while (next_post_ < recvs_.size() && next_post_ - received_ < static_cast<size_t>(window_) &&
+             may_receive(recvs_[next_post_])) {
+        post_recv(next_post_++);
+        progress = true;
+      }
+      if (received_ < next_post_) {
+        int done = 0;
+        RG_MPI_CHECK(MPI_Test(&recv_requests_[received_ % window_], &done, MPI_STATUS_IGNORE));
+        if (done) {
+          on_received(received_++);
+          progress = true;
+        }
+      }
+    }
+    if (received_ < recvs_.size() || next_send_ < sends_.size()) return false;
+    int done = 0;
+    RG_MPI_CHECK(MPI_Testall(static_cast<int>(send_requests_.size()), send_requests_.data(), &done,
+                             MPI_STATUSES_IGNORE));
+    return done != 0;
+  }
+
+  void abandon() override {
+    for (auto& r : recv_requests_) abandon_request(r, true);
+    for (auto& r : send_requests_) abandon_request(r, false);
+  }
+
+ private:
+  struct Unit {
+    int step;
+    bool reduce_scatter;     // false: all-gather
+    int64_t begin, count;    // elements of the tensor
+    int64_t after_recv = -1; // sends: the receive this send forwards
+  };
+
+  int mod(int c) const { return ((c % ch_.size) + ch_.size) % ch_.size; }
+
+  void add_units(std::vector<Unit>& units, int chunk, bool rs, int step) const {
+    const int64_t begin = chunk_begin(n_, ch_.size, chunk), count = chunk_size(n_, ch_.size, chunk);
+    for (int64_t s = 0; s < count; s += segment_) units.push_back({step, rs, begin + s, std::min(segment_, count - s)});
+  }
+
+  bool ready_to_send(const Unit& u) const { return u.after_recv < static_cast<int64_t>(received_); }
+
+  // An all-gather receive writes into the tensor. When the partial sums live in the tensor itself
+  // (T == Acc), that region may still be a reduce-scatter send buffer MPI reads from: wait for those.
+  bool may_receive(const Unit& u) {
+    if (u.reduce_scatter || rs_sends_done_) return true;
+    int done = 0;
+    RG_MPI_CHECK(MPI_Testall(static_cast<int>(first_ag_send_), send_requests_.data(), &done, MPI_STATUSES_IGNORE));
+    rs_sends_done_ = done != 0;
+    return rs_sends_done_;
+  }
+
+  void post_send(size_t i) {
+    const Unit& u = sends_[i];
+    const int right = mod(ch_.rank + 1);
+    if (u.reduce_scatter)
+      RG_MPI_CHECK(MPI_Isend(work_ + u.begin, static_cast<int>(u.count), mpi_type<Acc>(), right, ch_.tag, ch_.comm,
+                             &send_requests_[i]));
+    else
+      RG_MPI_CHECK(MPI_Isend(data_ + u.begin, static_cast<int>(u.count * sizeof(T)), MPI_BYTE, right, ch_.tag,
+                             ch_.comm, &send_requests_[i]));
+  }
+
+  void post_recv(size_t k) {
+    const Unit& u = recvs_[k];
+    const int left = mod(ch_.rank - 1);
+    MPI_Request* request = &recv_requests_[k % window_];
+    if (u.reduce_scatter)
+      RG_MPI_CHECK(MPI_Irecv(slot(k), static_cast<int>(u.count), mpi_type<Acc>(), left, ch_.tag, ch_.comm, request));
+    else
+      RG_MPI_CHECK(MPI_Irecv(data_ + u.begin, static_cast<int>(u.count * sizeof(T)), MPI_BYTE, left, ch_.tag,
+                             ch_.comm, request));
+  }
+
+  Acc* slot(size_t k) const { return slots_ + static_cast<int64_t>(k % window_) * segment_; }
+
+  void on_received(size_t k) {
+    const Unit& u = recvs_[k];
+    if (!u.reduce_scatter) return;  // all-gather data landed in place
+    reduce_into(work_ + u.begin, slot(k), u.count, op_);
+    if (u.step == ch_.size - 2) finish_owned(u.begin, u.count);  // the last partial sum arrived
+  }
+
+  // Elements [begin, begin + count) of the owned chunk are fully reduced: divide once, round once.
+  void finish_owned(int64_t begin, int64_t count) {
+    if (mode_ == Mode::reduce_scatter) {
+      finish_into(data_ + (begin - chunk_begin(n_, ch_.size, owned_)), work_ + begin, count, op_, divisor_);
+    } else if (!std::is_same_v<T, Acc> || op_ == ReduceOp::avg) {
+      finish_into(data_ + begin, work_ + begin, count, op_, divisor_);
+    }
+  }
+
+  const Mode mode_;
+  const int64_t n_;
+  const ReduceOp op_;
+  const int divisor_;
+  const Channel ch_;
+  T* const data_;
+  Acc* const work_;
+  Acc* const slots_;
+  const int64_t segment_;
+  const int window_;
+  std::vector<Tensor> keep_alive_;
+  int owned_ = 0;
+
+  std::vector<Unit> sends_, recvs_;
+  size_t first_ag_send_ = 0;
+  std::vector<MPI_Request> send_requests_, recv_requests_;
+  size_t next_send_ = 0, next_post_ = 0, received_ = 0;
+  bool rs_sends_done_ = false;
+};
+
+}  // namespace ringgrad::dist::detail

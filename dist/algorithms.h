@@ -79,7 +79,7 @@ std::unique_ptr<PendingOp> with_accumulator(Scratch& scratch, const Tensor& t, i
 
 // Tuning of the ring (GroupOptions carries them).
 struct RingTuning {
-  size_t segment_bytes = size_t{1} << 18;  // a chunk travels in segments of this many bytes
+  size_t segment_bytes = size_t{1} << 20;  // a chunk travels in segments of this many bytes
   int window = 4;                          // receives in flight per direction
 };
 

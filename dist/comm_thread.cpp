@@ -1,10 +1,16 @@
 #include "dist/comm_thread.h"
 
+#include <sys/prctl.h>
+
 #include <sstream>
 
 #include "core/error.h"
 
 namespace ringgrad::dist {
+
+namespace {
+constexpr unsigned long kTimerSlackNs = 1000;  // See Note [Polling, not spinning]
+}  // namespace
 
 CommThread::CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us,
                        bool trace)
@@ -44,6 +50,7 @@ std::shared_ptr<Work> CommThread::submit(OpInfo info, StartFn start) {
     info.seq = info.p2p ? next_p2p_seq_++ : next_seq_++;
     work = std::make_shared<Work>(label(info));
     queue_.push_back(Task{std::move(info), std::move(start), work});
+    queued_.store(queue_.size(), std::memory_order_release);
   }
   queue_cv_.notify_one();
   return work;
@@ -60,23 +67,31 @@ std::vector<TraceEvent> CommThread::trace_events() const {
 }
 
 void CommThread::loop() {
-  int idle_polls = 0;
+  // See Note [Polling, not spinning]: without this a 1 us sleep lasts the default 50 us slack.
+  prctl(PR_SET_TIMERSLACK, kTimerSlackNs, 0, 0, 0);
+  int sleeps = 0;
+  Clock::time_point idle_since = Clock::now();
   bool was_running = false;
   double last_us = trace_clock_us();
   for (;;) {
     std::vector<Task> to_start;
+    const bool running = collective_ || !p2p_.empty();
+    if (!running) {  // See Note [Short spins before sleeping]
+      const auto until = Clock::now() + std::chrono::microseconds(kSpinMicroseconds);
+      while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) std::this_thread::yield();
+    }
     {
       std::unique_lock lock(mutex_);
-      const bool running = collective_ || !p2p_.empty();
       if (!running) queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (!running && queue_.empty()) return;  // stopping, and everything queued has run
       // Point-to-point ops start whenever they reach the front; a collective only when none runs.
-      bool collective_busy = collective_ != nullptr;
-      while (!queue_.empty() && (queue_.front().info.p2p || !collective_busy)) {
-        collective_busy = collective_busy || !queue_.front().info.p2p;
+      while (!queue_.empty() && (queue_.front().info.p2p || !collective_active_)) {
+        if (queue_.front().info.p2p) ++p2p_active_;
+        else collective_active_ = true;
         to_start.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      queued_.store(queue_.size(), std::memory_order_release);
     }
     // Busy time: the wall time during which something was running.
     const double now_us = trace_clock_us();
@@ -87,37 +102,51 @@ void CommThread::loop() {
     last_us = now_us;
 
     bool progress = !to_start.empty();
+    int collectives_done = 0, p2p_done = 0;
     for (Task& task : to_start) {
       auto running = std::make_unique<Running>();
       const bool p2p = task.info.p2p;
-      if (!start(task, *running)) continue;
+      if (!start(task, *running)) {
+        (p2p ? p2p_done : collectives_done)++;
+        continue;
+      }
       if (p2p) p2p_.push_back(std::move(running));
       else collective_ = std::move(running);
     }
     if (collective_ && advance(*collective_)) {
       collective_.reset();
-      progress = true;
+      ++collectives_done;
     }
     for (auto it = p2p_.begin(); it != p2p_.end();) {
       if (advance(**it)) {
         it = p2p_.erase(it);
-        progress = true;
+        ++p2p_done;
       } else {
         ++it;
       }
     }
+    if (collectives_done + p2p_done > 0) {
+      progress = true;
+      std::lock_guard lock(mutex_);
+      if (collectives_done > 0) collective_active_ = false;
+      p2p_active_ -= p2p_done;
+    }
     was_running = collective_ || !p2p_.empty() || !to_start.empty();
     if (progress || !was_running) {
-      idle_polls = 0;
+      sleeps = 0;
+      idle_since = Clock::now();
       continue;
     }
     // See Note [Polling, not spinning].
-    if (++idle_polls <= 32) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(
-          std::min(max_sleep_, std::chrono::microseconds(1 << std::min(idle_polls - 32, 16))));
-    }
+    back_off(sleeps, idle_since);
+  }
+}
+
+void CommThread::back_off(int& sleeps, Clock::time_point idle_since) const {
+  if (Clock::now() - idle_since < std::chrono::microseconds(kSpinMicroseconds)) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::min(max_sleep_, std::chrono::microseconds(1 << std::min(sleeps++, 16))));
   }
 }
 

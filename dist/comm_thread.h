@@ -15,7 +15,16 @@
 // the network inside MPI, and on a two-core machine with two ranks that spinning thread takes the
 // core the rank's compute thread (or the other rank) needs, so compute and communication would slow
 // each other instead of overlapping. Sleeping costs up to one sleep of latency per ring step, which
-// is why the first few polls only yield.
+// is why the thread only yields for the first kSpinMicroseconds without progress, and only then
+// sleeps, 1, 2, 4, ... us up to max_poll_sleep_us. Linux stretches every sleep by the thread's
+// timer slack (50 us by default: a "1 us" sleep takes ~55 us), so the thread sets its slack to 1 us.
+//
+// Note [Short spins before sleeping]: a small collective takes a few microseconds on the wire, but
+// waking a sleeping thread costs about as much again. So after its last op the thread polls its
+// queue for up to kSpinMicroseconds, yielding the core between polls, before it sleeps: back-to-back
+// collectives skip the wake-up, while an idle group costs nothing. (The waiting caller does not
+// spin: on a machine with fewer cores than threads its spinning slowed the communication threads
+// more than it saved -- measured, docs/dist.md.)
 //
 // Note [After a timeout]: MPI cannot cancel a collective another rank never joined. The timed-out op
 // is kept (it owns its tensors and buffers, which MPI may still write into if the late rank ever
@@ -23,6 +32,7 @@
 // op that timed out. Receive requests of point-to-point ops are cancelled.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -39,6 +49,8 @@
 #include "dist/work.h"
 
 namespace ringgrad::dist {
+
+inline constexpr int kSpinMicroseconds = 50;  // See Note [Short spins before sleeping]
 
 class PendingOp {
  public:
@@ -92,6 +104,8 @@ class CommThread {
   bool start(Task& task, Running& out);
   // Polls one running op: true once it finished (its Work is then completed).
   bool advance(Running& running);
+  // Between polls of an op that made no progress; `sleeps` and `idle_since` carry the back-off.
+  void back_off(int& sleeps, Clock::time_point idle_since) const;
   void complete(Running& running, std::exception_ptr error);
   std::string label(const OpInfo& info) const;
 
@@ -104,6 +118,10 @@ class CommThread {
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
   uint64_t next_seq_ = 0, next_p2p_seq_ = 0;
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the mutex (the spin phase)
+  // Under mutex_: what the thread runs.
+  bool collective_active_ = false;  // a collective
+  int p2p_active_ = 0;              // that many sends / receives
   bool stopping_ = false;
 
   // Touched only by the thread.

@@ -59,7 +59,7 @@ struct GroupOptions {
   // See Note [Polling, not spinning] in dist/comm_thread.h.
   int max_poll_sleep_us = 100;
   // ring: segment size of the pipeline (Note [Ring pipelining] in dist/ring_pipeline.h).
-  size_t ring_segment_bytes = size_t{1} << 18;
+  size_t ring_segment_bytes = size_t{1} << 20;
   // auto: AllReduces below this many bytes use the tree, the rest the ring. Unset:
   // RINGGRAD_AUTO_THRESHOLD (bytes, K/M suffixes allowed), else kAutoThresholdBytes.
   std::optional<size_t> auto_threshold_bytes;

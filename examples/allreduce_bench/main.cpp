@@ -1,6 +1,12 @@
 // allreduce_bench: AllReduce bandwidth per backend, in the style of nccl-tests' all_reduce_perf.
 //
-//   mpirun -np 2 build/examples/allreduce_bench -b 4K -e 256M -f 2 -n 20 -w 5 -c 1 --backends mpi,ring
+//   mpirun -np 2 build/examples/allreduce_bench -b 4K -e 256M -f 2 -n 20 -w 5 -c 1 -d f32 \
+//       --backends MPI_Allreduce,mpi,ring,tree,auto [--segment 256K]
+//
+// Backends are the process-group backends by name, plus the peer "MPI_Allreduce": the MPI
+// library's blocking MPI_Allreduce on MPI_COMM_WORLD called straight from this thread -- no
+// communication thread, no Work -- the figure the "0.9x of MPI_Allreduce" compares with.
+// (MPI has no f16 type: for f16 the peer is skipped.) --segment sets the ring's segment size.
 //
 // For each size: the mean time of one AllReduce (sum) over -n iterations after -w warm-ups, algbw =
 // bytes / time, busbw = algbw * 2(N-1)/N (the bytes each rank's link actually carries in a ring, so
@@ -53,7 +59,8 @@ double memcpy_bandwidth() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string begin = "4K", end = "256M", backends = "mpi,ring", type = "f32";
+  std::string begin = "4K", end = "256M", backends = "MPI_Allreduce,mpi,ring,tree,auto", type = "f32";
+  std::string segment;
   double factor = 2;
   int iters = 20, warmup = 5, check = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -66,8 +73,9 @@ int main(int argc, char** argv) {
     else if (flag == "-c") check = std::stoi(value);
     else if (flag == "-d") type = value;
     else if (flag == "--backends") backends = value;
+    else if (flag == "--segment") segment = value;
     else {
-      std::fprintf(stderr, "unknown flag %s (flags: -b -e -f -n -w -c -d f32|f16 --backends mpi,ring)\n", flag.c_str());
+      std::fprintf(stderr, "unknown flag %s (flags: -b -e -f -n -w -c -d f32|f16|bf16 --backends MPI_Allreduce,mpi,ring,tree,auto,hierarchical --segment BYTES)\n", flag.c_str());
       return 2;
     }
   }
@@ -81,8 +89,22 @@ int main(int argc, char** argv) {
                   type.c_str(), begin.c_str(), end.c_str(), factor, iters, warmup);
       std::printf("# ceiling: one core's memcpy bandwidth %.2f GB/s (read + write)\n", memcpy_bandwidth() / 1e9);
     }
+    dist::GroupOptions options;
+    if (!segment.empty()) options.ring_segment_bytes = static_cast<size_t>(parse_size(segment));
     for (const std::string& backend : split_list(backends)) {
-      auto pg = dist::new_group(backend);
+      const bool bare = backend == "MPI_Allreduce";
+      if (bare && dtype != DType::f32) {
+        if (w.rank == 0) std::printf("# backend: MPI_Allreduce skipped: MPI has no %s type\n", type.c_str());
+        continue;
+      }
+      // The peer runs on this thread; every other backend through a process group.
+      std::unique_ptr<dist::ProcessGroup> pg = bare ? nullptr : dist::new_group(backend, options);
+      auto allreduce = [&](Tensor& t) {
+        if (bare)
+          MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else
+          pg->allreduce(t)->wait();
+      };
       if (w.rank == 0) {
         std::printf("# backend: %s\n", backend.c_str());
         std::printf("%12s %12s %6s %12s %10s %10s %7s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
@@ -92,17 +114,17 @@ int main(int argc, char** argv) {
            bytes *= factor) {
         const int64_t count = static_cast<int64_t>(bytes) / static_cast<int64_t>(dtype_size(dtype));
         Tensor t = full({count}, w.rank + 1.0, {.dtype = dtype});
-        for (int i = 0; i < warmup; ++i) pg->allreduce(t)->wait();
-        pg->barrier()->wait();
+        for (int i = 0; i < warmup; ++i) allreduce(t);
+        MPI_Barrier(MPI_COMM_WORLD);
         auto t0 = Clock::now();
-        for (int i = 0; i < iters; ++i) pg->allreduce(t)->wait();
+        for (int i = 0; i < iters; ++i) allreduce(t);
         double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
         // The slowest rank's time is the collective's time.
         MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         int64_t wrong = 0;
         if (check) {
           t.fill_(w.rank + 1.0);
-          pg->allreduce(t)->wait();
+          allreduce(t);
           const double expected = n * (n + 1) / 2;
           for (double v : t.to_vector()) wrong += v != expected;
           MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);

@@ -13,12 +13,13 @@ constexpr unsigned long kTimerSlackNs = 1000;  // See Note [Polling, not spinnin
 }  // namespace
 
 CommThread::CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us,
-                       bool trace)
+                       bool trace, SimulatedNetwork network)
     : backend_(std::move(backend)),
       rank_(rank),
       size_(size),
       timeout_(timeout_seconds),
       max_sleep_(max_poll_sleep_us),
+      network_(network),
       trace_(trace),
       thread_([this] { loop(); }) {}
 
@@ -179,7 +180,7 @@ bool CommThread::advance(Running& running) {
   const OpInfo& info = running.task.info;
   const std::string op = "dist." + info.name;
   try {
-    if (running.op->poll()) {
+    if (running.op->poll() && network_delay_passed(running)) {
       complete(running, nullptr);
       return true;
     }
@@ -208,21 +209,30 @@ bool CommThread::advance(Running& running) {
   return true;
 }
 
+// Note [Simulated network]: the op's data has arrived; with a modelled network it counts as done
+// only once latency + bytes / bandwidth has passed since it started.
+bool CommThread::network_delay_passed(const Running& running) const {
+  if (network_.latency_us <= 0 && network_.bandwidth_gbps <= 0) return true;
+  double modelled_us = network_.latency_us;
+  if (network_.bandwidth_gbps > 0) modelled_us += static_cast<double>(running.task.info.bytes) / (network_.bandwidth_gbps * 1e3);
+  return trace_clock_us() >= running.start_us + modelled_us;
+}
+
 void CommThread::complete(Running& running, std::exception_ptr error) {
   const OpInfo& info = running.task.info;
+  const double end_us = trace_clock_us();
   {
     std::lock_guard lock(stats_mutex_);
     ++stats_.ops;
     if (error) ++stats_.failed;
     stats_.bytes += info.bytes;
     if (trace_) {
-      const double end_us = trace_clock_us();
       events_.push_back(TraceEvent{str_cat(info.name, " #", info.seq), "comm", rank_, "comm:" + backend_,
                                    running.start_us, end_us - running.start_us,
                                    str_cat("\"bytes\": ", info.bytes, ", \"ok\": ", error ? "false" : "true")});
     }
   }
-  running.task.work->finish(error);
+  running.task.work->finish(error, running.start_us, end_us);
 }
 
 }  // namespace ringgrad::dist

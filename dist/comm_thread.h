@@ -71,7 +71,8 @@ struct OpInfo {
 class CommThread {
  public:
   // rank / size / backend only label error messages.
-  CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us, bool trace);
+  CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us, bool trace,
+             SimulatedNetwork network = {});
   ~CommThread();  // runs the ops already queued (each bounded by the timeout), then joins
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
@@ -107,6 +108,7 @@ class CommThread {
   // Between polls of an op that made no progress; `sleeps` and `idle_since` carry the back-off.
   void back_off(int& sleeps, Clock::time_point idle_since) const;
   void complete(Running& running, std::exception_ptr error);
+  bool network_delay_passed(const Running& running) const;  // Note [Simulated network]
   std::string label(const OpInfo& info) const;
 
   const std::string backend_;
@@ -129,6 +131,8 @@ class CommThread {
   std::vector<std::unique_ptr<PendingOp>> abandoned_;  // See Note [After a timeout]
   std::unique_ptr<Running> collective_;                // the running collective, if any
   std::vector<std::unique_ptr<Running>> p2p_;          // running sends / receives
+
+  const SimulatedNetwork network_;
 
   // Read by other threads under stats_mutex_.
   const bool trace_;

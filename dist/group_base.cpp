@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 
 #include "core/error.h"
 #include "dist/mpi_check.h"
@@ -36,6 +37,20 @@ bool env_flag(const char* name) {
   if (v.empty() || v == "0" || v == "false" || v == "off") return false;
   RG_CHECK(v == "1" || v == "true" || v == "on", "dist.new_group", name, "='", v, "' is not 0/1/true/false/on/off");
   return true;
+}
+
+SimulatedNetwork simulated_network_from(const GroupOptions& options) {
+  if (options.simulated_network) return *options.simulated_network;
+  const char* env = std::getenv("RINGGRAD_SIMULATED_NETWORK");
+  if (env == nullptr || *env == '\0') return {};
+  SimulatedNetwork net;
+  char comma = 0;
+  std::istringstream in(env);
+  const bool ok = (in >> net.bandwidth_gbps >> comma >> net.latency_us) && comma == ',' && in.peek() == EOF &&
+                  net.bandwidth_gbps >= 0 && net.latency_us >= 0;
+  RG_CHECK(ok, "dist.new_group", "RINGGRAD_SIMULATED_NETWORK='", env,
+           "' is not 'GBPS,LATENCY_US' (e.g. '1,50': 1 GB/s, 50 us)");
+  return net;
 }
 
 int next_group_id() {
@@ -159,7 +174,7 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
   if (trace && trace_prefix != nullptr && *trace_prefix != '\0')
     trace_path_ = str_cat(trace_prefix, ".rank", rank_, ".g", id, "-", backend_, ".json");
   comm_thread_ = std::make_unique<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us,
-                                              trace);
+                                              trace, simulated_network_from(options));
 }
 
 GroupBase::~GroupBase() {

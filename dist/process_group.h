@@ -52,6 +52,16 @@ namespace ringgrad::dist {
 enum class ReduceOp { sum, avg, max, min };
 const char* reduce_op_name(ReduceOp op);  // "sum", ...
 
+// A slower network than the one there is, for experiments (GroupOptions::simulated_network): an
+// operation of b bytes counts as finished no earlier than latency_us + b / bandwidth after it
+// started. The delay is on the communication thread, so like a real link it also holds back the
+// operations queued behind it -- which is what makes overlap visible on one machine, where the
+// loopback "network" is a memcpy. 0 switches a term off.
+struct SimulatedNetwork {
+  double bandwidth_gbps = 0;  // GB/s of tensor bytes
+  double latency_us = 0;
+};
+
 struct GroupOptions {
   // Seconds one operation may run before wait() throws. Unset: RINGGRAD_COLLECTIVE_TIMEOUT, else 300.
   std::optional<double> timeout_seconds;
@@ -69,6 +79,8 @@ struct GroupOptions {
   std::optional<int> ranks_per_node;
   // Check before each collective that every rank issues the same one. Unset: RINGGRAD_DIST_DEBUG.
   std::optional<bool> debug_check;
+  // Model a slower network (see SimulatedNetwork). Unset: RINGGRAD_SIMULATED_NETWORK="GBPS,LATENCY_US".
+  std::optional<SimulatedNetwork> simulated_network;
   // Record a TraceEvent per operation (trace_events()). Unset: on when RINGGRAD_DIST_TRACE names a
   // file prefix; the group then writes PREFIX.rank<r>.<backend>.json when destroyed.
   std::optional<bool> trace;

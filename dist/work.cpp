@@ -30,9 +30,21 @@ std::exception_ptr Work::error() const {
   return error_;
 }
 
-void Work::finish(std::exception_ptr error) {
+double Work::start_us() const {
+  std::lock_guard lock(mutex_);
+  return start_us_;
+}
+
+double Work::end_us() const {
+  std::lock_guard lock(mutex_);
+  return end_us_;
+}
+
+void Work::finish(std::exception_ptr error, double start_us, double end_us) {
   {
     std::lock_guard lock(mutex_);
+    start_us_ = start_us;
+    end_us_ = end_us;
     done_ = true;
     error_ = std::move(error);
   }

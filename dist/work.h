@@ -34,8 +34,13 @@ class Work {
   // "allreduce #7 (sum, 4000 bytes f32) on ring": what this Work is, for messages.
   const std::string& description() const { return description_; }
 
+  // When the communication thread started and finished it (trace_clock_us(), core/trace.h); 0
+  // until completed. DDP uses them for its overlap figures and trace rows.
+  double start_us() const;
+  double end_us() const;
+
   // Called once by the communication thread: the collective ended (error null on success).
-  void finish(std::exception_ptr error = nullptr);
+  void finish(std::exception_ptr error = nullptr, double start_us = 0, double end_us = 0);
 
  private:
   const std::string description_;
@@ -43,6 +48,7 @@ class Work {
   std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  double start_us_ = 0, end_us_ = 0;
 };
 
 }  // namespace ringgrad::dist

@@ -9,6 +9,7 @@
 #include "core/parallel.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "core/trace.h"
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"
@@ -17,5 +18,6 @@
 #ifdef RINGGRAD_WITH_MPI
 #include "dist/init.h"
 #include "dist/process_group.h"
+#include "dist/ddp.h"
 #endif
 #include "optim/optim.h"

@@ -8,6 +8,7 @@
 
 #include "autograd/accumulate_grad.h"
 #include "core/native/native.h"
+#include "core/trace.h"
 #include "core/ops.h"
 
 namespace ringgrad::autograd {
@@ -59,6 +60,12 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
     if (t.defined() && t.requires_grad()) return true;
   return false;
 }
+
+namespace {
+thread_local NodeObserver t_node_observer;
+}  // namespace
+
+void set_node_observer(NodeObserver observer) { t_node_observer = std::move(observer); }
 
 void queue_callback(std::function<void()> callback) {
   RG_CHECK(t_current_task != nullptr, "queue_callback",
@@ -136,7 +143,13 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     TensorList outputs;
     if (any_defined) {
       store_retained_grads(*node, inputs);
-      outputs = node->apply(std::move(inputs));
+      if (t_node_observer) {
+        const double start_us = trace_clock_us();
+        outputs = node->apply(std::move(inputs));
+        t_node_observer(node->name(), start_us, trace_clock_us());
+      } else {
+        outputs = node->apply(std::move(inputs));
+      }
       if (!retain_graph && dynamic_cast<AccumulateGrad*>(node) == nullptr) {
         node->release_saved();
         node->released = true;

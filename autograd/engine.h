@@ -53,6 +53,12 @@ void queue_callback(std::function<void()> callback);
 // True while this thread is inside backward().
 bool in_backward();
 
+// Observes every node backward runs on this thread: its name and when it ran (trace_clock_us(),
+// core/trace.h). DDP uses it to put backward on its trace's compute row. Empty: none (the default);
+// the engine then reads no clock.
+using NodeObserver = std::function<void(const std::string& node_name, double start_us, double end_us)>;
+void set_node_observer(NodeObserver observer);
+
 // Grad mode is per thread. With it off, ops record no graph (the results do not require grad).
 bool grad_enabled();
 void set_grad_enabled(bool enabled);

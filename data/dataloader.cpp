@@ -39,7 +39,7 @@ void DataLoader::stop_worker() {
 
 DataLoader::Iterator DataLoader::begin() {
   stop_worker();
-  indices_ = sampler_.indices();
+  indices_ = sampler_.begin_epoch();
   batches_ = num_batches();
   next_to_make_ = next_to_take_ = 0;
   error_ = nullptr;

@@ -1,5 +1,6 @@
 #include "data/sampler.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 
@@ -43,6 +44,20 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
   RG_CHECK(rank_ >= 0 && rank_ < num_replicas_, "DistributedSampler", "rank ", rank_, " is not in [0, ",
            num_replicas_, ")");
   num_samples_ = options.drop_last ? size_ / num_replicas_ : (size_ + num_replicas_ - 1) / num_replicas_;
+  if (!options.drop_last && !options.pad) num_samples_ = (size_ - rank_ + num_replicas_ - 1) / num_replicas_;
+}
+
+std::vector<int64_t> DistributedSampler::begin_epoch() {
+  if (options_.shuffle && epoch_ == last_begun_epoch_ && !warned_) {
+    warned_ = true;
+    std::fprintf(stderr,
+                 "ringgrad: warning: DistributedSampler (rank %lld of %lld): a new pass over the data began at epoch "
+                 "%lld, like the previous one -- set_epoch() was not called, so this epoch repeats the previous "
+                 "epoch's order. Call sampler.set_epoch(epoch) before each epoch.\n",
+                 static_cast<long long>(rank_), static_cast<long long>(num_replicas_), static_cast<long long>(epoch_));
+  }
+  last_begun_epoch_ = epoch_;
+  return indices();
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
@@ -53,6 +68,11 @@ std::vector<int64_t> DistributedSampler::indices() const {
   } else {
     order.resize(static_cast<size_t>(size_));
     std::iota(order.begin(), order.end(), 0);
+  }
+  if (!options_.drop_last && !options_.pad) {  // uneven shards: every num_replicas-th, no padding
+    std::vector<int64_t> mine;
+    for (int64_t i = rank_; i < size_; i += num_replicas_) mine.push_back(order[static_cast<size_t>(i)]);
+    return mine;
   }
   const int64_t total = total_size();
   if (static_cast<int64_t>(order.size()) < total && !order.empty()) {

@@ -8,7 +8,13 @@
 // skip an AllReduce the others wait in forever. So without drop_last the permuted list is padded by
 // repeating its head until it divides evenly; with drop_last its tail is cut instead.
 //
-// Call set_epoch(e) before each epoch: without it every epoch repeats the same order.
+// Call set_epoch(e) before each epoch: without it every epoch repeats the same order. Because that
+// is the most-forgotten line of data-parallel code, a shuffling sampler whose second pass (through
+// DataLoader, or begin_epoch()) starts at the epoch of the previous pass prints a warning, once.
+//
+// pad = false (with drop_last = false) turns padding off: shards then differ in length by up to
+// one example, so one rank may get one batch fewer -- the classic data-parallel hang, which the
+// process group's timeout turns into an error. For tests and demonstrations of exactly that.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,7 @@ struct SamplerOptions {
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;
+  bool pad = true;  // see above: false makes uneven shards
 };
 
 class DistributedSampler {
@@ -32,7 +39,11 @@ class DistributedSampler {
   int64_t epoch() const { return epoch_; }
   // This rank's indices for the current epoch, in order.
   std::vector<int64_t> indices() const;
-  int64_t num_samples() const { return num_samples_; }  // per rank, the same on every rank
+  // indices() for a new pass over the data; warns (once) when set_epoch was not called since the
+  // previous pass of a shuffling sampler.
+  std::vector<int64_t> begin_epoch();
+  bool warned_missing_set_epoch() const { return warned_; }
+  int64_t num_samples() const { return num_samples_; }  // per rank, the same on every rank (unless !pad)
   int64_t total_size() const { return num_samples_ * num_replicas_; }
   int64_t num_replicas() const { return num_replicas_; }
   int64_t rank() const { return rank_; }
@@ -42,6 +53,8 @@ class DistributedSampler {
   SamplerOptions options_;
   int64_t num_samples_;
   int64_t epoch_ = 0;
+  int64_t last_begun_epoch_ = -1;
+  bool warned_ = false;
 };
 
 // The permutation of [0, n) for `seed` (Fisher-Yates over Philox words); exposed for tests.

@@ -98,3 +98,38 @@ TEST_CASE("DataLoader yields contiguous batches in sampler order, with a smaller
   for (const Example& b : loader) count += b.input.size(0);
   CHECK(count == 10);
 }
+
+TEST_CASE("pad = false gives uneven shards that still cover every example exactly once") {
+  std::vector<int64_t> seen;
+  std::vector<int64_t> lengths;
+  for (int64_t r = 0; r < 3; ++r) {
+    DistributedSampler s(10, {.num_replicas = 3, .rank = r, .pad = false});
+    const auto idx = s.indices();
+    CHECK(static_cast<int64_t>(idx.size()) == s.num_samples());
+    lengths.push_back(static_cast<int64_t>(idx.size()));
+    seen.insert(seen.end(), idx.begin(), idx.end());
+  }
+  CHECK(lengths == std::vector<int64_t>{4, 3, 3});  // rank 0 gets one more: 10 = 4 + 3 + 3
+  std::sort(seen.begin(), seen.end());
+  for (int64_t i = 0; i < 10; ++i) CHECK(seen[static_cast<size_t>(i)] == i);
+}
+
+TEST_CASE("a second pass without set_epoch warns once; with set_epoch it does not") {
+  DistributedSampler forgetful(20, {.num_replicas = 2, .rank = 0});
+  forgetful.begin_epoch();
+  CHECK_FALSE(forgetful.warned_missing_set_epoch());
+  forgetful.begin_epoch();  // epoch 0 again
+  CHECK(forgetful.warned_missing_set_epoch());
+
+  DistributedSampler careful(20, {.num_replicas = 2, .rank = 0});
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    careful.set_epoch(epoch);
+    careful.begin_epoch();
+  }
+  CHECK_FALSE(careful.warned_missing_set_epoch());
+
+  DistributedSampler ordered(20, {.num_replicas = 2, .rank = 0, .shuffle = false});
+  ordered.begin_epoch();
+  ordered.begin_epoch();  // nothing to reshuffle: no warning
+  CHECK_FALSE(ordered.warned_missing_set_epoch());
+}

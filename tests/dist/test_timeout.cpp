@@ -8,7 +8,10 @@
 
 #include <chrono>
 
+#include "data/data.h"
+#include "dist/ddp.h"
 #include "dist_test_util.h"
+#include "nn/nn.h"
 
 TEST_CASE("a skipped collective times out with a message instead of hanging") {
   const int N = dist::world().size, r = dist::world().rank;
@@ -37,6 +40,42 @@ TEST_CASE("a skipped collective times out with a message instead of hanging") {
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
+}
+
+TEST_CASE("ddp: one rank with one batch fewer ends every rank with the timeout diagnosis, not a hang") {
+  namespace data = ringgrad::data;
+  namespace nn = ringgrad::nn;
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  // 2 batches of 4 per rank, plus one example: with padding off, rank 0 gets a third batch.
+  const int64_t B = 4, size = N * B * 2 + 1;
+  rg::Generator gen(5);
+  auto dataset = std::make_shared<data::TensorDataset>(rg::randn({size, 8}, gen), rg::zeros({size}, {.dtype = rg::DType::i64}));
+  data::DistributedSampler sampler(size, {.shuffle = false, .pad = false});
+  data::DataLoader loader(dataset, sampler, {.batch_size = B});
+  rg::manual_seed(1);
+  auto model = std::make_shared<nn::Linear>(8, 3);
+  auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group("ring", test_options(/*timeout_seconds=*/3)));
+  dist::DistributedDataParallel ddp(model, group);
+  const auto start = std::chrono::steady_clock::now();
+  int steps = 0;
+  try {
+    for (const data::Example& batch : loader) {
+      rg::cross_entropy(ddp(batch.input), batch.target).backward();
+      ++steps;
+    }
+    group->barrier()->wait();  // the end-of-epoch synchronisation the short ranks reach early
+    FAIL("rank ", r, " finished although the ranks ran different numbers of steps");
+  } catch (const rg::Error& e) {
+    const std::string what = e.what();
+    CAPTURE(what);
+    CHECK(what.find("timed out after 3 s") != std::string::npos);
+    CHECK(what.find(rg::str_cat("rank ", r, "/", N)) != std::string::npos);
+    CHECK(what.find(r == 0 ? "allreduce #" : "barrier #") != std::string::npos);
+  }
+  CHECK(steps == 2);  // every rank completed two steps; rank 0's third is the one that timed out
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 int main(int argc, char** argv) {

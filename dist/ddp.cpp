@@ -1,0 +1,197 @@
+#include "dist/ddp.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "autograd/engine.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "dist/reducer.h"
+#include "optim/grad_scaler.h"
+
+namespace ringgrad::dist {
+
+namespace {
+
+// Every rank's string, gathered to every rank (two all-gathers: lengths, then padded bytes).
+std::vector<std::string> allgather_strings(ProcessGroup& group, const std::string& mine) {
+  const int N = group.size();
+  Tensor length = from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())}, {1}, {.dtype = DType::i64});
+  Tensor lengths = zeros({N, 1}, {.dtype = DType::i64});
+  group.allgather(lengths, length)->wait();
+  std::vector<int64_t> sizes;
+  int64_t longest = 0;
+  for (double v : lengths.to_vector()) {
+    sizes.push_back(static_cast<int64_t>(v));
+    longest = std::max(longest, sizes.back());
+  }
+  Tensor bytes = zeros({longest}, {.dtype = DType::u8});
+  std::copy(mine.begin(), mine.end(), static_cast<char*>(bytes.raw_data()));
+  Tensor all = zeros({N, longest}, {.dtype = DType::u8});
+  group.allgather(all, bytes)->wait();
+  std::vector<std::string> out;
+  const char* base = static_cast<const char*>(all.raw_data());
+  for (int r = 0; r < N; ++r) out.emplace_back(base + r * longest, static_cast<size_t>(sizes[r]));
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> lines;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Construction check: the same parameters (name, shape, dtype) in the same order on every rank.
+void check_same_parameters(ProcessGroup& group, const std::vector<std::pair<std::string, Tensor>>& params) {
+  std::string mine;
+  for (const auto& [name, t] : params) mine += str_cat(name, " ", shape_str(t.shape()), " ", dtype_name(t.dtype()), "\n");
+  const std::vector<std::string> all = allgather_strings(group, mine);
+  if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; })) return;
+  std::vector<std::vector<std::string>> lines;
+  size_t most = 0;
+  for (const auto& s : all) {
+    lines.push_back(split_lines(s));
+    most = std::max(most, lines.back().size());
+  }
+  auto line_of = [&](size_t r, size_t i) {
+    return i < lines[r].size() ? "'" + lines[r][i] + "'" : std::string("no such parameter (it has ") +
+                                                               std::to_string(lines[r].size()) + ")";
+  };
+  for (size_t i = 0; i < most; ++i) {
+    std::string differ;
+    for (size_t r = 1; r < lines.size(); ++r)
+      if (line_of(r, i) != line_of(0, i)) differ += str_cat("\n  rank ", r, " has ", line_of(r, i));
+    if (differ.empty()) continue;
+    RG_FAIL("dist.DistributedDataParallel", "the ranks hold different models (seen by rank ", group.rank(), "/",
+            group.size(), "). First difference, parameter #", i, ":\n  rank 0 has ", line_of(0, i), differ,
+            "\nEvery rank must build the same model (names, shapes, dtypes, registration order) before wrapping it.");
+  }
+}
+
+// Trace events as text lines (tab-separated), to gather them to rank 0.
+std::string encode_events(const std::vector<TraceEvent>& events) {
+  std::string out;
+  for (const TraceEvent& e : events)
+    out += str_cat(e.name, "\t", e.category, "\t", e.pid, "\t", e.thread, "\t", e.start_us, "\t", e.duration_us, "\t",
+                   e.args_json, "\n");
+  return out;
+}
+
+std::vector<TraceEvent> decode_events(const std::string& text) {
+  std::vector<TraceEvent> events;
+  for (const std::string& line : split_lines(text)) {
+    std::vector<std::string> f;
+    std::istringstream in(line);
+    for (std::string field; std::getline(in, field, '\t');) f.push_back(field);
+    if (f.size() < 6) continue;
+    events.push_back(TraceEvent{f[0], f[1], std::stoi(f[2]), f[3], std::stod(f[4]), std::stod(f[5]),
+                                f.size() > 6 ? f[6] : ""});
+  }
+  return events;
+}
+
+}  // namespace
+
+// ---- communication hooks ------------------------------------------------------------------------
+
+HookWork allreduce_hook(ProcessGroup& group, GradBucket& bucket) {
+  // Note [Average, not sum] in dist/ddp.h.
+  if (bucket.buffer.dtype() == DType::f16 && group.size() > 1) {
+    bucket.buffer.mul_(1.0 / group.size());  // divide first: an f16 sum of N gradients may overflow
+    return {group.allreduce(bucket.buffer, ReduceOp::sum), nullptr};
+  }
+  return {group.allreduce(bucket.buffer, ReduceOp::avg), nullptr};
+}
+
+HookWork fp16_compress_hook(ProcessGroup& group, GradBucket& bucket) {
+  RG_CHECK(bucket.buffer.dtype() == DType::f32, "dist.fp16_compress_hook", "expects f32 gradients, but bucket ",
+           bucket.index, " is ", dtype_name(bucket.buffer.dtype()), " (rank ", group.rank(), "/", group.size(), ")");
+  Tensor buffer = bucket.buffer;
+  buffer.mul_(1.0 / group.size());  // in f32, so the f16 copy holds the (in-range) average's terms
+  Tensor half = buffer.to(DType::f16);
+  return {group.allreduce(half, ReduceOp::sum), [buffer, half]() mutable { buffer.copy_(half); }};
+}
+
+CommHook comm_hook_by_name(const std::string& name) {
+  if (name == "allreduce") return allreduce_hook;
+  if (name == "fp16") return fp16_compress_hook;
+  RG_FAIL("dist.comm_hook_by_name", "unknown communication hook '", name, "'; available: allreduce, fp16");
+}
+
+// ---- DistributedDataParallel -------------------------------------------------------------------
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                                 std::shared_ptr<ProcessGroup> group, DDPOptions options)
+    : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
+  RG_CHECK(module_ != nullptr && group_ != nullptr, "dist.DistributedDataParallel", "module and group must be set");
+  const auto params = module_->named_parameters();
+  check_same_parameters(*group_, params);
+  // All replicas start from rank 0's weights and buffers.
+  {
+    autograd::NoGradGuard no_grad;
+    std::vector<std::shared_ptr<Work>> works;
+    for (const auto& [name, t] : params) works.push_back(group_->broadcast(t, 0));
+    if (options_.broadcast_buffers)
+      for (const auto& [name, t] : module_->named_buffers()) works.push_back(group_->broadcast(t, 0));
+    for (auto& w : works) w->wait();
+  }
+  reducer_ = std::make_unique<Reducer>(params, group_, options_);
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  reducer_->before_forward();
+  const double start_us = trace_clock_us();
+  Tensor out = module_->forward(x);
+  if (options_.trace)
+    reducer_->add_trace_event(
+        TraceEvent{"forward", "compute", group_->rank(), "compute", start_us, trace_clock_us() - start_us, ""});
+  return out;
+}
+
+DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
+    : ddp_(ddp), previous_(ddp.reducer_->require_sync()) {
+  ddp_.reducer_->set_require_sync(false);
+}
+
+DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.reducer_->set_require_sync(previous_); }
+
+void DistributedDataParallel::set_comm_hook(CommHook hook) { reducer_->set_comm_hook(std::move(hook)); }
+const DDPStats& DistributedDataParallel::stats() const { return reducer_->stats(); }
+void DistributedDataParallel::reset_stats() { reducer_->reset_stats(); }
+std::vector<BucketInfo> DistributedDataParallel::buckets() const { return reducer_->buckets(); }
+std::vector<TraceEvent> DistributedDataParallel::trace_events() const { return reducer_->trace_events(); }
+
+void DistributedDataParallel::write_trace(const std::string& path) {
+  const std::vector<std::string> all = allgather_strings(*group_, encode_events(reducer_->trace_events()));
+  if (group_->rank() != 0) return;
+  std::vector<TraceEvent> events;
+  for (const std::string& text : all) {
+    std::vector<TraceEvent> rank_events = decode_events(text);
+    events.insert(events.end(), rank_events.begin(), rank_events.end());
+  }
+  write_chrome_trace(path, events);
+}
+
+std::string DDPStats::summary() const {
+  const double n = steps > 0 ? static_cast<double>(steps) : 1.0;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "ddp: %lld steps, %lld bucket reductions; per step: compute %.2f ms, comm %.2f ms, exposed comm "
+                "%.2f ms, overlap %.0f%%",
+                static_cast<long long>(steps), static_cast<long long>(bucket_reductions), total.compute_ms / n,
+                total.comm_ms / n, total.exposed_comm_ms / n, total.overlap_percent());
+  return line;
+}
+
+void sync_found_inf(optim::GradScaler& scaler, std::shared_ptr<ProcessGroup> group) {
+  scaler.set_found_inf_reducer([group](bool local) {
+    Tensor flag = full({1}, local ? 1.0 : 0.0, {.dtype = DType::i32});
+    group->allreduce(flag, ReduceOp::max)->wait();
+    return flag.item() != 0;
+  });
+}
+
+}  // namespace ringgrad::dist

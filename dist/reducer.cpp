@@ -1,0 +1,248 @@
+#include "dist/reducer.h"
+
+#include <algorithm>
+#include <map>
+
+#include "autograd/engine.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace ringgrad::dist {
+
+namespace {
+constexpr size_t kMaxTraceEvents = 1 << 20;  // a long run must not grow without bound
+}  // namespace
+
+Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, std::shared_ptr<ProcessGroup> group,
+                 const DDPOptions& options)
+    : group_(std::move(group)), options_(options), hook_(options.comm_hook) {
+  RG_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_mb > 0, "dist.DistributedDataParallel",
+           "bucket_cap_mb and first_bucket_mb must be positive, got ", options.bucket_cap_mb, " and ",
+           options.first_bucket_mb);
+  for (auto& [name, tensor] : named_params) {
+    if (!tensor.requires_grad()) continue;  // frozen parameters take no part
+    params_.push_back(Param{name, tensor});
+  }
+  // Note [Bucket assignment]: reverse registration order approximates backward's order.
+  std::vector<int> order(params_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(order.size() - 1 - i);
+  build_buckets(order);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].hook_handle = params_[i].tensor.register_post_accumulate_grad_hook(
+        [this, i](Tensor&) { on_gradient_ready(static_cast<int>(i)); });
+  }
+}
+
+Reducer::~Reducer() {
+  for (Param& p : params_) p.tensor.remove_post_accumulate_grad_hook(p.hook_handle);
+  if (options_.trace) autograd::set_node_observer(nullptr);
+}
+
+void Reducer::build_buckets(const std::vector<int>& order) {
+  const double MiB = 1024.0 * 1024.0;
+  // Gradients keep their values: an old buffer stays alive through its views until they are
+  // re-attached to the new one at the end.
+  std::vector<std::vector<int>> members;
+  std::vector<DType> dtypes;
+  std::vector<double> bytes;
+  std::map<DType, int> open;  // the bucket being filled, per dtype
+  for (int idx : order) {
+    const Tensor& t = params_[idx].tensor;
+    const double nbytes = static_cast<double>(t.nbytes());
+    auto it = open.find(t.dtype());
+    if (it != open.end()) {
+      const int b = it->second;
+      const double cap = (b == 0 ? options_.first_bucket_mb : options_.bucket_cap_mb) * MiB;
+      if (bytes[b] + nbytes > cap) open.erase(it);  // full: the next parameter opens a new bucket
+    }
+    if (open.find(t.dtype()) == open.end()) {
+      open[t.dtype()] = static_cast<int>(members.size());
+      members.emplace_back();
+      dtypes.push_back(t.dtype());
+      bytes.push_back(0);
+    }
+    const int b = open[t.dtype()];
+    members[b].push_back(idx);
+    bytes[b] += nbytes;
+  }
+
+  buckets_.assign(members.size(), Bucket{});
+  for (size_t b = 0; b < members.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    bucket.grad.index = static_cast<int>(b);
+    bucket.params = members[b];
+    int64_t numel = 0;
+    for (int idx : members[b]) {
+      params_[idx].bucket = static_cast<int>(b);
+      params_[idx].offset = numel;
+      numel += params_[idx].tensor.numel();
+      bucket.grad.parameter_names.push_back(params_[idx].name);
+    }
+    bucket.grad.buffer = zeros({numel}, {.dtype = dtypes[b]});
+  }
+  for (Param& p : params_) attach_view(p);  // copies each old value into the new buffer
+}
+
+Tensor Reducer::slot(const Param& p) const {
+  return buckets_[p.bucket].grad.buffer.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape());
+}
+
+bool Reducer::is_bucket_view(const Param& p) const {
+  const Tensor g = p.tensor.grad();
+  const Tensor& buffer = buckets_[p.bucket].grad.buffer;
+  return g.defined() && g.storage() == buffer.storage() && g.offset() == buffer.offset() + p.offset &&
+         g.shape() == p.tensor.shape() && g.is_contiguous();
+}
+
+void Reducer::attach_view(Param& p) {
+  if (is_bucket_view(p)) return;
+  const Tensor g = p.tensor.grad();
+  Tensor s = slot(p);
+  if (g.defined()) s.copy_(g);
+  else s.zero_();
+  p.tensor.set_grad(s);
+}
+
+void Reducer::before_forward() {
+  if (step_start_us_ < 0) step_start_us_ = trace_clock_us();
+  // Note [Gradients are bucket views]: zero_grad(set_to_none) dropped the views; put zeroed ones back.
+  for (Param& p : params_)
+    if (!p.tensor.grad().defined()) attach_view(p);
+  if (options_.trace) {
+    const int rank = group_->rank();
+    autograd::set_node_observer([this, rank](const std::string& name, double start_us, double end_us) {
+      if (events_.size() < kMaxTraceEvents)
+        events_.push_back(TraceEvent{name, "compute", rank, "compute", start_us, end_us - start_us, ""});
+    });
+  }
+}
+
+void Reducer::on_gradient_ready(int index) {
+  if (!in_backward_) {  // the first gradient of this backward
+    in_backward_ = true;
+    sync_this_backward_ = require_sync_;  // Note [no_sync]
+    autograd::queue_callback([this] { finish_backward(); });
+    next_to_launch_ = 0;
+    for (Bucket& b : buckets_) {
+      b.pending = static_cast<int>(b.params.size());
+      b.launched = false;
+      b.work = HookWork{};
+    }
+    for (Param& p : params_) p.ready = false;
+  }
+  Param& p = params_[index];
+  attach_view(p);  // no-op when backward accumulated into the view, as it normally does
+  if (!sync_this_backward_) return;
+  if (options_.rebuild_buckets && !rebuilt_) observed_order_.push_back(index);
+  p.ready = true;
+  if (--buckets_[p.bucket].pending == 0) launch_ready_buckets();
+}
+
+// Note [Buckets launch in index order].
+void Reducer::launch_ready_buckets() {
+  while (next_to_launch_ < static_cast<int>(buckets_.size()) && buckets_[next_to_launch_].pending == 0) {
+    Bucket& b = buckets_[next_to_launch_++];
+    b.work = hook_ ? hook_(*group_, b.grad) : allreduce_hook(*group_, b.grad);
+    RG_CHECK(b.work.work != nullptr, "dist.DistributedDataParallel", "the communication hook returned no Work for bucket ",
+             b.grad.index);
+    b.launched = true;
+    ++stats_.bucket_reductions;
+    stats_.bytes_reduced += static_cast<int64_t>(b.grad.buffer.nbytes());
+  }
+}
+
+void Reducer::mark_unused_parameters() {
+  std::vector<int> unused;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!params_[i].ready) unused.push_back(static_cast<int>(i));
+  if (unused.empty()) return;
+  if (!options_.find_unused_parameters) {
+    // Let the buckets already launched finish first: every rank launched them, and the group
+    // stays usable for whatever the caller does next.
+    for (Bucket& b : buckets_)
+      if (b.launched) {
+        try {
+          b.work.work->wait();
+        } catch (const Error&) {
+        }
+      }
+    std::string names;
+    for (size_t k = 0; k < unused.size() && k < 8; ++k)
+      names += str_cat(k ? ", " : "", "'", params_[unused[k]].name, "'");
+    if (unused.size() > 8) names += str_cat(" and ", unused.size() - 8, " more");
+    RG_FAIL("dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(), ": ", unused.size(),
+            " parameter(s) received no gradient in this backward: ", names,
+            ". Their buckets could not be reduced. If the model legitimately leaves parameters out of the loss "
+            "(a conditional branch, an unused head), construct DistributedDataParallel with "
+            "DDPOptions::find_unused_parameters = true; otherwise make every parameter take part in the loss.");
+  }
+  for (int i : unused) {
+    Param& p = params_[i];
+    attach_view(p);  // zero unless earlier no_sync backwards accumulated into it
+    p.ready = true;
+    --buckets_[p.bucket].pending;
+  }
+  launch_ready_buckets();
+}
+
+void Reducer::finish_backward() {
+  in_backward_ = false;
+  if (!sync_this_backward_) return;
+  const double backward_end_us = trace_clock_us();
+  mark_unused_parameters();
+  for (Bucket& b : buckets_) {
+    b.work.work->wait();  // throws the timeout's diagnosis if a rank never joined
+    if (b.work.then) b.work.then();
+  }
+  record_step_times(backward_end_us, trace_clock_us());
+  if (options_.rebuild_buckets && !rebuilt_) rebuild_buckets_from_observed_order();
+}
+
+void Reducer::record_step_times(double backward_end_us, double done_us) {
+  DDPStepTimes t;
+  const int rank = group_->rank();
+  for (const Bucket& b : buckets_) {
+    const double start = b.work.work->start_us(), end = b.work.work->end_us();
+    t.comm_ms += (end - start) * 1e-3;
+    if (options_.trace && events_.size() < kMaxTraceEvents)
+      events_.push_back(TraceEvent{str_cat("bucket ", b.grad.index), "comm", rank, "comm:" + group_->backend(), start,
+                                   end - start,
+                                   str_cat("\"bucket\": ", b.grad.index, ", \"bytes\": ", b.grad.buffer.nbytes(),
+                                           ", \"parameters\": ", b.params.size())});
+  }
+  t.compute_ms = step_start_us_ >= 0 ? (backward_end_us - step_start_us_) * 1e-3 : 0;
+  t.exposed_comm_ms = (done_us - backward_end_us) * 1e-3;
+  if (options_.trace && events_.size() < kMaxTraceEvents)
+    events_.push_back(TraceEvent{"wait for buckets", "compute", rank, "compute", backward_end_us,
+                                 done_us - backward_end_us, ""});
+  stats_.last = t;
+  stats_.total.compute_ms += t.compute_ms;
+  stats_.total.comm_ms += t.comm_ms;
+  stats_.total.exposed_comm_ms += t.exposed_comm_ms;
+  ++stats_.steps;
+  step_start_us_ = -1;
+}
+
+void Reducer::rebuild_buckets_from_observed_order() {
+  rebuilt_ = true;
+  // Parameters that never reported (unused, find_unused_parameters) go last, in the initial order.
+  std::vector<int64_t> order(observed_order_.begin(), observed_order_.end());
+  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i)
+    if (std::find(observed_order_.begin(), observed_order_.end(), i) == observed_order_.end()) order.push_back(i);
+  observed_order_.clear();
+  // Every rank must build the same buckets: rank 0's order wins.
+  Tensor t = from_vector(order, {static_cast<int64_t>(order.size())}, {.dtype = DType::i64});
+  group_->broadcast(t, 0)->wait();
+  std::vector<int> agreed;
+  for (double v : t.to_vector()) agreed.push_back(static_cast<int>(v));
+  build_buckets(agreed);
+}
+
+std::vector<BucketInfo> Reducer::buckets() const {
+  std::vector<BucketInfo> out;
+  for (const Bucket& b : buckets_)
+    out.push_back(BucketInfo{b.grad.index, b.grad.buffer.dtype(), b.grad.buffer.numel(), b.grad.parameter_names});
+  return out;
+}
+
+}  // namespace ringgrad::dist

@@ -1,0 +1,104 @@
+// Reducer: the buckets, the backward hooks and the overlapped reductions behind
+// DistributedDataParallel (internal; read dist/ddp.h first).
+//
+// Note [Bucket assignment]: parameters go into buckets in reverse registration order -- the order in
+// which backward will (roughly) produce their gradients, last layer first -- filling a bucket until
+// the next parameter would exceed its cap: first_bucket_mb for the first, bucket_cap_mb after. A
+// bucket holds one dtype (a parameter of another dtype opens a bucket of its own). Small first
+// bucket: its reduction can start after the last layer's backward, instead of waiting for 25 MiB
+// of gradients. After the first synchronising backward the buckets are rebuilt once from the order
+// gradients really became ready on rank 0 (broadcast, so that every rank builds the same buckets).
+//
+// Note [Buckets launch in index order]: collectives must be issued in the same order on every rank
+// (Note [Collective order] in dist/process_group.h), but the order in which buckets become ready
+// may differ between ranks (an op's gradient lands a little earlier here than there). So a bucket
+// that is ready is launched only once every bucket with a smaller index has been launched; a ready
+// bucket waits for its predecessors. Every rank thus issues bucket 0, 1, 2, ... in that order,
+// whatever order readiness arrived in.
+//
+// Note [Gradients are bucket views]: each parameter's .grad is a view into its bucket's buffer, so
+// backward accumulates straight into the buffer the AllReduce reads and writes. A .grad reset to
+// none (zero_grad(set_to_none)) is re-attached as a zeroed view at the next forward; one that
+// backward created anyway (no forward through DDP) is copied into the bucket once and re-attached.
+//
+// Note [no_sync]: whether a backward communicates is decided when its first gradient arrives, from
+// the guard in force then. A non-synchronising backward only accumulates into the bucket views;
+// the next synchronising one reduces the accumulated sums, so K micro-batches cost one reduction
+// per bucket.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/ddp.h"
+
+namespace ringgrad::dist {
+
+class Reducer {
+ public:
+  Reducer(std::vector<std::pair<std::string, Tensor>> named_params, std::shared_ptr<ProcessGroup> group,
+          const DDPOptions& options);
+  ~Reducer();
+
+  void before_forward();  // Note [Gradients are bucket views]; starts the step clock
+  void set_require_sync(bool on) { require_sync_ = on; }
+  bool require_sync() const { return require_sync_; }
+  void set_comm_hook(CommHook hook) { hook_ = std::move(hook); }
+
+  const DDPStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = DDPStats{}; }
+  std::vector<BucketInfo> buckets() const;
+  std::vector<TraceEvent> trace_events() const { return events_; }
+  void add_trace_event(TraceEvent e) { events_.push_back(std::move(e)); }
+
+ private:
+  struct Param {
+    std::string name;
+    Tensor tensor;
+    int bucket = -1;
+    int64_t offset = 0;  // elements into the bucket buffer
+    bool ready = false;  // this backward
+    int hook_handle = -1;
+  };
+  struct Bucket {
+    GradBucket grad;  // index, buffer, names
+    std::vector<int> params;
+    int pending = 0;  // parameters not yet ready in this backward
+    bool launched = false;
+    HookWork work;
+  };
+
+  // Note [Bucket assignment]: `order` lists parameter indices, expected-ready first.
+  void build_buckets(const std::vector<int>& order);
+  Tensor slot(const Param& p) const;  // p's view into its bucket, shaped like p
+  bool is_bucket_view(const Param& p) const;
+  void attach_view(Param& p);  // keeps the current gradient's value (zero when none)
+
+  void on_gradient_ready(int index);     // the post-accumulate-grad hook
+  void launch_ready_buckets();           // Note [Buckets launch in index order]
+  void finish_backward();                // the end-of-backward callback
+  void mark_unused_parameters();
+  void rebuild_buckets_from_observed_order();
+  void record_step_times(double backward_end_us, double done_us);
+
+  std::vector<Param> params_;
+  std::vector<Bucket> buckets_;
+  std::shared_ptr<ProcessGroup> group_;
+  DDPOptions options_;
+  CommHook hook_;
+
+  bool require_sync_ = true;
+  bool in_backward_ = false;        // a backward of this model has delivered its first gradient
+  bool sync_this_backward_ = true;
+  int next_to_launch_ = 0;
+  bool rebuilt_ = false;
+  std::vector<int> observed_order_;  // first synchronising backward, hook order
+
+  // Step timing (trace_clock_us).
+  double step_start_us_ = -1;
+  DDPStats stats_;
+  std::vector<TraceEvent> events_;
+};
+
+}  // namespace ringgrad::dist

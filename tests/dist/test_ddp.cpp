@@ -1,0 +1,302 @@
+// DistributedDataParallel against its reference: one process training on the whole global batch.
+//
+// Every rank builds the same data (same seed) and a reference model trained locally on all N·B
+// examples; the DDP model (rank r initialised differently unless r == 0, to prove the broadcast)
+// trains on examples [r B, (r + 1) B). After each step the two must agree.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "dist/ddp.h"
+#include "dist_test_util.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+
+namespace nn = ringgrad::nn;
+namespace optim = ringgrad::optim;
+
+namespace {
+
+constexpr int64_t kPerRank = 4;  // B
+
+std::shared_ptr<nn::Module> make_mlp(uint64_t seed, int64_t hidden = 32) {
+  rg::manual_seed(seed);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(64, hidden), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(hidden, 10)});
+}
+
+std::shared_ptr<nn::Module> make_cnn(uint64_t seed) {
+  rg::manual_seed(seed);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(64, 10)});
+}
+
+// Registers fc2 before fc1 but runs fc1 first: backward's order differs from reverse registration.
+struct Reversed : nn::Module {
+  std::shared_ptr<nn::Linear> fc2, fc1;
+  explicit Reversed(uint64_t seed) {
+    rg::manual_seed(seed);
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 10));
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(64, 32));
+  }
+  rg::Tensor forward(const rg::Tensor& x) override { return (*fc2)(rg::relu((*fc1)(x.reshape({x.shape()[0], 64})))); }
+};
+
+// A parameter that forward never uses.
+struct WithUnused : nn::Module {
+  std::shared_ptr<nn::Linear> fc, unused;
+  explicit WithUnused(uint64_t seed) {
+    rg::manual_seed(seed);
+    fc = register_module("fc", std::make_shared<nn::Linear>(64, 10));
+    unused = register_module("unused", std::make_shared<nn::Linear>(64, 3));
+  }
+  rg::Tensor forward(const rg::Tensor& x) override { return (*fc)(x.reshape({x.shape()[0], 64})); }
+};
+
+struct Batch {
+  rg::Tensor x, y;
+};
+
+// The global batch of step `step`: (N·B, 1, 8, 8) images and labels, identical on every rank.
+Batch global_batch(int step, int64_t count) {
+  rg::Generator gen(1000 + step);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < count; ++i) labels.push_back((7 * i + step) % 10);
+  return {rg::randn({count, 1, 8, 8}, gen), rg::from_vector(labels, {count}, {.dtype = rg::DType::i64})};
+}
+
+Batch my_shard(const Batch& b) {
+  const int r = dist::world().rank;
+  return {b.x.narrow(0, r * kPerRank, kPerRank).contiguous(), b.y.narrow(0, r * kPerRank, kPerRank).contiguous()};
+}
+
+std::shared_ptr<dist::ProcessGroup> group() { return std::shared_ptr<dist::ProcessGroup>(dist::new_group("ring", test_options())); }
+
+std::unique_ptr<optim::Optimizer> make_opt(const std::string& name, std::vector<rg::Tensor> params) {
+  if (name == "sgd") return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 1e-3});
+}
+
+// "" when every parameter of a and b agrees within tolerance, else the first difference.
+std::string params_differ(nn::Module& a, nn::Module& b, double rtol, double atol) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i)
+    if (!rg::allclose(pa[i].second, pb[i].second, rtol, atol))
+      return rg::str_cat("rank ", dist::world().rank, ": parameter ", pa[i].first, " differs");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("ddp: N ranks x batch B == one process x batch N*B (MLP and CNN, SGD and Adam, 5 steps)") {
+  const int N = dist::world().size, r = dist::world().rank;
+  for (const std::string model : {"mlp", "cnn"})
+    for (const std::string opt_name : {"sgd", "adam"}) {
+      CAPTURE(model);
+      CAPTURE(opt_name);
+      auto make = [&](uint64_t seed) { return model == "mlp" ? make_mlp(seed) : make_cnn(seed); };
+      auto reference = make(7);
+      auto replica = make(r == 0 ? 7 : 99 + r);  // other ranks start elsewhere: DDP must broadcast
+      dist::DistributedDataParallel ddp(replica, group(), {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
+      CHECK(params_differ(*reference, *replica, 0, 0) == "");  // broadcast from rank 0
+      CHECK(ddp.buckets().size() >= 2);                          // several buckets, so several launches
+      auto ref_opt = make_opt(opt_name, reference->parameters());
+      auto opt = make_opt(opt_name, replica->parameters());
+      for (int step = 0; step < 5; ++step) {
+        const Batch global = global_batch(step, N * kPerRank), mine = my_shard(global);
+        ref_opt->zero_grad();
+        rg::cross_entropy((*reference)(global.x), global.y).backward();
+        ref_opt->step();
+        opt->zero_grad();
+        rg::cross_entropy(ddp(mine.x), mine.y).backward();
+        opt->step();
+        CAPTURE(step);
+        CHECK(params_differ(*reference, *replica, 1e-5, 1e-6) == "");
+      }
+      CHECK(ddp.stats().steps == 5);
+    }
+}
+
+TEST_CASE("ddp: K micro-batches under no_sync == one step with a K x batch, one reduction per bucket") {
+  const int N = dist::world().size, r = dist::world().rank;
+  const int K = 3;
+  auto reference = make_mlp(5);
+  auto replica = make_mlp(r == 0 ? 5 : 50 + r);
+  auto pg = group();
+  dist::DistributedDataParallel ddp(replica, pg, {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
+  const int64_t buckets = static_cast<int64_t>(ddp.buckets().size());
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1});
+  optim::SGD opt(replica->parameters(), {.lr = 0.1});
+  for (int step = 0; step < 2; ++step) {
+    // Reference: one batch of K·N·B examples.
+    std::vector<Batch> micro;
+    for (int k = 0; k < K; ++k) micro.push_back(global_batch(10 * step + k, N * kPerRank));
+    std::vector<rg::Tensor> xs, ys;
+    for (auto& b : micro) {
+      xs.push_back(b.x);
+      ys.push_back(b.y);
+    }
+    ref_opt.zero_grad();
+    rg::cross_entropy((*reference)(rg::cat(xs, 0)), rg::cat(ys, 0)).backward();
+    ref_opt.step();
+
+    opt.zero_grad();
+    const uint64_t ops_before = pg->stats().ops;
+    for (int k = 0; k < K; ++k) {
+      const Batch mine = my_shard(micro[k]);
+      // The last micro-batch's forward runs inside the guard too: only where backward runs matters.
+      rg::Tensor loss;
+      {
+        auto guard = ddp.no_sync();
+        loss = rg::cross_entropy(ddp(mine.x), mine.y) * (1.0 / K);
+        if (k < K - 1) loss.backward();
+      }
+      if (k == K - 1) loss.backward();
+    }
+    // One AllReduce per bucket -- plus, after the very first synchronising backward, the one
+    // broadcast that agrees on the rebuilt bucket order.
+    CHECK(pg->stats().ops - ops_before == static_cast<uint64_t>(buckets + (step == 0 ? 1 : 0)));
+    CHECK(ddp.stats().bucket_reductions == (step + 1) * buckets);
+    opt.step();
+    CHECK(params_differ(*reference, *replica, 1e-5, 1e-6) == "");
+  }
+}
+
+TEST_CASE("ddp: buckets are rebuilt from the observed gradient order, and the result does not change") {
+  const int r = dist::world().rank, N = dist::world().size;
+  auto a = std::make_shared<Reversed>(3), b = std::make_shared<Reversed>(3);
+  dist::DDPOptions small{.bucket_cap_mb = 0.002, .first_bucket_mb = 0.002};
+  small.rebuild_buckets = true;
+  dist::DistributedDataParallel rebuilt(a, group(), small);
+  small.rebuild_buckets = false;
+  dist::DistributedDataParallel fixed(b, group(), small);
+  const auto before = rebuilt.buckets();
+  // Reverse registration puts fc1 first; backward produces fc2's gradients first.
+  CHECK(before[0].parameter_names[0].rfind("fc1.", 0) == 0);
+  optim::SGD opt_a(a->parameters(), {.lr = 0.1}), opt_b(b->parameters(), {.lr = 0.1});
+  for (int step = 0; step < 3; ++step) {
+    const Batch mine = my_shard(global_batch(step, N * kPerRank));
+    opt_a.zero_grad();
+    opt_b.zero_grad();
+    rg::cross_entropy(rebuilt(mine.x), mine.y).backward();
+    rg::cross_entropy(fixed(mine.x), mine.y).backward();
+    opt_a.step();
+    opt_b.step();
+    CHECK(params_differ(*a, *b, 1e-6, 1e-7) == "");
+  }
+  const auto after = rebuilt.buckets();
+  CHECK(after[0].parameter_names[0].rfind("fc2.", 0) == 0);  // rebuilt in observed order
+  (void)r;
+}
+
+TEST_CASE("ddp: the fp16 compression hook stays within f16 precision of the f32 AllReduce") {
+  const int N = dist::world().size;
+  auto a = make_mlp(11), b = make_mlp(11);
+  dist::DistributedDataParallel exact(a, group());
+  dist::DistributedDataParallel compressed(b, group(), {.comm_hook = dist::fp16_compress_hook});
+  const Batch mine = my_shard(global_batch(0, N * kPerRank));
+  rg::cross_entropy(exact(mine.x), mine.y).backward();
+  rg::cross_entropy(compressed(mine.x), mine.y).backward();
+  auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    CAPTURE(i);
+    // Stated tolerance: each rank's term (gradient / N) is rounded to f16 (relative 2^-11) and the
+    // sum once more, so the error is bounded relative to the terms, not to the result (terms of
+    // opposite sign cancel): every element within 2e-3 x the tensor's largest gradient.
+    const double largest = pa[i].grad().abs().flatten().max(0, false).item();
+    const double worst = (pa[i].grad() - pb[i].grad()).abs().flatten().max(0, false).item();
+    CHECK(worst <= 2e-3 * largest);
+    CHECK(worst > 0);  // it really went through f16
+  }
+  CHECK_THROWS_WITH_AS(dist::comm_hook_by_name("carrier-pigeon"), doctest::Contains("unknown communication hook"), rg::Error);
+}
+
+TEST_CASE("ddp: a parameter without gradient is an error naming it, or zeros with find_unused_parameters") {
+  const int N = dist::world().size;
+  const Batch mine = my_shard(global_batch(0, N * kPerRank));
+  {
+    auto m = std::make_shared<WithUnused>(1);
+    dist::DistributedDataParallel ddp(m, group());
+    CHECK_THROWS_WITH_AS(rg::cross_entropy(ddp(mine.x), mine.y).backward(),
+                         doctest::Contains("received no gradient in this backward: 'unused.weight', 'unused.bias'"),
+                         rg::Error);
+  }
+  {
+    auto m = std::make_shared<WithUnused>(1);
+    dist::DistributedDataParallel ddp(m, group(), {.find_unused_parameters = true});
+    for (int step = 0; step < 2; ++step) rg::cross_entropy(ddp(mine.x), mine.y).backward();
+    CHECK(rg::equal(m->unused->weight.grad(), rg::zeros({3, 64})));
+    CHECK(m->fc->weight.grad().abs().sum().item() > 0);
+  }
+}
+
+TEST_CASE("ddp: ranks with different models are refused, naming the parameter and the ranks") {
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  auto m = make_mlp(1, r == N - 1 ? 33 : 32);  // the last rank's hidden layer is wider
+  const std::string theirs = rg::str_cat("rank ", N - 1, " has '1.weight (33, 64) f32'");
+  CHECK_THROWS_WITH_AS(dist::DistributedDataParallel(m, group()),
+                       doctest::Contains("First difference, parameter #0:\n  rank 0 has '1.weight (32, 64) f32'"),
+                       rg::Error);
+  CHECK_THROWS_WITH_AS(dist::DistributedDataParallel(m, group()), doctest::Contains(theirs.c_str()), rg::Error);
+}
+
+TEST_CASE("ddp: GradScaler's found-inf flag is combined across ranks, so every rank skips together") {
+  const int r = dist::world().rank;
+  auto m = make_mlp(2);
+  auto pg = group();
+  optim::SGD opt(m->parameters(), {.lr = 0.1});
+  optim::GradScaler scaler;
+  dist::sync_found_inf(scaler, pg);
+  for (auto& p : m->parameters()) p.set_grad(rg::ones(p.shape()));
+  if (r == 0) m->parameters()[0].grad().fill_(std::numeric_limits<double>::infinity());  // only rank 0 overflowed
+  const rg::Tensor before = m->parameters()[1].clone();
+  CHECK_FALSE(scaler.step(opt));  // every rank skips
+  CHECK(rg::equal(m->parameters()[1], before));
+}
+
+TEST_CASE("ddp: stats and the merged Chrome trace") {
+  const int N = dist::world().size, r = dist::world().rank;
+  auto m = make_mlp(4);
+  dist::DistributedDataParallel ddp(m, group(), {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001, .trace = true});
+  const int64_t buckets = static_cast<int64_t>(ddp.buckets().size());
+  optim::SGD opt(m->parameters(), {.lr = 0.1});
+  for (int step = 0; step < 3; ++step) {
+    const Batch mine = my_shard(global_batch(step, N * kPerRank));
+    opt.zero_grad();
+    rg::cross_entropy(ddp(mine.x), mine.y).backward();
+    opt.step();
+  }
+  const dist::DDPStats& s = ddp.stats();
+  CHECK(s.steps == 3);
+  CHECK(s.bucket_reductions == 3 * buckets);
+  CHECK(s.last.compute_ms > 0);
+  CHECK(s.last.comm_ms >= 0);
+  CHECK(s.last.exposed_comm_ms >= 0);
+  CHECK(s.total.overlap_percent() >= 0);
+  CHECK(s.total.overlap_percent() <= 100);
+  CHECK(s.summary().find("ddp: 3 steps") == 0);
+  bool has_forward = false, has_node = false, has_bucket = false;
+  for (const auto& e : ddp.trace_events()) {
+    has_forward |= e.name == "forward" && e.thread == "compute";
+    has_node |= e.name == "AccumulateGrad";
+    has_bucket |= e.name == "bucket 0" && e.thread == "comm:ring" && e.pid == r;
+  }
+  CHECK(has_forward);
+  CHECK(has_node);
+  CHECK(has_bucket);
+  const std::string path = "/tmp/ringgrad_test_ddp_trace.json";
+  ddp.write_trace(path);
+  if (r == 0) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string json = text.str();
+    CHECK(json.find("{\"traceEvents\": [") == 0);
+    // One block per rank: the last rank's bucket events made it to rank 0's file.
+    CHECK(json.find(rg::str_cat("\"pid\": ", N - 1, ", \"tid\": \"comm:ring\"")) != std::string::npos);
+    std::remove(path.c_str());
+  }
+}

@@ -1,12 +1,18 @@
-// examples/mnist: trains an MLP or a CNN on Fashion-MNIST (or any MNIST-format IDX folder).
+// examples/mnist: trains an MLP or a CNN on Fashion-MNIST (or any MNIST-format IDX folder), on one
+// process or data-parallel across ranks.
 //
 //   build/examples/mnist                       # MLP, 1 epoch, SGD momentum 0.9, lr 0.05, batch 128
+//   mpirun -np 2 build/examples/mnist          # the same on 2 ranks: global batch 2 x 128
 //   build/examples/mnist --model cnn           # CNN, batch 64
 //   build/examples/mnist --precision fp16      # f16 parameters, f32 master weights, loss scaling
+//   build/examples/mnist --accum 4             # 4 micro-batches per optimizer step (no_sync)
 //   build/examples/mnist --checkpoint ck.bin   # save at each epoch end (and every --checkpoint-every)
 //   build/examples/mnist --resume ck.bin       # continue exactly where ck.bin left off
 //
-// Single process for now; the distributed issue wraps the model in DistributedDataParallel.
+// Data parallelism: each rank trains a full replica on its own shard (DistributedSampler, reshuffled
+// by set_epoch every epoch); DistributedDataParallel averages the gradients during backward, so the
+// replicas take identical steps. Rank 0 logs. See docs/ddp.md.
+#include <mpi.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -29,6 +35,11 @@ struct Config {
   double lr = 0.05, momentum = 0.9, weight_decay = 0.0;
   uint64_t seed = 1;
   std::string input_norm;  // standard | half | none; default depends on the model (see main)
+  // Data parallelism.
+  int accum = 1;
+  double bucket_mb = 25;
+  std::string comm_hook = "allreduce", backend = "auto", trace, simulate_network;
+  int64_t stats_every = 200;
 };
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -50,19 +61,182 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<Te
   throw Error("[mnist] unknown --optimizer '" + c.optimizer + "' (expected sgd, adam or adamw)");
 }
 
-// Test-set accuracy, in batches, without building a graph.
-double evaluate(nn::Module& model, const data::MnistSplit& test, DType dtype) {
+// Test-set accuracy, without building a graph. Each rank scores its own slice of the test set
+// (the replicas are identical), and the counts are summed over ranks.
+double evaluate(nn::Module& model, const data::MnistSplit& test, DType dtype, dist::ProcessGroup& group) {
   NoGradGuard no_grad;
   model.eval();
+  const int64_t n = test.images.size(0), N = group.size();
+  const int64_t begin = n * group.rank() / N, end = n * (group.rank() + 1) / N, batch = 1000;
   int64_t correct = 0;
-  const int64_t n = test.images.size(0), batch = 1000;
-  for (int64_t at = 0; at < n; at += batch) {
-    const int64_t len = std::min(batch, n - at);
+  for (int64_t at = begin; at < end; at += batch) {
+    const int64_t len = std::min(batch, end - at);
     Tensor logits = model.forward(test.images.narrow(0, at, len).to(dtype));
     correct += nn::F::correct_count(logits, test.labels.narrow(0, at, len));
   }
   model.train();
-  return 100.0 * static_cast<double>(correct) / static_cast<double>(n);
+  Tensor total = full({1}, static_cast<double>(correct), {.dtype = DType::i64});
+  group.allreduce(total)->wait();
+  return 100.0 * total.item() / static_cast<double>(n);
+}
+
+// printf on rank 0 only: every rank runs the same loop, one of them speaks.
+bool g_speaks = true;
+template <class... Args>
+void log(const char* format, Args... args) {
+  if (!g_speaks) return;
+  std::printf(format, args...);
+  std::fflush(stdout);
+}
+
+// The whole training run. Every object that holds a process group lives in here, so that all of
+// them are gone before main calls dist::finalize.
+int run(Config& c, const dist::World& world) {
+  if (c.threads > 0) set_num_threads(c.threads);
+  manual_seed(c.seed);
+  const DType dtype = precision_dtype(c.precision);
+
+  auto t_load = Clock::now();
+  data::Mnist mnist = data::load_mnist(c.data, /*normalize=*/c.input_norm == "standard");
+  if (c.input_norm == "half") {
+    mnist.train.images = (mnist.train.images - 0.5) * 2.0;
+    mnist.test.images = (mnist.test.images - 0.5) * 2.0;
+    mnist.mean = mnist.std = 0.5;
+  }
+  auto train = std::make_shared<data::TensorDataset>(mnist.train.images, mnist.train.labels);
+  log("data: %s: %lld train, %lld test images (loaded in %.1f s; inputs (p - %.4f) / %.4f)\n",
+              c.data.c_str(), (long long)train->size(), (long long)mnist.test.images.size(0), seconds_since(t_load),
+              mnist.mean, mnist.std);
+
+  auto model = mnist::make_model(c.model);
+  model->to(dtype);
+  dist::GroupOptions group_options;
+  if (!c.simulate_network.empty()) {
+    const auto comma = c.simulate_network.find(',');
+    if (comma == std::string::npos) throw Error("[mnist] --simulate-network wants GBPS,LATENCY_US");
+    group_options.simulated_network =
+        dist::SimulatedNetwork{std::stod(c.simulate_network.substr(0, comma)), std::stod(c.simulate_network.substr(comma + 1))};
+  }
+  auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(c.backend, group_options));
+  // Wrapping checks that every rank built the same model and copies rank 0's weights everywhere.
+  dist::DistributedDataParallel ddp(model, group,
+                                    {.bucket_cap_mb = c.bucket_mb,
+                                     .comm_hook = dist::comm_hook_by_name(c.comm_hook),
+                                     .trace = !c.trace.empty()});
+  auto opt = make_optimizer(c, model->parameters());
+  optim::GradScaler scaler({.enabled = dtype == DType::f16});
+  dist::sync_found_inf(scaler, group);  // one rank's overflow makes every rank skip the step
+  // Each rank its own shard; the same permutation everywhere (seed + epoch).
+  data::DistributedSampler sampler(train->size(), {.num_replicas = world.size, .rank = world.rank, .shuffle = true, .seed = c.seed});
+  data::DataLoader loader(train, sampler, {.batch_size = c.batch_size, .prefetch = 2});
+  log("model: %s, %lld parameters, %s; optimizer %s lr %g; %d threads per rank; optimizer state %.1f MiB\n",
+      c.model.c_str(), (long long)model->parameter_count(), c.precision.c_str(), opt->name().c_str(), c.lr,
+      num_threads(), static_cast<double>(opt->state_bytes()) / (1 << 20));
+  log("data parallel: %d ranks (backend %s, %zu buckets, comm hook %s); batch %d per rank x %d ranks x %d "
+      "accumulation = global batch %d\n",
+      world.size, group->backend().c_str(), ddp.buckets().size(), c.comm_hook.c_str(), c.batch_size, world.size,
+      c.accum, c.batch_size * world.size * c.accum);
+
+  int start_epoch = 0;
+  int64_t global_step = 0, skip_in_epoch = 0;
+  if (!c.resume.empty()) {
+    nn::StateDict ck = nn::load_checkpoint(c.resume);
+    model->load_state_dict(nn::with_prefix_removed(ck, "model."));
+    opt->load_state_dict(nn::with_prefix_removed(ck, "optimizer."));
+    scaler.set_state(nn::scalar_entry(ck, "scaler.scale"), static_cast<int64_t>(nn::scalar_entry(ck, "scaler.growth")));
+    start_epoch = static_cast<int>(nn::scalar_entry(ck, "progress.epoch"));
+    global_step = static_cast<int64_t>(nn::scalar_entry(ck, "progress.step"));
+    skip_in_epoch = static_cast<int64_t>(nn::scalar_entry(ck, "progress.step_in_epoch"));
+    default_generator().manual_seed(static_cast<uint64_t>(nn::scalar_entry(ck, "rng.seed")));
+    default_generator().set_offset(static_cast<uint64_t>(nn::scalar_entry(ck, "rng.offset")));
+    log("resumed from %s: epoch %d, step %lld\n", c.resume.c_str(), start_epoch + 1, (long long)global_step);
+  }
+  auto save = [&](int epoch, int64_t step_in_epoch) {
+    if (c.checkpoint.empty() || world.rank != 0) return;  // the replicas are identical: rank 0 writes
+    auto value = [](double v) { return scalar_tensor(v, {.dtype = DType::f64}); };
+    nn::StateDict ck = nn::with_prefix(model->state_dict(), "model.");
+    for (auto& e : nn::with_prefix(opt->state_dict(), "optimizer.")) ck.push_back(e);
+    ck.emplace_back("scaler.scale", value(scaler.get_scale()));
+    ck.emplace_back("scaler.growth", value(static_cast<double>(scaler.growth_tracker())));
+    ck.emplace_back("progress.epoch", value(epoch));
+    ck.emplace_back("progress.step", value(static_cast<double>(global_step)));
+    ck.emplace_back("progress.step_in_epoch", value(static_cast<double>(step_in_epoch)));
+    ck.emplace_back("sampler.seed", value(static_cast<double>(c.seed)));
+    ck.emplace_back("rng.seed", value(static_cast<double>(default_generator().seed())));
+    ck.emplace_back("rng.offset", value(static_cast<double>(default_generator().offset())));
+    nn::save_checkpoint(c.checkpoint, ck);
+  };
+
+  const bool tty = isatty(STDOUT_FILENO) && world.size == 1;
+  const int64_t steps_per_epoch = loader.num_batches();
+  auto t_train = Clock::now();
+  int64_t trained_samples = 0;
+  double train_seconds = 0;
+  for (int epoch = start_epoch; epoch < c.epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    auto t_epoch = Clock::now();
+    int64_t step_in_epoch = 0, epoch_samples = 0;
+    double loss_sum = 0;
+    for (const data::Example& batch : loader) {
+      if (step_in_epoch < skip_in_epoch) {  // resuming mid-epoch: these batches were already trained on
+        ++step_in_epoch;
+        continue;
+      }
+      // Gradient accumulation: micro-batches 1..K-1 of a step only accumulate (no communication);
+      // the K-th backward averages the sum across ranks once. Each loss is scaled by 1/K so the
+      // step equals one on a K times larger batch.
+      const int micro = static_cast<int>(step_in_epoch % c.accum);
+      const bool last_micro = micro == c.accum - 1 || step_in_epoch + 1 == steps_per_epoch;
+      if (micro == 0) opt->zero_grad();
+      Tensor logits = ddp(batch.input.to(dtype));
+      Tensor loss = nn::F::cross_entropy(logits, batch.target);
+      Tensor scaled = scaler.scale(loss * (1.0 / c.accum));
+      if (last_micro) {
+        scaled.backward();
+        scaler.step(*opt);
+        scaler.update();
+      } else {
+        auto no_sync = ddp.no_sync();
+        scaled.backward();
+      }
+      ++step_in_epoch;
+      ++global_step;
+      epoch_samples += batch.input.size(0);
+      const double loss_value = loss.item();
+      loss_sum += loss_value;
+      const double elapsed = seconds_since(t_epoch);
+      const double rate = static_cast<double>(epoch_samples) / elapsed;  // this rank's
+      const double eta = static_cast<double>(steps_per_epoch - step_in_epoch) * c.batch_size / rate;
+      if (tty || step_in_epoch % 100 == 0 || step_in_epoch == steps_per_epoch)
+        log("%sepoch %d step %lld/%lld  loss (rank 0) %.4f  %.0f samples/s (all ranks)  ETA %.0f s%s", tty ? "\r" : "",
+            epoch + 1, (long long)step_in_epoch, (long long)steps_per_epoch, loss_value, rate * world.size, eta,
+            tty ? "   " : "\n");
+      if (c.stats_every > 0 && global_step % c.stats_every == 0) log("%s\n", ddp.stats().summary().c_str());
+      if (c.checkpoint_every > 0 && global_step % c.checkpoint_every == 0) save(epoch, step_in_epoch);
+      if (c.limit_steps > 0 && global_step >= c.limit_steps) break;
+    }
+    if (tty) log("\n");
+    const double epoch_seconds = seconds_since(t_epoch);
+    train_seconds += epoch_seconds;
+    trained_samples += epoch_samples;
+    const int64_t trained_steps = step_in_epoch - skip_in_epoch;
+    skip_in_epoch = 0;
+    const double accuracy = evaluate(*model, mnist.test, dtype, *group);
+    log("epoch %d: train loss (rank 0) %.5f, test accuracy %.2f%%, %.1f s, %.0f samples/s (all ranks)\n", epoch + 1,
+        trained_steps ? loss_sum / static_cast<double>(trained_steps) : 0.0, accuracy, epoch_seconds,
+        static_cast<double>(epoch_samples) * world.size / epoch_seconds);
+    save(epoch + 1, 0);
+    if (c.limit_steps > 0 && global_step >= c.limit_steps) break;
+  }
+  log("done: %lld steps in %.1f s (training %.1f s), %.0f samples/s (all ranks)\n", (long long)global_step,
+      seconds_since(t_train), train_seconds,
+      static_cast<double>(trained_samples) * world.size / std::max(train_seconds, 1e-9));
+  log("%s\n", ddp.stats().summary().c_str());
+  if (!c.trace.empty()) {
+    ddp.write_trace(c.trace);  // collective: every rank sends its events to rank 0
+    log("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", c.trace.c_str());
+  }
+  return 0;
 }
 
 }  // namespace
@@ -90,6 +264,18 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-every", c.checkpoint_every, "also write it every N steps");
   app.add_option("--resume", c.resume, "continue from this checkpoint");
   app.add_option("--limit-steps", c.limit_steps, "stop after this many steps in total (for quick runs)");
+  app.add_option("--accum", c.accum, "micro-batches per optimizer step (gradient accumulation under no_sync)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--bucket-mb", c.bucket_mb, "DDP bucket size cap in MiB");
+  app.add_option("--comm-hook", c.comm_hook, "allreduce (average) or fp16 (compressed; fp32 models)")
+      ->check(CLI::IsMember({"allreduce", "fp16"}));
+  app.add_option("--backend", c.backend, "process group backend: auto, ring, tree, mpi, hierarchical");
+  app.add_option("--stats-every", c.stats_every, "print DDP's compute / communication / overlap figures every N steps");
+  app.add_option("--trace", c.trace, "write a Chrome trace (all ranks) of the last epoch's first steps here");
+  app.add_option("--simulate-network", c.simulate_network,
+                 "model a slower network 'GBPS,LATENCY_US' (e.g. 0.5,100) to watch overlap on one machine");
+  const dist::World world = dist::init(&argc, &argv);
+  g_speaks = world.rank == 0;
   CLI11_PARSE(app, argc, argv);
   if (c.batch_size <= 0) c.batch_size = c.model == "mlp" ? 128 : 64;
   // Measured over seeds 0-3 (docs/mnist.md): the MLP does best on standardised pixels (85.6% vs 84.0%
@@ -97,117 +283,14 @@ int main(int argc, char** argv) {
   if (c.input_norm.empty()) c.input_norm = c.model == "mlp" ? "standard" : "half";
 
   try {
-    if (c.threads > 0) set_num_threads(c.threads);
-    manual_seed(c.seed);
-    const DType dtype = precision_dtype(c.precision);
-
-    auto t_load = Clock::now();
-    data::Mnist mnist = data::load_mnist(c.data, /*normalize=*/c.input_norm == "standard");
-    if (c.input_norm == "half") {
-      mnist.train.images = (mnist.train.images - 0.5) * 2.0;
-      mnist.test.images = (mnist.test.images - 0.5) * 2.0;
-      mnist.mean = mnist.std = 0.5;
-    }
-    auto train = std::make_shared<data::TensorDataset>(mnist.train.images, mnist.train.labels);
-    std::printf("data: %s: %lld train, %lld test images (loaded in %.1f s; inputs (p - %.4f) / %.4f)\n",
-                c.data.c_str(), (long long)train->size(), (long long)mnist.test.images.size(0), seconds_since(t_load),
-                mnist.mean, mnist.std);
-
-    auto model = mnist::make_model(c.model);
-    model->to(dtype);
-    auto opt = make_optimizer(c, model->parameters());
-    optim::GradScaler scaler({.enabled = dtype == DType::f16});
-    data::DistributedSampler sampler(train->size(), {.shuffle = true, .seed = c.seed});
-    data::DataLoader loader(train, sampler, {.batch_size = c.batch_size, .prefetch = 2});
-    std::printf("model: %s, %lld parameters, %s; optimizer %s lr %g; batch %d; %d threads; optimizer state %.1f MiB\n",
-                c.model.c_str(), (long long)model->parameter_count(), c.precision.c_str(), opt->name().c_str(), c.lr,
-                c.batch_size, num_threads(), static_cast<double>(opt->state_bytes()) / (1 << 20));
-
-    int start_epoch = 0;
-    int64_t global_step = 0, skip_in_epoch = 0;
-    if (!c.resume.empty()) {
-      nn::StateDict ck = nn::load_checkpoint(c.resume);
-      model->load_state_dict(nn::with_prefix_removed(ck, "model."));
-      opt->load_state_dict(nn::with_prefix_removed(ck, "optimizer."));
-      scaler.set_state(nn::scalar_entry(ck, "scaler.scale"), static_cast<int64_t>(nn::scalar_entry(ck, "scaler.growth")));
-      start_epoch = static_cast<int>(nn::scalar_entry(ck, "progress.epoch"));
-      global_step = static_cast<int64_t>(nn::scalar_entry(ck, "progress.step"));
-      skip_in_epoch = static_cast<int64_t>(nn::scalar_entry(ck, "progress.step_in_epoch"));
-      default_generator().manual_seed(static_cast<uint64_t>(nn::scalar_entry(ck, "rng.seed")));
-      default_generator().set_offset(static_cast<uint64_t>(nn::scalar_entry(ck, "rng.offset")));
-      std::printf("resumed from %s: epoch %d, step %lld\n", c.resume.c_str(), start_epoch + 1, (long long)global_step);
-    }
-    auto save = [&](int epoch, int64_t step_in_epoch) {
-      if (c.checkpoint.empty()) return;
-      auto value = [](double v) { return scalar_tensor(v, {.dtype = DType::f64}); };
-      nn::StateDict ck = nn::with_prefix(model->state_dict(), "model.");
-      for (auto& e : nn::with_prefix(opt->state_dict(), "optimizer.")) ck.push_back(e);
-      ck.emplace_back("scaler.scale", value(scaler.get_scale()));
-      ck.emplace_back("scaler.growth", value(static_cast<double>(scaler.growth_tracker())));
-      ck.emplace_back("progress.epoch", value(epoch));
-      ck.emplace_back("progress.step", value(static_cast<double>(global_step)));
-      ck.emplace_back("progress.step_in_epoch", value(static_cast<double>(step_in_epoch)));
-      ck.emplace_back("sampler.seed", value(static_cast<double>(c.seed)));
-      ck.emplace_back("rng.seed", value(static_cast<double>(default_generator().seed())));
-      ck.emplace_back("rng.offset", value(static_cast<double>(default_generator().offset())));
-      nn::save_checkpoint(c.checkpoint, ck);
-    };
-
-    const bool tty = isatty(STDOUT_FILENO);
-    const int64_t steps_per_epoch = loader.num_batches();
-    auto t_train = Clock::now();
-    int64_t trained_samples = 0;
-    double train_seconds = 0;
-    for (int epoch = start_epoch; epoch < c.epochs; ++epoch) {
-      sampler.set_epoch(epoch);
-      auto t_epoch = Clock::now();
-      int64_t step_in_epoch = 0, epoch_samples = 0;
-      double loss_sum = 0;
-      for (const data::Example& batch : loader) {
-        if (step_in_epoch < skip_in_epoch) {  // resuming mid-epoch: these batches were already trained on
-          ++step_in_epoch;
-          continue;
-        }
-        Tensor logits = model->forward(batch.input.to(dtype));
-        Tensor loss = nn::F::cross_entropy(logits, batch.target);
-        opt->zero_grad();
-        scaler.scale(loss).backward();
-        scaler.step(*opt);
-        scaler.update();
-        ++step_in_epoch;
-        ++global_step;
-        epoch_samples += batch.input.size(0);
-        const double loss_value = loss.item();
-        loss_sum += loss_value;
-        const double elapsed = seconds_since(t_epoch);
-        const double rate = static_cast<double>(epoch_samples) / elapsed;
-        const double eta = static_cast<double>(steps_per_epoch - step_in_epoch) * c.batch_size / rate;
-        if (tty || step_in_epoch % 100 == 0 || step_in_epoch == steps_per_epoch) {
-          std::printf("%sepoch %d step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0f s%s", tty ? "\r" : "", epoch + 1,
-                      (long long)step_in_epoch, (long long)steps_per_epoch, loss_value, rate, eta, tty ? "   " : "\n");
-          std::fflush(stdout);
-        }
-        if (c.checkpoint_every > 0 && global_step % c.checkpoint_every == 0) save(epoch, step_in_epoch);
-        if (c.limit_steps > 0 && global_step >= c.limit_steps) break;
-      }
-      if (tty) std::printf("\n");
-      const double epoch_seconds = seconds_since(t_epoch);
-      train_seconds += epoch_seconds;
-      trained_samples += epoch_samples;
-      const int64_t trained_steps = step_in_epoch - skip_in_epoch;
-      skip_in_epoch = 0;
-      const double accuracy = evaluate(*model, mnist.test, dtype);
-      std::printf("epoch %d: train loss %.5f, test accuracy %.2f%%, %.1f s, %.0f samples/s\n", epoch + 1,
-                  trained_steps ? loss_sum / static_cast<double>(trained_steps) : 0.0, accuracy, epoch_seconds,
-                  static_cast<double>(epoch_samples) / epoch_seconds);
-      save(epoch + 1, 0);
-      if (c.limit_steps > 0 && global_step >= c.limit_steps) break;
-    }
-    std::printf("done: %lld steps in %.1f s (training %.1f s), %.0f samples/s\n", (long long)global_step,
-                seconds_since(t_train), train_seconds, static_cast<double>(trained_samples) / std::max(train_seconds, 1e-9));
-    return 0;
+    const int rc = run(c, world);
+    dist::finalize();
+    return rc;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    std::fflush(stderr);
+    // A failed rank must not leave the others waiting in a collective: end the whole job.
+    if (dist::is_initialized() && dist::world().size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
 }

@@ -1,0 +1,13 @@
+# Runs CMD and passes when it exits 0 and its output matches every regular expression in EXPECT
+# (a ;-list). (PASS_REGULAR_EXPRESSION alone would ignore the exit status.)
+execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
+set(log "${out}${err}")
+message("---- exit status '${rc}' ----\n${log}")
+if(NOT rc STREQUAL "0")
+  message(FATAL_ERROR "expected exit status 0, got '${rc}'")
+endif()
+foreach(pattern IN LISTS EXPECT)
+  if(NOT log MATCHES "${pattern}")
+    message(FATAL_ERROR "output does not match '${pattern}'")
+  endif()
+endforeach()

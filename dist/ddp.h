@@ -130,8 +130,7 @@ class DistributedDataParallel {
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  // Runs the module's forward (x: whatever it takes). Also (re)attaches bucket views as the
-  // gradients of parameters whose .grad was reset to none.
+  // Runs the module's forward (x: whatever it takes).
   Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
 

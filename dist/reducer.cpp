@@ -105,9 +105,6 @@ void Reducer::attach_view(Param& p) {
 
 void Reducer::before_forward() {
   if (step_start_us_ < 0) step_start_us_ = trace_clock_us();
-  // Note [Gradients are bucket views]: zero_grad(set_to_none) dropped the views; put zeroed ones back.
-  for (Param& p : params_)
-    if (!p.tensor.grad().defined()) attach_view(p);
   if (options_.trace) {
     const int rank = group_->rank();
     autograd::set_node_observer([this, rank](const std::string& name, double start_us, double end_us) {

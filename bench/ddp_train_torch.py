@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""ddp_train_torch: the PyTorch peer of bench/ddp_train.cpp (W1 MLP / W2 CNN training throughput on
+Fashion-MNIST, ../shared/WORKLOADS.md), same flags, same work, same RESULT line.
+
+    /usr/bin/python3 bench/ddp_train_torch.py --model mlp --threads 1                 # variant (a)
+    /usr/bin/python3 bench/ddp_train_torch.py --model mlp --threads 2                 # variant (b)
+    mpirun -np 2 /usr/bin/python3 bench/ddp_train_torch.py --model mlp --threads 1    # variant (c)
+
+Needs Debian's python3-torch (PyTorch 1.13, CPU), importable only from /usr/bin/python3. Under
+mpirun, rank and world size come from OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE and the ranks
+meet through torch.distributed's TCP rendezvous at MASTER_ADDR (default 127.0.0.1) : MASTER_PORT
+(default 29541); the model is wrapped in DistributedDataParallel over gloo (default bucket_cap_mb).
+A world of one runs the plain model, no process group.
+
+--threads sets both torch's OpenMP pool and OpenBLAS's threads (Debian's torch does its GEMMs in
+OpenBLAS, which torch.set_num_threads does not reach) and OMP_WAIT_POLICY defaults to PASSIVE
+(see below); gloo still runs its own I/O thread(s).
+
+The training set is loaded and normalised before the clock starts (MLP: (p/255 - mean) / std with
+the training pixels' statistics; CNN: (p/255 - 0.5) / 0.5); each step gathers the next per-rank
+batch of a seeded permutation (this rank's shard: every N-th example), runs forward, backward and
+an SGD step (momentum 0.9, lr 0.05). --warmup steps are untimed, then --steps are timed between two
+barriers. Rank 0 prints:
+  RESULT impl=torch model=mlp ranks=2 threads=1 batch=128 steps=200 samples_per_s=...
+"""
+import ctypes
+import gzip
+import os
+import sys
+import time
+
+import numpy as np
+
+# libgomp's idle workers spin by default, and with --threads 2 on two cores they starve OpenBLAS's own
+# threads (measured: MLP (b) 5.4k vs 12-14k samples/s). Sleep between parallel regions, as ringgrad's
+# pool does; must be set before torch loads libgomp. OMP_WAIT_POLICY=active in the environment wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+except ImportError as e:
+    sys.stderr.write(f"ddp_train_torch: cannot import torch with {sys.executable} ({e}); install "
+                     "python3-torch and launch with /usr/bin/python3\n")
+    sys.exit(1)
+
+
+def set_num_threads(n):
+    """torch.set_num_threads sizes the OpenMP pool (oneDNN convolutions, elementwise ops), but Debian's
+    torch runs its GEMMs in OpenBLAS (pthreads build), which keeps one thread per core unless told."""
+    torch.set_num_threads(n)
+    try:
+        ctypes.CDLL("libopenblas.so.0").openblas_set_num_threads(n)
+    except (OSError, AttributeError):
+        sys.stderr.write("ddp_train_torch: OpenBLAS not found; its thread count is left as it is\n")
+
+
+def read_idx(data_dir, stem):
+    """An IDX file (plain or .gz) as a numpy array of its shape (ubyte data only, as MNIST)."""
+    for name, opener in ((stem, open), (stem + ".gz", gzip.open)):
+        path = os.path.join(data_dir, name)
+        if os.path.exists(path):
+            with opener(path, "rb") as f:
+                raw = f.read()
+            ndim = raw[3]
+            shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+            return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+    raise FileNotFoundError(f"neither {stem} nor {stem}.gz found in {data_dir}")
+
+
+def make_model(name):
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                             nn.Linear(512, 10))
+    if name == "cnn":
+        return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+    raise ValueError(f"unknown --model '{name}' (expected mlp or cnn)")
+
+
+def main(argv):
+    opts = {"--model": "mlp", "--data": "/usr/share/datasets/fashion-mnist", "--steps": "200",
+            "--warmup": "20", "--threads": "1", "--batch": "0"}
+    for flag, value in zip(argv[::2], argv[1::2]):
+        if flag not in opts:
+            sys.stderr.write(f"unknown flag {flag} (flags: {' '.join(opts)})\n")
+            return 2
+        opts[flag] = value
+    model_name = opts["--model"]
+    steps, warmup, threads, batch = (int(opts[k]) for k in ("--steps", "--warmup", "--threads", "--batch"))
+    if batch <= 0:
+        batch = 128 if model_name == "mlp" else 64
+
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    set_num_threads(threads)
+    if size > 1:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29541")
+        dist.init_process_group("gloo", rank=rank, world_size=size)
+
+    pixels = read_idx(opts["--data"], "train-images-idx3-ubyte").astype(np.float32) / 255.0
+    if model_name == "mlp":
+        pixels = (pixels - pixels.mean()) / pixels.std()  # population std, as load_mnist
+    else:
+        pixels = (pixels - 0.5) / 0.5
+    images = torch.from_numpy(np.ascontiguousarray(pixels[:, None, :, :]))
+    labels = torch.from_numpy(read_idx(opts["--data"], "train-labels-idx1-ubyte").astype(np.int64))
+    n = images.shape[0]
+
+    torch.manual_seed(1)
+    model = make_model(model_name)
+    net = nn.parallel.DistributedDataParallel(model) if size > 1 else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    order = torch.from_numpy(np.random.RandomState(7).permutation(n))
+    stride = torch.arange(batch) * size
+    cursor = rank  # this rank's shard: every N-th example of the permutation
+
+    def step():
+        nonlocal cursor
+        idx = order[(cursor + stride) % n]
+        cursor += batch * size
+        x, y = images.index_select(0, idx), labels.index_select(0, idx)
+        opt.zero_grad()
+        loss_fn(net(x), y).backward()
+        opt.step()
+
+    barrier = dist.barrier if size > 1 else (lambda: None)
+    for _ in range(warmup):
+        step()
+    barrier()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    barrier()
+    seconds = time.perf_counter() - t0
+    if rank == 0:
+        print(f"RESULT impl=torch model={model_name} ranks={size} threads={threads} batch={batch} "
+              f"steps={steps} samples_per_s={steps * batch * size / seconds:.1f}", flush=True)
+    if size > 1:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

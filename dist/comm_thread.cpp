@@ -45,13 +45,47 @@ std::string CommThread::label(const OpInfo& info) const {
 
 std::shared_ptr<Work> CommThread::submit(OpInfo info, StartFn start) {
   std::shared_ptr<Work> work;
+  bool start_here = false;
   {
     std::lock_guard lock(mutex_);
     RG_CHECK(!stopping_, "dist." + info.name, "the process group is shutting down");
     info.seq = info.p2p ? next_p2p_seq_++ : next_seq_++;
     work = std::make_shared<Work>(label(info));
-    queue_.push_back(Task{std::move(info), std::move(start), work});
-    queued_.store(queue_.size(), std::memory_order_release);
+    // Note [Small collectives start on the caller's thread].
+    start_here = !info.p2p && info.bytes <= kStartHereBytes && queue_.empty() && !collective_active_ &&
+                 p2p_active_ == 0 && !handed_over_;
+    if (start_here) {
+      collective_active_ = true;
+      starting_here_ = true;
+    } else {
+      queue_.push_back(Task{std::move(info), std::move(start), work});
+      queued_.store(queue_.size(), std::memory_order_release);
+    }
+  }
+  if (start_here) {
+    Task task{std::move(info), std::move(start), work};
+    auto running = std::make_unique<Running>();
+    const auto began = Clock::now();
+    bool finished = !this->start(task, *running);
+    // A tight loop: this is the caller's own core, and a yield would be a system call per poll.
+    while (!finished && !(finished = advance(*running)) &&
+           Clock::now() - began < std::chrono::microseconds(kStartHereMicroseconds)) {
+    }
+    {
+      std::lock_guard stats_lock(stats_mutex_);
+      stats_.busy_seconds += std::chrono::duration<double>(Clock::now() - began).count();
+    }
+    std::lock_guard lock(mutex_);
+    starting_here_ = false;
+    if (finished) {
+      collective_active_ = false;
+      // Wake the thread only if ops queued up meanwhile: a needless wake-up takes the core from
+      // this thread (ranks are bound to one core each).
+      if (queue_.empty()) return work;
+    } else {
+      handed_over_ = std::move(running);  // the communication thread polls it from here on
+      queued_.store(queue_.size() + 1, std::memory_order_release);  // ends its idle spin at once
+    }
   }
   queue_cv_.notify_one();
   return work;
@@ -76,6 +110,7 @@ void CommThread::loop() {
   double last_us = trace_clock_us();
   for (;;) {
     std::vector<Task> to_start;
+    bool adopted = false;
     const bool running = collective_ || !p2p_.empty();
     if (!running) {  // See Note [Short spins before sleeping]
       const auto until = Clock::now() + std::chrono::microseconds(kSpinMicroseconds);
@@ -83,10 +118,16 @@ void CommThread::loop() {
     }
     {
       std::unique_lock lock(mutex_);
-      if (!running) queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (!running && queue_.empty()) return;  // stopping, and everything queued has run
+      auto has_work = [&] { return handed_over_ != nullptr || (!queue_.empty() && !starting_here_); };
+      if (!running) queue_cv_.wait(lock, [&] { return (stopping_ && !starting_here_) || has_work(); });
+      if (handed_over_) {  // started by a caller, still running: poll it as if just started
+        collective_ = std::move(handed_over_);
+        adopted = true;
+        queued_.store(queue_.size(), std::memory_order_release);
+      }
+      if (!running && !collective_ && queue_.empty()) return;  // stopping, and everything queued has run
       // Point-to-point ops start whenever they reach the front; a collective only when none runs.
-      while (!queue_.empty() && (queue_.front().info.p2p || !collective_active_)) {
+      while (!starting_here_ && !queue_.empty() && (queue_.front().info.p2p || !collective_active_)) {
         if (queue_.front().info.p2p) ++p2p_active_;
         else collective_active_ = true;
         to_start.push_back(std::move(queue_.front()));
@@ -102,7 +143,7 @@ void CommThread::loop() {
     }
     last_us = now_us;
 
-    bool progress = !to_start.empty();
+    bool progress = !to_start.empty() || adopted;
     int collectives_done = 0, p2p_done = 0;
     for (Task& task : to_start) {
       auto running = std::make_unique<Running>();
@@ -129,7 +170,6 @@ void CommThread::loop() {
     if (collectives_done + p2p_done > 0) {
       progress = true;
       std::lock_guard lock(mutex_);
-      if (collectives_done > 0) collective_active_ = false;
       p2p_active_ -= p2p_done;
     }
     was_running = collective_ || !p2p_.empty() || !to_start.empty();
@@ -231,6 +271,13 @@ void CommThread::complete(Running& running, std::exception_ptr error) {
                                    running.start_us, end_us - running.start_us,
                                    str_cat("\"bytes\": ", info.bytes, ", \"ok\": ", error ? "false" : "true")});
     }
+  }
+  // The group counts as idle before the waiter wakes: its next collective may then start on its own
+  // thread (Note [Small collectives start on the caller's thread]) instead of queueing behind a
+  // flag this thread has not cleared yet.
+  if (!info.p2p) {
+    std::lock_guard lock(mutex_);
+    collective_active_ = false;
   }
   running.task.work->finish(error, running.start_us, end_us);
 }

@@ -72,9 +72,12 @@ void check_same_parameters(ProcessGroup& group, const std::vector<std::pair<std:
 // Trace events as text lines (tab-separated), to gather them to rank 0.
 std::string encode_events(const std::vector<TraceEvent>& events) {
   std::string out;
-  for (const TraceEvent& e : events)
-    out += str_cat(e.name, "\t", e.category, "\t", e.pid, "\t", e.thread, "\t", e.start_us, "\t", e.duration_us, "\t",
-                   e.args_json, "\n");
+  for (const TraceEvent& e : events) {
+    // Microseconds since boot need ~12 significant digits: print them in full, not as "1.23e+11".
+    char times[64];
+    std::snprintf(times, sizeof times, "%.3f\t%.3f", e.start_us, e.duration_us);
+    out += str_cat(e.name, "\t", e.category, "\t", e.pid, "\t", e.thread, "\t", times, "\t", e.args_json, "\n");
+  }
   return out;
 }
 

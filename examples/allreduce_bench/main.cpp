@@ -8,12 +8,19 @@
 // communication thread, no Work -- the figure the "0.9x of MPI_Allreduce" compares with.
 // (MPI has no f16 type: for f16 the peer is skipped.) --segment sets the ring's segment size.
 //
-// For each size: the mean time of one AllReduce (sum) over -n iterations after -w warm-ups, algbw =
+// Noise: this machine's timings drift by 2-3x over seconds. So the backends are interleaved: for
+// each of -r rounds, each size is measured on every backend in turn (the order rotating every
+// round), and the tables show each backend's median over the rounds -- a noisy moment hits all
+// backends alike instead of one table.
+//
+// For each size: the mean time of one AllReduce (sum) over -n iterations after -w warm-ups (median
+// over -r rounds, see below), algbw =
 // bytes / time, busbw = algbw * 2(N-1)/N (the bytes each rank's link actually carries in a ring, so
 // figures compare across world sizes), and #wrong: elements that differ from the closed-form sum
 // when -c 1 (each rank fills rank + 1, so every element must be N(N+1)/2).
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -62,7 +69,7 @@ int main(int argc, char** argv) {
   std::string begin = "4K", end = "256M", backends = "MPI_Allreduce,mpi,ring,tree,auto", type = "f32";
   std::string segment;
   double factor = 2;
-  int iters = 20, warmup = 5, check = 1;
+  int iters = 20, warmup = 5, check = 1, rounds = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "-b") begin = value;
@@ -71,11 +78,12 @@ int main(int argc, char** argv) {
     else if (flag == "-n") iters = std::stoi(value);
     else if (flag == "-w") warmup = std::stoi(value);
     else if (flag == "-c") check = std::stoi(value);
+    else if (flag == "-r") rounds = std::stoi(value);
     else if (flag == "-d") type = value;
     else if (flag == "--backends") backends = value;
     else if (flag == "--segment") segment = value;
     else {
-      std::fprintf(stderr, "unknown flag %s (flags: -b -e -f -n -w -c -d f32|f16|bf16 --backends MPI_Allreduce,mpi,ring,tree,auto,hierarchical --segment BYTES)\n", flag.c_str());
+      std::fprintf(stderr, "unknown flag %s (flags: -b -e -f -n -w -c -r -d f32|f16|bf16 --backends MPI_Allreduce,mpi,ring,tree,auto,hierarchical --segment BYTES)\n", flag.c_str());
       return 2;
     }
   }
@@ -85,57 +93,78 @@ int main(int argc, char** argv) {
     const DType dtype = type == "f16" ? DType::f16 : type == "bf16" ? DType::bf16 : DType::f32;
     const double n = w.size;
     if (w.rank == 0) {
-      std::printf("# allreduce_bench: %d ranks, %s, sizes %s..%s x%g, %d iterations after %d warm-ups\n", w.size,
-                  type.c_str(), begin.c_str(), end.c_str(), factor, iters, warmup);
+      std::printf("# allreduce_bench: %d ranks, %s, sizes %s..%s x%g, %d iterations after %d warm-ups, median of %d "
+                  "interleaved rounds\n", w.size, type.c_str(), begin.c_str(), end.c_str(), factor, iters, warmup, rounds);
       std::printf("# ceiling: one core's memcpy bandwidth %.2f GB/s (read + write)\n", memcpy_bandwidth() / 1e9);
     }
     dist::GroupOptions options;
     if (!segment.empty()) options.ring_segment_bytes = static_cast<size_t>(parse_size(segment));
+    std::vector<std::string> names;
+    std::vector<std::unique_ptr<dist::ProcessGroup>> groups;  // null: the bare MPI_Allreduce peer
     for (const std::string& backend : split_list(backends)) {
       const bool bare = backend == "MPI_Allreduce";
       if (bare && dtype != DType::f32) {
         if (w.rank == 0) std::printf("# backend: MPI_Allreduce skipped: MPI has no %s type\n", type.c_str());
         continue;
       }
-      // The peer runs on this thread; every other backend through a process group.
-      std::unique_ptr<dist::ProcessGroup> pg = bare ? nullptr : dist::new_group(backend, options);
-      auto allreduce = [&](Tensor& t) {
-        if (bare)
-          MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        else
-          pg->allreduce(t)->wait();
-      };
-      if (w.rank == 0) {
-        std::printf("# backend: %s\n", backend.c_str());
+      names.push_back(backend);
+      groups.push_back(bare ? nullptr : dist::new_group(backend, options));
+    }
+    std::vector<int64_t> counts;
+    for (double bytes = static_cast<double>(parse_size(begin)); bytes <= static_cast<double>(parse_size(end));
+         bytes *= factor)
+      counts.push_back(static_cast<int64_t>(bytes) / static_cast<int64_t>(dtype_size(dtype)));
+    // seconds[b][s]: one mean time per round; wrong[b][s]: elements off the closed form.
+    std::vector<std::vector<std::vector<double>>> seconds(names.size(), std::vector<std::vector<double>>(counts.size()));
+    std::vector<std::vector<int64_t>> wrong(names.size(), std::vector<int64_t>(counts.size(), 0));
+    for (int round = 0; round < rounds; ++round)
+      for (size_t s = 0; s < counts.size(); ++s) {
+        Tensor t = full({counts[s]}, w.rank + 1.0, {.dtype = dtype});
+        for (size_t k = 0; k < names.size(); ++k) {
+          const size_t b = (k + static_cast<size_t>(round)) % names.size();  // rotate the order
+          dist::ProcessGroup* pg = groups[b].get();
+          auto allreduce = [&](Tensor& x) {
+            if (pg == nullptr)
+              MPI_Allreduce(MPI_IN_PLACE, x.raw_data(), static_cast<int>(x.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            else
+              pg->allreduce(x)->wait();
+          };
+          for (int i = 0; i < warmup; ++i) allreduce(t);
+          MPI_Barrier(MPI_COMM_WORLD);
+          auto t0 = Clock::now();
+          for (int i = 0; i < iters; ++i) allreduce(t);
+          double mean = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+          // The slowest rank's time is the collective's time.
+          MPI_Allreduce(MPI_IN_PLACE, &mean, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+          seconds[b][s].push_back(mean);
+          if (check && round == 0) {
+            t.fill_(w.rank + 1.0);
+            allreduce(t);
+            const double expected = n * (n + 1) / 2;
+            int64_t bad = 0;
+            for (double v : t.to_vector()) bad += v != expected;
+            MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+            wrong[b][s] = bad;
+          }
+        }
+      }
+    if (w.rank == 0) {
+      for (size_t b = 0; b < names.size(); ++b) {
+        std::printf("# backend: %s\n", names[b].c_str());
         std::printf("%12s %12s %6s %12s %10s %10s %7s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
                     "busbw(GB/s)", "#wrong");
-      }
-      for (double bytes = static_cast<double>(parse_size(begin)); bytes <= static_cast<double>(parse_size(end));
-           bytes *= factor) {
-        const int64_t count = static_cast<int64_t>(bytes) / static_cast<int64_t>(dtype_size(dtype));
-        Tensor t = full({count}, w.rank + 1.0, {.dtype = dtype});
-        for (int i = 0; i < warmup; ++i) allreduce(t);
-        MPI_Barrier(MPI_COMM_WORLD);
-        auto t0 = Clock::now();
-        for (int i = 0; i < iters; ++i) allreduce(t);
-        double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-        // The slowest rank's time is the collective's time.
-        MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        int64_t wrong = 0;
-        if (check) {
-          t.fill_(w.rank + 1.0);
-          allreduce(t);
-          const double expected = n * (n + 1) / 2;
-          for (double v : t.to_vector()) wrong += v != expected;
-          MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        for (size_t s = 0; s < counts.size(); ++s) {
+          std::vector<double> v = seconds[b][s];
+          std::sort(v.begin(), v.end());
+          const double median = v[v.size() / 2];
+          const double size = static_cast<double>(counts[s]) * static_cast<double>(dtype_size(dtype));
+          const double algbw = size / median / 1e9, busbw = algbw * 2 * (n - 1) / n;
+          std::printf("%12.0f %12lld %6s %12.1f %10.2f %10.2f %7lld\n", size, (long long)counts[s], type.c_str(),
+                      median * 1e6, algbw, busbw, (long long)wrong[b][s]);
         }
-        const double size = static_cast<double>(count) * static_cast<double>(dtype_size(dtype));
-        const double algbw = size / seconds / 1e9, busbw = algbw * 2 * (n - 1) / n;
-        if (w.rank == 0)
-          std::printf("%12.0f %12lld %6s %12.1f %10.2f %10.2f %7lld\n", size, (long long)count, type.c_str(),
-                      seconds * 1e6, algbw, busbw, (long long)wrong);
       }
     }
+    groups.clear();
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "dist_test_util.h"
 
@@ -347,4 +348,25 @@ TEST_CASE("counters and trace events") {
   quiet->allreduce(t)->wait();
   CHECK(quiet->trace_events().empty());
   CHECK(quiet->stats().ops == 1);
+}
+
+TEST_CASE("a small collective started on the caller's thread is handed over when a peer is late") {
+  // Rank 0 arrives 50 ms late, so every other rank's caller-started AllReduce cannot finish within
+  // its few microseconds and goes to the communication thread (Note [Small collectives start on
+  // the caller's thread]); a second one, submitted at once, must queue behind it and finish after.
+  const int r = dist::world().rank;
+  for (const std::string backend : {"tree", "ring", "mpi"}) {
+    CAPTURE(backend);
+    auto pg = dist::new_group(backend, test_options());
+    rg::Tensor a = filled(100, rg::DType::f32, [&](int64_t i) { return (r + 1) + (i % 7); });
+    rg::Tensor b = filled(100, rg::DType::i64, [&](int64_t i) { return (r + 1) + (i % 7); });
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto wa = pg->allreduce(a);
+    auto wb = pg->allreduce(b, dist::ReduceOp::max);
+    if (r != 0) CHECK_FALSE(wa->is_completed());  // rank 0 is still asleep: it was handed over
+    wb->wait();
+    CHECK(wa->is_completed());
+    CHECK(mismatch(a, [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
+    CHECK(mismatch(b, [&](int64_t i) { return expected_reduce(dist::ReduceOp::max, rg::DType::i64, i); }) == "");
+  }
 }

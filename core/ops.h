@@ -115,6 +115,16 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // x: (N, C, H, W) -> (N, C, OH, OW); stride 0 means stride = kernel_size. Padding counts as -inf.
 Tensor max_pool2d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
 
+// ---- transformer pieces (autograd/functions/transformer.cpp) -------------------------------------
+// weight: (V, C), indices: any shape of i64 in [0, V) -> (*indices.shape, C). Backward: scatter-add.
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+// Normalises over the last dim of x (..., C); weight / bias (C) may be undefined (1 / 0).
+Tensor layer_norm(const Tensor& x, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), double eps = 1e-5);
+// scores: (..., T, T) -> softmax over the last dim of scale * scores, key j > query i masked out.
+Tensor causal_softmax(const Tensor& scores, double scale);
+// q, k, v: (B, H, T, D) -> softmax(q k^T / sqrt(D), causal) v: (B, H, T, D).
+Tensor causal_self_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+
 // ---- softmax and losses ---------------------------------------------------------------------------
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);  // stable: x - max - log(sum(exp(x - max)))

@@ -55,6 +55,20 @@ Tensor reduce(ReduceOp op, const Tensor& a, const Shape& dims, bool keepdim);
 Tensor mm(const Tensor& a, const Tensor& b);   // a: (M, K), b: (K, N) -> (M, N)
 Tensor bmm(const Tensor& a, const Tensor& b);  // a: (B, M, K), b: (B, K, N) -> (B, M, N)
 
+// ---- transformer kernels (core/native/transformer.cpp) ----------------------------------------------
+// layer_norm over the last dim of x (..., C); weight / bias (C) optional. mean, rstd: (rows) in the
+// compute dtype (f32, or f64 for f64), for the backward.
+struct LayerNormOutput {
+  Tensor y, mean, rstd;
+};
+LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+// Each output pointer may be null (not needed).
+void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, Tensor* dx, Tensor* dweight, Tensor* dbias);
+// scores: (..., T, T). y = softmax over the last dim of scale * scores, with key j > query i masked.
+Tensor causal_softmax(const Tensor& scores, double scale);
+Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale);
+
 // ---- softmax family -------------------------------------------------------------------------------
 Tensor softmax(const Tensor& a, int64_t dim, bool log);
 // logits: (N, C) floating; target: (N) i64. Returns the mean loss (0-dim, logits' dtype) and, when

@@ -1,0 +1,131 @@
+// embedding, layer_norm, causal_softmax and causal self-attention: forward against naive
+// double-precision computations written here, backward against finite differences.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "ringgrad.h"
+
+using namespace ringgrad;
+
+namespace {
+
+// Elementwise |a - b| <= tol, as doubles.
+bool near(const Tensor& a, const std::vector<double>& b, double tol) {
+  const std::vector<double> v = a.to_vector();
+  if (v.size() != b.size()) return false;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!(std::abs(v[i] - b[i]) <= tol)) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("layer_norm: forward against the definition, f32 and f64, with and without affine") {
+  Generator gen(1);
+  for (DType dt : {DType::f64, DType::f32}) {
+    Tensor x = randn({3, 4, 5}, gen, {.dtype = dt}) * 3.0 + 1.0;
+    Tensor w = randn({5}, gen, {.dtype = dt}), b = randn({5}, gen, {.dtype = dt});
+    const std::vector<double> xv = x.to_vector(), wv = w.to_vector(), bv = b.to_vector();
+    std::vector<double> expected_affine, expected_plain;
+    for (int r = 0; r < 12; ++r) {
+      double mean = 0, var = 0;
+      for (int c = 0; c < 5; ++c) mean += xv[r * 5 + c] / 5;
+      for (int c = 0; c < 5; ++c) var += (xv[r * 5 + c] - mean) * (xv[r * 5 + c] - mean) / 5;
+      for (int c = 0; c < 5; ++c) {
+        const double xhat = (xv[r * 5 + c] - mean) / std::sqrt(var + 1e-5);
+        expected_plain.push_back(xhat);
+        expected_affine.push_back(xhat * wv[c] + bv[c]);
+      }
+    }
+    const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+    CHECK(near(layer_norm(x, w, b), expected_affine, tol));
+    CHECK(near(layer_norm(x), expected_plain, tol));
+    CHECK(layer_norm(x).dtype() == dt);
+  }
+}
+
+TEST_CASE("layer_norm: gradients match finite differences (x, weight, bias; strided x)") {
+  Generator gen(2);
+  Tensor x = randn({4, 6}, gen, {.dtype = DType::f64}), w = randn({6}, gen, {.dtype = DType::f64}),
+         b = randn({6}, gen, {.dtype = DType::f64});
+  auto r = gradcheck([](const std::vector<Tensor>& v) { return layer_norm(v[0], v[1], v[2]); }, {x, w, b});
+  CHECK_MESSAGE(r.ok, r.message);
+  r = gradcheck([](const std::vector<Tensor>& v) { return layer_norm(v[0]); }, {x});
+  CHECK_MESSAGE(r.ok, r.message);
+  Tensor xt = randn({6, 4}, gen, {.dtype = DType::f64}).t();  // (4, 6), not contiguous
+  r = gradcheck([](const std::vector<Tensor>& v) { return layer_norm(v[0], v[1], Tensor()); }, {xt, w});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("layer_norm: bad shapes name the op and the shapes") {
+  CHECK_THROWS_WITH_AS(layer_norm(zeros({2, 5}), zeros({4})), doctest::Contains("[layer_norm] weight and bias must be (5,) f32"),
+                       Error);
+}
+
+TEST_CASE("causal_softmax: forward against scale, mask and softmax written out; gradients") {
+  Generator gen(3);
+  Tensor s = randn({2, 4, 4}, gen, {.dtype = DType::f64});
+  const double scale = 0.7;
+  const std::vector<double> sv = s.to_vector();
+  std::vector<double> expected;
+  for (int m = 0; m < 2; ++m)
+    for (int i = 0; i < 4; ++i) {
+      double sum = 0;
+      for (int j = 0; j <= i; ++j) sum += std::exp(scale * sv[(m * 4 + i) * 4 + j]);
+      for (int j = 0; j < 4; ++j) expected.push_back(j <= i ? std::exp(scale * sv[(m * 4 + i) * 4 + j]) / sum : 0.0);
+    }
+  CHECK(near(causal_softmax(s, scale), expected, 1e-12));
+  auto r = gradcheck([&](const std::vector<Tensor>& v) { return causal_softmax(v[0], scale); }, {s});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK_THROWS_WITH_AS(causal_softmax(zeros({3, 4}), 1.0), doctest::Contains("(..., T, T)"), Error);
+}
+
+TEST_CASE("embedding: rows of the table, scatter-add gradient for repeated tokens, range errors") {
+  Generator gen(4);
+  Tensor w = randn({5, 3}, gen, {.dtype = DType::f64});
+  Tensor idx = from_vector(std::vector<int64_t>{4, 0, 4, 2}, {2, 2}, {.dtype = DType::i64});
+  Tensor out = embedding(w, idx);
+  CHECK(out.shape() == Shape{2, 2, 3});
+  const std::vector<double> wv = w.to_vector(), ov = out.to_vector();
+  const int64_t rows[] = {4, 0, 4, 2};
+  for (int k = 0; k < 4; ++k)
+    for (int c = 0; c < 3; ++c) CHECK(ov[k * 3 + c] == wv[rows[k] * 3 + c]);
+  auto r = gradcheck([&](const std::vector<Tensor>& v) { return embedding(v[0], idx); }, {w});
+  CHECK_MESSAGE(r.ok, r.message);
+  // Token 4 appears twice: its row's gradient is the sum of both positions' (here 1 + 1).
+  Tensor wg = w.detach().requires_grad_(true);
+  embedding(wg, idx).sum().backward();
+  CHECK(wg.grad().to_vector() == std::vector<double>{1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 2, 2, 2});
+  CHECK_THROWS_AS(embedding(w, from_vector(std::vector<int64_t>{5}, {1}, {.dtype = DType::i64})), Error);
+}
+
+TEST_CASE("causal self-attention: forward against explicit loops; gradients for q, k, v") {
+  Generator gen(6);
+  const int64_t B = 1, H = 2, T = 4, D = 3;
+  Tensor q = randn({B, H, T, D}, gen, {.dtype = DType::f64}), k = randn({B, H, T, D}, gen, {.dtype = DType::f64}),
+         v = randn({B, H, T, D}, gen, {.dtype = DType::f64});
+  const std::vector<double> qv = q.to_vector(), kv = k.to_vector(), vv = v.to_vector();
+  std::vector<double> expected;
+  for (int h = 0; h < H; ++h)
+    for (int i = 0; i < T; ++i) {
+      std::vector<double> p(T, 0.0);
+      double sum = 0, max = -std::numeric_limits<double>::infinity();
+      for (int j = 0; j <= i; ++j) {
+        for (int d = 0; d < D; ++d) p[j] += qv[(h * T + i) * D + d] * kv[(h * T + j) * D + d];
+        p[j] /= std::sqrt(static_cast<double>(D));
+        max = std::max(max, p[j]);
+      }
+      for (int j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - max));
+      for (int d = 0; d < D; ++d) {
+        double y = 0;
+        for (int j = 0; j <= i; ++j) y += p[j] / sum * vv[(h * T + j) * D + d];
+        expected.push_back(y);
+      }
+    }
+  CHECK(near(causal_self_attention(q, k, v), expected, 1e-12));
+  auto r = gradcheck([](const std::vector<Tensor>& x) { return causal_self_attention(x[0], x[1], x[2]); }, {q, k, v});
+  CHECK_MESSAGE(r.ok, r.message);
+}

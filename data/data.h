@@ -5,3 +5,4 @@
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data/sampler.h"
+#include "data/text.h"

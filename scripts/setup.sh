@@ -20,6 +20,7 @@ packages=(
   doctest-dev       # the test framework
   libcli11-dev      # command-line parsing in examples/ (header-only)
   dataset-fashion-mnist  # the MNIST example's default data (/usr/share/datasets/fashion-mnist)
+  fortunes               # the GPT-mini corpus (/usr/share/games/fortunes)
 )
 
 missing=()

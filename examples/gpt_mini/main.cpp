@@ -1,0 +1,305 @@
+// examples/gpt_mini: a GPT-2-architecture character model on the fortunes corpus, one process or
+// data parallel across ranks, with checkpoints, exact resume and sampling.
+//
+//   build/examples/gpt_mini                                   # W3: 4 layers, 4 heads, 128 wide, block 128
+//   mpirun -np 2 build/examples/gpt_mini --max-steps 500      # data parallel, global batch 2 x 16
+//   build/examples/gpt_mini --checkpoint gpt.ck --max-steps 3000
+//   build/examples/gpt_mini --resume gpt.ck --max-steps 4000  # continues exactly
+//   build/examples/gpt_mini --generate --resume gpt.ck --prompt "Q: " --temperature 0.8 --top-k 20
+//
+// Recipe (../shared/WORKLOADS.md W3): AdamW (betas 0.9 / 0.95, weight decay 0.1 on matrices only),
+// linear warm-up to the peak lr then cosine decay to --min-lr at --lr-decay-steps, global-norm
+// clipping at 1.0. Every rank draws its own random windows (data::WindowSampler: a pure function of
+// seed, epoch, step and rank, so a resumed run continues the same stream); DDP averages gradients.
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+
+#include <ringgrad.h>
+
+using namespace ringgrad;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Config {
+  std::string data = "/usr/share/games/fortunes", precision = "fp32", checkpoint, resume, prompt = "\n";
+  std::string backend = "auto";
+  int64_t max_steps = 3000, lr_decay_steps = 0, warmup = 100, batch_size = 16, block_size = 128;
+  int64_t n_layer = 4, n_head = 4, n_embd = 128, accum = 1, eval_every = 250, eval_batches = 20;
+  int64_t checkpoint_every = 0, log_every = 50, num_chars = 400, top_k = 0, threads = 0;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, temperature = 1.0, bucket_mb = 25;
+  uint64_t seed = 1;
+  bool generate = false;
+};
+
+bool g_speaks = true;  // rank 0 logs
+template <class... Args>
+void log(const char* format, Args... args) {
+  if (!g_speaks) return;
+  std::printf(format, args...);
+  std::fflush(stdout);
+}
+
+DType precision_dtype(const std::string& p) {
+  if (p == "fp16") return DType::f16;
+  if (p == "bf16") return DType::bf16;
+  RG_CHECK(p == "fp32", "gpt_mini", "unknown --precision '", p, "' (fp32, fp16, bf16)");
+  return DType::f32;
+}
+
+double scalar(const nn::StateDict& ck, const std::string& name) { return nn::scalar_entry(ck, name); }
+Tensor value(double v) { return scalar_tensor(v, {.dtype = DType::f64}); }
+
+nn::GPTConfig config_from(const Config& c, int64_t vocab_size) {
+  return nn::GPTConfig{.vocab_size = vocab_size, .block_size = c.block_size, .n_layer = c.n_layer,
+                       .n_head = c.n_head, .n_embd = c.n_embd};
+}
+
+// Weight decay on matrices (Linear weights, embeddings) only, not on biases and LayerNorm
+// parameters: decaying a gain towards 0 or a bias towards 0 is not regularisation.
+std::vector<optim::ParamGroup> param_groups(nn::Module& model, double lr, double weight_decay) {
+  optim::ParamGroup decay{{}, lr, weight_decay}, no_decay{{}, lr, 0.0};
+  for (const auto& [name, p] : model.named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  return {decay, no_decay};
+}
+
+// Mean validation loss over the same eval_batches windows every time, averaged over ranks.
+double evaluate(nn::GPT& model, const std::vector<int64_t>& val, const Config& c, dist::ProcessGroup& group,
+                DType dtype) {
+  NoGradGuard no_grad;
+  data::WindowSampler sampler(static_cast<int64_t>(val.size()), c.block_size,
+                              {.seed = c.seed + 1000, .num_replicas = group.size(), .rank = group.rank()});
+  double total = 0;
+  for (int64_t i = 0; i < c.eval_batches; ++i) {
+    auto [x, y] = data::window_batch(val, sampler.offsets(i, c.batch_size), c.block_size);
+    Tensor logits = model.forward(x).to(DType::f32);
+    total += cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), y.reshape({-1})).item();
+  }
+  Tensor mean = full({1}, total / static_cast<double>(c.eval_batches), {.dtype = DType::f64});
+  group.allreduce(mean, dist::ReduceOp::avg)->wait();
+  (void)dtype;
+  return mean.item();
+}
+
+// Autoregressive sampling: softmax(logits / temperature) over the top-k tokens, one token at a time,
+// the context cropped to the last block_size tokens. Deterministic for a seed.
+std::string sample(nn::GPT& model, const data::CharVocab& vocab, const Config& c) {
+  NoGradGuard no_grad;
+  model.eval();
+  Generator gen(c.seed);
+  std::vector<int64_t> ids = vocab.encode(c.prompt);
+  const int64_t V = vocab.size(), block = model.config().block_size;
+  for (int64_t n = 0; n < c.num_chars; ++n) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), block);
+    Tensor x = from_vector(std::vector<int64_t>(ids.end() - T, ids.end()), {1, T}, {.dtype = DType::i64});
+    std::vector<double> logits = model.forward(x).to(DType::f64).narrow(1, T - 1, 1).reshape({V}).to_vector();
+    for (double& l : logits) l /= std::max(c.temperature, 1e-6);
+    if (c.top_k > 0 && c.top_k < V) {
+      std::vector<double> sorted = logits;
+      std::nth_element(sorted.begin(), sorted.begin() + (c.top_k - 1), sorted.end(), std::greater<>());
+      const double kth = sorted[static_cast<size_t>(c.top_k - 1)];
+      for (double& l : logits) if (l < kth) l = -INFINITY;
+    }
+    const double max = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (double& l : logits) sum += (l = std::exp(l - max));
+    double u = rand({1}, gen, {.dtype = DType::f64}).item() * sum;
+    int64_t next = V - 1;
+    for (int64_t v = 0; v < V; ++v) {
+      if ((u -= logits[static_cast<size_t>(v)]) < 0) {
+        next = v;
+        break;
+      }
+    }
+    ids.push_back(next);
+  }
+  return vocab.decode(ids);
+}
+
+int run(Config& c, const dist::World& world) {
+  if (c.threads > 0) set_num_threads(c.threads);
+  const DType dtype = precision_dtype(c.precision);
+  if (c.lr_decay_steps <= 0) c.lr_decay_steps = c.max_steps;
+
+  // ---- generation from a checkpoint alone ----
+  if (c.generate) {
+    RG_CHECK(!c.resume.empty(), "gpt_mini", "--generate needs --resume CHECKPOINT");
+    nn::StateDict ck = nn::load_checkpoint(c.resume);
+    data::CharVocab vocab = data::CharVocab::from_tensor(nn::with_prefix_removed(ck, "vocab.").at(0).second);
+    c.block_size = static_cast<int64_t>(scalar(ck, "config.block_size"));
+    c.n_layer = static_cast<int64_t>(scalar(ck, "config.n_layer"));
+    c.n_head = static_cast<int64_t>(scalar(ck, "config.n_head"));
+    c.n_embd = static_cast<int64_t>(scalar(ck, "config.n_embd"));
+    nn::GPT model(config_from(c, vocab.size()));
+    model.to(dtype);
+    model.load_state_dict(nn::with_prefix_removed(ck, "model."));
+    if (world.rank == 0) std::printf("%s\n", sample(model, vocab, c).c_str());
+    return 0;
+  }
+
+  // ---- data ----
+  const bool is_dir = std::filesystem::is_directory(c.data);
+  data::TextCorpus corpus = is_dir ? data::load_fortunes(c.data) : data::load_text_file(c.data);
+  data::CharVocab vocab(corpus.text);
+  auto [train, val] = data::split_tokens(vocab.encode(corpus.text), 0.9);
+  RG_CHECK(static_cast<int64_t>(val.size()) > c.block_size, "gpt_mini", "the validation split (", val.size(),
+           " characters) is shorter than one window (", c.block_size + 1, "): use a longer text or a smaller --block-size");
+  data::WindowSampler sampler(static_cast<int64_t>(train.size()), c.block_size,
+                              {.seed = c.seed, .num_replicas = world.size, .rank = world.rank});
+  log("data: %s: %zu characters in %zu file(s), vocabulary %lld, train %zu / validation %zu\n", c.data.c_str(),
+      corpus.text.size(), corpus.files.size(), (long long)vocab.size(), train.size(), val.size());
+
+  // ---- model, optimizer, DDP ----
+  Generator init_gen(c.seed);
+  auto model = std::make_shared<nn::GPT>(config_from(c, vocab.size()), &init_gen);
+  model->to(dtype);
+  auto opt = std::make_unique<optim::AdamW>(param_groups(*model, c.lr, c.weight_decay),
+                                            optim::AdamWOptions{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95,
+                                                                .weight_decay = c.weight_decay});
+  optim::GradScaler scaler({.enabled = dtype == DType::f16});
+  optim::WarmupCosineLR schedule(c.lr, c.warmup, c.lr_decay_steps, c.min_lr);
+  int64_t step = 0;
+  if (!c.resume.empty()) {
+    nn::StateDict ck = nn::load_checkpoint(c.resume);
+    model->load_state_dict(nn::with_prefix_removed(ck, "model."));
+    opt->load_state_dict(nn::with_prefix_removed(ck, "optimizer."));
+    scaler.set_state(scalar(ck, "scaler.scale"), static_cast<int64_t>(scalar(ck, "scaler.growth")));
+    step = static_cast<int64_t>(scalar(ck, "progress.step"));
+    log("resumed from %s at step %lld\n", c.resume.c_str(), (long long)step);
+  }
+  auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(c.backend));
+  dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb});
+  dist::sync_found_inf(scaler, group);
+  log("model: GPT %lld layers, %lld heads, %lld wide, block %lld: %lld parameters, %s\n", (long long)c.n_layer,
+      (long long)c.n_head, (long long)c.n_embd, (long long)c.block_size, (long long)model->parameter_count(),
+      c.precision.c_str());
+  log("training: %d rank(s) x %lld threads, batch %lld per rank x %lld accumulation = %lld sequences (%lld tokens) "
+      "per step; lr %g peak, warm-up %lld, cosine to %g at step %lld\n",
+      world.size, (long long)num_threads(), (long long)c.batch_size, (long long)c.accum,
+      (long long)(c.batch_size * c.accum * world.size), (long long)(c.batch_size * c.accum * world.size * c.block_size),
+      c.lr, (long long)c.warmup, c.min_lr, (long long)c.lr_decay_steps);
+
+  auto save = [&](int64_t next_step) {  // a resumed run starts at next_step
+    if (c.checkpoint.empty() || world.rank != 0) return;
+    nn::StateDict ck = nn::with_prefix(model->state_dict(), "model.");
+    for (auto& e : nn::with_prefix(opt->state_dict(), "optimizer.")) ck.push_back(e);
+    ck.emplace_back("vocab.bytes", vocab.to_tensor());
+    ck.emplace_back("config.block_size", value(static_cast<double>(c.block_size)));
+    ck.emplace_back("config.n_layer", value(static_cast<double>(c.n_layer)));
+    ck.emplace_back("config.n_head", value(static_cast<double>(c.n_head)));
+    ck.emplace_back("config.n_embd", value(static_cast<double>(c.n_embd)));
+    ck.emplace_back("scaler.scale", value(scaler.get_scale()));
+    ck.emplace_back("scaler.growth", value(static_cast<double>(scaler.growth_tracker())));
+    ck.emplace_back("progress.step", value(static_cast<double>(next_step)));
+    nn::save_checkpoint(c.checkpoint, ck);
+  };
+
+  // ---- training ----
+  const int64_t tokens_per_step = c.batch_size * c.accum * world.size * c.block_size;
+  auto t_start = Clock::now();
+  int64_t steps_run = 0;
+  double loss_value = 0;
+  for (; step < c.max_steps; ++step) {
+    opt->set_lr(schedule.at(step));
+    sampler.set_epoch(step * tokens_per_step / static_cast<int64_t>(train.size()));
+    opt->zero_grad();
+    double step_loss = 0;
+    for (int64_t k = 0; k < c.accum; ++k) {
+      auto [x, y] = data::window_batch(train, sampler.offsets(step * c.accum + k, c.batch_size), c.block_size);
+      Tensor logits = ddp(x).to(DType::f32);
+      Tensor loss = cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), y.reshape({-1}));
+      Tensor scaled = scaler.scale(loss * (1.0 / static_cast<double>(c.accum)));
+      if (k + 1 < c.accum) {
+        auto no_sync = ddp.no_sync();
+        scaled.backward();
+      } else {
+        scaled.backward();
+      }
+      step_loss += loss.item() / static_cast<double>(c.accum);
+    }
+    scaler.unscale_(*opt);
+    optim::clip_grad_norm(model->parameters(), c.clip);
+    scaler.step(*opt);
+    scaler.update();
+    loss_value = step_loss;
+    ++steps_run;
+    const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+    if ((step + 1) % c.log_every == 0 || step + 1 == c.max_steps) {
+      const double tps = static_cast<double>(steps_run * tokens_per_step) / seconds;
+      log("step %lld/%lld  loss (rank 0) %.4f  lr %.2e  %.0f tokens/s  ETA %.0f s\n", (long long)(step + 1),
+          (long long)c.max_steps, loss_value, opt->lr(), tps,
+          static_cast<double>(c.max_steps - step - 1) * static_cast<double>(tokens_per_step) / tps);
+    }
+    if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.max_steps))
+      log("step %lld: validation loss %.4f\n", (long long)(step + 1), evaluate(*model, val, c, *group, dtype));
+    if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) save(step + 1);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  log("done: %lld steps in %.1f s, %.0f tokens/s (all ranks)\n", (long long)steps_run, seconds,
+      static_cast<double>(steps_run * tokens_per_step) / std::max(seconds, 1e-9));
+  log("%s\n", ddp.stats().summary().c_str());
+  // A fingerprint of the weights, for exact-resume checks: the sum of every parameter in f64.
+  double checksum = 0;
+  for (const auto& p : model->parameters()) checksum += p.to(DType::f64).sum().item();
+  log("final loss %.17g, parameter checksum %.17g\n", loss_value, checksum);
+  save(step);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"Train a GPT-2-architecture character model (GPT-mini) with ringgrad"};
+  app.add_option("--data", c.data, "a text file, or a folder of fortune files (default: the fortunes corpus)");
+  app.add_option("--max-steps", c.max_steps, "optimizer steps to train to");
+  app.add_option("--lr-decay-steps", c.lr_decay_steps, "cosine decay ends here (default: --max-steps)");
+  app.add_option("--warmup", c.warmup, "linear warm-up steps");
+  app.add_option("--batch-size", c.batch_size, "sequences per rank per micro-batch");
+  app.add_option("--block-size", c.block_size, "context length");
+  app.add_option("--n-layer", c.n_layer, "transformer blocks");
+  app.add_option("--n-head", c.n_head, "attention heads");
+  app.add_option("--n-embd", c.n_embd, "model width");
+  app.add_option("--lr", c.lr, "peak learning rate");
+  app.add_option("--min-lr", c.min_lr, "learning rate at the end of the cosine");
+  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay (matrices only)");
+  app.add_option("--clip", c.clip, "global gradient-norm clip");
+  app.add_option("--precision", c.precision, "fp32, fp16 or bf16 parameters (f32 master weights)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--threads", c.threads, "compute threads per rank (default: cores / ranks)");
+  app.add_option("--accum", c.accum, "micro-batches per step (no_sync)")->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", c.eval_every, "validation loss every N steps (0: only at the end)");
+  app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation");
+  app.add_option("--log-every", c.log_every, "progress line every N steps");
+  app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here at the end (and every --checkpoint-every)");
+  app.add_option("--checkpoint-every", c.checkpoint_every, "also every N steps");
+  app.add_option("--resume", c.resume, "continue from (or, with --generate, sample from) this checkpoint");
+  app.add_flag("--generate", c.generate, "print text sampled from --resume's model and exit");
+  app.add_option("--prompt", c.prompt, "text to continue");
+  app.add_option("--num-chars", c.num_chars, "characters to generate");
+  app.add_option("--temperature", c.temperature, "sampling temperature");
+  app.add_option("--top-k", c.top_k, "sample among the k most likely characters (0: all)");
+  app.add_option("--seed", c.seed, "seed for initialisation, data windows and sampling");
+  app.add_option("--backend", c.backend, "process group backend");
+  app.add_option("--bucket-mb", c.bucket_mb, "DDP bucket size cap in MiB");
+  const dist::World world = dist::init(&argc, &argv);
+  g_speaks = world.rank == 0;
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const int rc = run(c, world);
+    dist::finalize();
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fflush(stderr);
+    if (dist::is_initialized() && dist::world().size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}

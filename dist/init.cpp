@@ -84,4 +84,17 @@ void finalize() {
 
 bool is_initialized() { return g_initialized; }
 
+int run_or_abort(const std::function<int()>& body) {
+  try {
+    const int rc = body();
+    finalize();
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fflush(stderr);
+    if (is_initialized() && world().size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}
+
 }  // namespace ringgrad::dist

@@ -9,6 +9,8 @@
 // groups, their communicators and threads) is an object the caller creates and passes around.
 #pragma once
 
+#include <functional>
+
 namespace ringgrad::dist {
 
 // The job as this process sees it.
@@ -40,5 +42,10 @@ const World& world();
 void finalize();
 
 bool is_initialized();  // between init and finalize
+
+// The body of a distributed main: runs `body`, then finalize(), and returns its exit code. If it
+// throws, prints "error: ..." and -- with more than one rank -- calls MPI_Abort, so that the other
+// ranks end too instead of waiting in a collective this rank will never join.
+int run_or_abort(const std::function<int()>& body);
 
 }  // namespace ringgrad::dist

@@ -11,7 +11,6 @@
 // linear warm-up to the peak lr then cosine decay to --min-lr at --lr-decay-steps, global-norm
 // clipping at 1.0. Every rank draws its own random windows (data::WindowSampler: a pure function of
 // seed, epoch, step and rank, so a resumed run continues the same stream); DDP averages gradients.
-#include <mpi.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -292,14 +291,6 @@ int main(int argc, char** argv) {
   const dist::World world = dist::init(&argc, &argv);
   g_speaks = world.rank == 0;
   CLI11_PARSE(app, argc, argv);
-  try {
-    const int rc = run(c, world);
-    dist::finalize();
-    return rc;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    std::fflush(stderr);
-    if (dist::is_initialized() && dist::world().size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
-  }
+  // A failed rank must not leave the others waiting in a collective: run_or_abort ends the job.
+  return dist::run_or_abort([&] { return run(c, world); });
 }

@@ -12,7 +12,6 @@
 // Data parallelism: each rank trains a full replica on its own shard (DistributedSampler, reshuffled
 // by set_epoch every epoch); DistributedDataParallel averages the gradients during backward, so the
 // replicas take identical steps. Rank 0 logs. See docs/ddp.md.
-#include <mpi.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -282,15 +281,6 @@ int main(int argc, char** argv) {
   // after one epoch), the CNN on (p - 0.5) / 0.5 (88.8% vs 88.5%).
   if (c.input_norm.empty()) c.input_norm = c.model == "mlp" ? "standard" : "half";
 
-  try {
-    const int rc = run(c, world);
-    dist::finalize();
-    return rc;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    std::fflush(stderr);
-    // A failed rank must not leave the others waiting in a collective: end the whole job.
-    if (dist::is_initialized() && dist::world().size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
-  }
+  // A failed rank must not leave the others waiting in a collective: run_or_abort ends the job.
+  return dist::run_or_abort([&] { return run(c, world); });
 }

@@ -82,7 +82,8 @@ struct GroupOptions {
   // Model a slower network (see SimulatedNetwork). Unset: RINGGRAD_SIMULATED_NETWORK="GBPS,LATENCY_US".
   std::optional<SimulatedNetwork> simulated_network;
   // Record a TraceEvent per operation (trace_events()). Unset: on when RINGGRAD_DIST_TRACE names a
-  // file prefix; the group then writes PREFIX.rank<r>.<backend>.json when destroyed.
+  // file prefix; the group then writes PREFIX.rank<r>.g<k>-<backend>.json (k: the group's number in
+  // this process) when destroyed.
   std::optional<bool> trace;
 };
 

@@ -18,8 +18,8 @@
 //
 // Every rank ends with identical bits: in each step both partners add the same two operands, and
 // floating-point addition is commutative. f16 / bf16 are summed in f32 and rounded once; AVG
-// divides once at the end on every rank (Notes in dist/process_group.h). Broadcast, all-gather and
-// barrier are MPI's (GroupBase defaults).
+// divides once at the end on every rank (Notes in dist/process_group.h). Broadcast, all-gather,
+// reduce-scatter and barrier are MPI's (GroupBase defaults).
 #include <mpi.h>
 
 #include <algorithm>

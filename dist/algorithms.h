@@ -8,7 +8,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -81,6 +83,13 @@ std::unique_ptr<PendingOp> with_accumulator(Scratch& scratch, const Tensor& t, i
 struct RingTuning {
   size_t segment_bytes = size_t{1} << 20;  // a chunk travels in segments of this many bytes
   int window = 4;                          // receives in flight per direction
+
+  // Accumulation-type elements (of acc_bytes each) per segment, at least one, and in the receive
+  // slots the pipeline needs.
+  int64_t segment_elems(size_t acc_bytes) const {
+    return std::max<int64_t>(1, static_cast<int64_t>(segment_bytes / acc_bytes));
+  }
+  int64_t slot_elems(size_t acc_bytes) const { return window * segment_elems(acc_bytes); }
 };
 
 // t: any shape, reduced in place over the channel's ranks.

@@ -20,6 +20,7 @@
 // all-gather and reduce-scatter are MPI's over the whole group (GroupBase defaults).
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -185,14 +186,12 @@ class HierarchicalGroup final : public GroupBase {
 
  protected:
   std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
-      using Acc = compute_t<decltype(zero)>;
-      const int64_t segment = std::max<int64_t>(1, static_cast<int64_t>(ring_tuning_.segment_bytes / sizeof(Acc)));
-      return with_accumulator(scratch_, t, ring_tuning_.window * segment,
-                              [&](auto z, auto* work, auto* slots) -> std::unique_ptr<PendingOp> {
-        return std::make_unique<HierarchicalAllreduce<decltype(z)>>(t, op, tag, topo_, size_, work, slots,
-                                                                     ring_tuning_);
-      });
+    // The accumulation type is f32 for f16 / bf16 (Note [Half-precision accumulation]), else the dtype.
+    const size_t acc_bytes = std::max<size_t>(dtype_size(t.dtype()), sizeof(float));
+    const int64_t slots = ring_tuning_.slot_elems(acc_bytes);
+    return with_accumulator(scratch_, t, slots, [&](auto zero, auto* work, auto* slot_buffer) -> std::unique_ptr<PendingOp> {
+      return std::make_unique<HierarchicalAllreduce<decltype(zero)>>(t, op, tag, topo_, size_, work, slot_buffer,
+                                                                    ring_tuning_);
     });
   }
 

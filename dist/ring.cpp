@@ -158,8 +158,7 @@ namespace {
 // The pipeline's receive slots: window segments, in scratch buffer 1.
 template <class Acc>
 Acc* ring_slots(Scratch& scratch, RingTuning tuning) {
-  const int64_t segment = std::max<int64_t>(1, static_cast<int64_t>(tuning.segment_bytes / sizeof(Acc)));
-  return reinterpret_cast<Acc*>(scratch.get(1, tuning.window * segment * sizeof(Acc)));
+  return reinterpret_cast<Acc*>(scratch.get(1, tuning.slot_elems(sizeof(Acc)) * sizeof(Acc)));
 }
 
 }  // namespace

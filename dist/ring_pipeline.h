@@ -54,7 +54,7 @@ class RingPipeline : public PendingOp {
   RingPipeline(Mode mode, int64_t n, ReduceOp op, int divisor, Channel ch, T* data, Acc* work, Acc* slots,
                RingTuning tuning, std::vector<Tensor> keep_alive)
       : mode_(mode), n_(n), op_(op), divisor_(divisor), ch_(ch), data_(data), work_(work), slots_(slots),
-        segment_(std::max<int64_t>(1, static_cast<int64_t>(tuning.segment_bytes / sizeof(Acc)))),
+        segment_(tuning.segment_elems(sizeof(Acc))),
         window_(std::max(1, tuning.window)), keep_alive_(std::move(keep_alive)) {
     const int N = ch.size, r = ch.rank, shift = mode == Mode::allreduce ? 0 : 1;
     owned_ = mod(r + 1 - shift);

@@ -70,8 +70,7 @@ std::vector<optim::ParamGroup> param_groups(nn::Module& model, double lr, double
 }
 
 // Mean validation loss over the same eval_batches windows every time, averaged over ranks.
-double evaluate(nn::GPT& model, const std::vector<int64_t>& val, const Config& c, dist::ProcessGroup& group,
-                DType dtype) {
+double evaluate(nn::GPT& model, const std::vector<int64_t>& val, const Config& c, dist::ProcessGroup& group) {
   NoGradGuard no_grad;
   data::WindowSampler sampler(static_cast<int64_t>(val.size()), c.block_size,
                               {.seed = c.seed + 1000, .num_replicas = group.size(), .rank = group.rank()});
@@ -83,7 +82,6 @@ double evaluate(nn::GPT& model, const std::vector<int64_t>& val, const Config& c
   }
   Tensor mean = full({1}, total / static_cast<double>(c.eval_batches), {.dtype = DType::f64});
   group.allreduce(mean, dist::ReduceOp::avg)->wait();
-  (void)dtype;
   return mean.item();
 }
 
@@ -237,7 +235,7 @@ int run(Config& c, const dist::World& world) {
           static_cast<double>(c.max_steps - step - 1) * static_cast<double>(tokens_per_step) / tps);
     }
     if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.max_steps))
-      log("step %lld: validation loss %.4f\n", (long long)(step + 1), evaluate(*model, val, c, *group, dtype));
+      log("step %lld: validation loss %.4f\n", (long long)(step + 1), evaluate(*model, val, c, *group));
     if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) save(step + 1);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();

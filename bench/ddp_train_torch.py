@@ -56,6 +56,19 @@ def set_num_threads(n):
         sys.stderr.write("ddp_train_torch: OpenBLAS not found; its thread count is left as it is\n")
 
 
+def timed_steps(step, warmup, steps, world_size):
+    """Runs `warmup` untimed steps, then `steps` timed ones between two barriers; returns seconds."""
+    barrier = dist.barrier if world_size > 1 else (lambda: None)
+    for _ in range(warmup):
+        step()
+    barrier()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    barrier()
+    return time.perf_counter() - t0
+
+
 def read_idx(data_dir, stem):
     """An IDX file (plain or .gz) as a numpy array of its shape (ubyte data only, as MNIST)."""
     for name, opener in ((stem, open), (stem + ".gz", gzip.open)):
@@ -128,15 +141,7 @@ def main(argv):
         loss_fn(net(x), y).backward()
         opt.step()
 
-    barrier = dist.barrier if size > 1 else (lambda: None)
-    for _ in range(warmup):
-        step()
-    barrier()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    barrier()
-    seconds = time.perf_counter() - t0
+    seconds = timed_steps(step, warmup, steps, size)
     if rank == 0:
         print(f"RESULT impl=torch model={model_name} ranks={size} threads={threads} batch={batch} "
               f"steps={steps} samples_per_s={steps * batch * size / seconds:.1f}", flush=True)

@@ -124,6 +124,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight = Tensor(), const Tensor
 Tensor causal_softmax(const Tensor& scores, double scale);
 // q, k, v: (B, H, T, D) -> softmax(q k^T / sqrt(D), causal) v: (B, H, T, D).
 Tensor causal_self_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+// qkv: (B, T, 3C), each row [q | k | v] as one Linear makes them -> (B, T, C), the heads' outputs
+// side by side. Same math as the (q, k, v) form, without splitting heads into copies (CPU).
+Tensor causal_self_attention(const Tensor& qkv, int64_t n_head);
 
 // ---- softmax and losses ---------------------------------------------------------------------------
 Tensor softmax(const Tensor& a, int64_t dim);

@@ -174,4 +174,16 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   if (!p.run(n, chunk, chunks, fn)) fn(0, n);
 }
 
+SerialBlasScope::SerialBlasScope() {
+  const int n = openblas_get_num_threads();
+  if (n > 1 && !t_inside_parallel_region) {
+    openblas_set_num_threads(1);
+    restore_ = n;
+  }
+}
+
+SerialBlasScope::~SerialBlasScope() {
+  if (restore_ > 0) openblas_set_num_threads(restore_);
+}
+
 }  // namespace ringgrad

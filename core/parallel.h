@@ -25,4 +25,19 @@ int default_num_threads();    // hardware threads / ranks on this node, at least
 // n < 2 * grain (or one thread) fn(0, n) runs on the calling thread.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+// While one is alive, BLAS calls run on the calling thread only. For kernels that spread many small
+// GEMMs over the pool (one per attention head): each pool thread calls the BLAS, and BLAS threads on
+// top of those would be cores x cores threads. Only the thread that drives compute may create one
+// (the BLAS thread count is process-wide); nesting is fine.
+class SerialBlasScope {
+ public:
+  SerialBlasScope();
+  ~SerialBlasScope();
+  SerialBlasScope(const SerialBlasScope&) = delete;
+  SerialBlasScope& operator=(const SerialBlasScope&) = delete;
+
+ private:
+  int restore_ = 0;  // the BLAS thread count to put back, 0 when nothing was changed
+};
+
 }  // namespace ringgrad

@@ -31,15 +31,8 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c, Generator& gen)
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head;
-  Tensor qkv = c_attn->forward(x);  // (B, T, 3C)
-  // (B, T, C) -> (B, T, H, D) -> (B, H, T, D)
-  auto heads = [&](int64_t part) {
-    return qkv.narrow(2, part * C, C).reshape({B, T, n_head, D}).transpose(1, 2).contiguous();
-  };
-  Tensor y = causal_self_attention(heads(0), heads(1), heads(2));  // (B, H, T, D)
-  y = y.transpose(1, 2).contiguous().reshape({B, T, C});            // heads side by side again
-  return c_proj->forward(y);
+  // x: (B, T, C) -> qkv: (B, T, 3C) -> each head attends causally -> (B, T, C) -> output projection.
+  return c_proj->forward(causal_self_attention(c_attn->forward(x), n_head));
 }
 
 MLP::MLP(const GPTConfig& c, Generator& gen) : Module("MLP") {

@@ -73,4 +73,15 @@ Tensor causal_self_attention(const Tensor& q, const Tensor& k, const Tensor& v) 
   return bmm(att, vf).reshape({B, H, T, D});
 }
 
+// qkv: (B, T, 3C) -> (B, T, C): the same attention straight from the packed projection (Note
+// [Attention without head copies] in core/native/transformer.cpp). Saves qkv and the probabilities.
+Tensor causal_self_attention(const Tensor& qkv, int64_t n_head) {
+  native::AttentionOutput out = native::causal_self_attention(qkv, n_head);
+  record("causal_self_attention", {out.y}, {qkv},
+         [qkv = qkv.detach(), att = out.att, n_head](const TensorList& g, const NeedsGrad&) {
+           return TensorList{native::causal_self_attention_backward(g[0], qkv, att, n_head)};
+         });
+  return out.y;
+}
+
 }  // namespace ringgrad

@@ -68,6 +68,14 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
 // scores: (..., T, T). y = softmax over the last dim of scale * scores, with key j > query i masked.
 Tensor causal_softmax(const Tensor& scores, double scale);
 Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale);
+// qkv: (B, T, 3C), rows [q | k | v], n_head heads of D = C / n_head -> y: (B, T, C), heads side by
+// side, and att: (B, n_head, T, T), the probabilities the backward needs (compute dtype). Note
+// [Attention without head copies] in transformer.cpp.
+struct AttentionOutput {
+  Tensor y, att;
+};
+AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head);
+Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att, int64_t n_head);
 
 // ---- softmax family -------------------------------------------------------------------------------
 Tensor softmax(const Tensor& a, int64_t dim, bool log);

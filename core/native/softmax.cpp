@@ -23,12 +23,11 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols, bool log) {
       T max = -std::numeric_limits<T>::infinity();
       for (int64_t c = 0; c < cols; ++c) max = xr[c] > max ? xr[c] : max;
       if (!std::isfinite(max)) max = 0;  // all -inf (or a NaN/inf row): keep the math defined
+      // exp into y first, sum after: a loop without the running sum vectorises (a float sum is a
+      // serial dependency the compiler may not reorder).
+      for (int64_t c = 0; c < cols; ++c) yr[c] = exp_of(xr[c] - max);
       T sum = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        const T z = std::exp(xr[c] - max);
-        sum += z;
-        if (!log) yr[c] = z;
-      }
+      for (int64_t c = 0; c < cols; ++c) sum += yr[c];
       if (log) {
         const T lse = std::log(sum);
         for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - max - lse;

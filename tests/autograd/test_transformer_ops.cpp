@@ -129,3 +129,42 @@ TEST_CASE("causal self-attention: forward against explicit loops; gradients for 
   auto r = gradcheck([](const std::vector<Tensor>& x) { return causal_self_attention(x[0], x[1], x[2]); }, {q, k, v});
   CHECK_MESSAGE(r.ok, r.message);
 }
+
+// The packed form reads q, k, v out of one (B, T, 3C) projection in place. Reference: the (q, k, v)
+// form above (itself checked against loops), fed the same numbers split and transposed by hand.
+TEST_CASE("causal self-attention from packed qkv: equals the (q, k, v) form; gradients; f32 and errors") {
+  Generator gen(7);
+  const int64_t B = 2, T = 5, H = 3, D = 2, C = H * D;
+  Tensor qkv = randn({B, T, 3 * C}, gen, {.dtype = DType::f64});
+  auto split = [&](const Tensor& t, int64_t part) {  // (B, T, 3C) -> (B, H, T, D)
+    return t.narrow(2, part * C, C).reshape({B, T, H, D}).transpose(1, 2).contiguous();
+  };
+  Tensor expected = causal_self_attention(split(qkv, 0), split(qkv, 1), split(qkv, 2))  // (B, H, T, D)
+                        .transpose(1, 2)
+                        .contiguous()
+                        .reshape({B, T, C});
+  Tensor y = causal_self_attention(qkv, H);
+  REQUIRE(y.shape() == Shape{B, T, C});
+  CHECK(near(y, expected.to_vector(), 1e-12));
+
+  auto r = gradcheck([&](const std::vector<Tensor>& x) { return causal_self_attention(x[0], H); }, {qkv});
+  CHECK_MESSAGE(r.ok, r.message);
+
+  // f32 (BLAS sgemm per head, vectorised exp) against the f64 result.
+  Tensor y32 = causal_self_attention(qkv.to(DType::f32), H);
+  CHECK(y32.dtype() == DType::f32);
+  CHECK(near(y32, expected.to_vector(), 1e-5));
+
+  // A larger f32 case spread over the thread pool: its gradient against the (q, k, v) form's.
+  Tensor big = randn({3, 16, 3 * 32}, gen).requires_grad_(true);
+  Tensor gy = randn({3, 16, 32}, gen);
+  (causal_self_attention(big, 4) * gy).sum().backward();
+  Tensor packed_grad = big.grad().clone();
+  Tensor leaf = big.detach().requires_grad_(true);
+  auto heads = [&](int64_t part) { return leaf.narrow(2, part * 32, 32).reshape({3, 16, 4, 8}).transpose(1, 2); };
+  (causal_self_attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({3, 16, 32}) * gy).sum().backward();
+  CHECK(near(packed_grad, leaf.grad().to_vector(), 1e-5));
+
+  CHECK_THROWS_WITH_AS(causal_self_attention(randn({2, 5, 10}, gen), 3),
+                       doctest::Contains("C divisible by n_head"), Error);
+}

@@ -1,0 +1,98 @@
+// gpt_train: training throughput of W3 (GPT-mini on the fortunes corpus), one process or data
+// parallel -- the ringgrad side of bench/run.sh's W3 rows (../shared/WORKLOADS.md).
+//
+//   build/bench/gpt_train --threads 1                 # variant (a)
+//   build/bench/gpt_train --threads 2                 # variant (b)
+//   mpirun -np 2 build/bench/gpt_train --threads 1    # variant (c)
+//
+// W3: n_layer 4, n_head 4, n_embd 128, block 128, batch 16 per rank, no dropout, AdamW (lr 3e-4,
+// betas 0.9 / 0.95, weight decay 0.1 on matrices only). The corpus is read and encoded before the
+// clock starts; each step draws this rank's random windows (data::WindowSampler), runs forward,
+// cross-entropy, backward (with 2+ ranks DDP averages the gradients) and the AdamW step. --warmup
+// steps are untimed, then --steps are timed between two barriers. One line per run for the driver:
+//   RESULT impl=ringgrad model=gpt ranks=2 threads=1 batch=16 steps=200 tokens_per_s=... overlap=...
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <ringgrad.h>
+
+using namespace ringgrad;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  std::string data_dir = "/usr/share/games/fortunes", backend = "auto";
+  int steps = 200, warmup = 20, threads = 1, batch = 16, block = 128;
+  double bucket_mb = 25;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--data") data_dir = value;
+    else if (flag == "--steps") steps = std::stoi(value);
+    else if (flag == "--warmup") warmup = std::stoi(value);
+    else if (flag == "--threads") threads = std::stoi(value);
+    else if (flag == "--batch") batch = std::stoi(value);
+    else if (flag == "--block") block = std::stoi(value);
+    else if (flag == "--backend") backend = value;
+    else if (flag == "--bucket-mb") bucket_mb = std::stod(value);
+    else {
+      std::fprintf(stderr, "unknown flag %s (flags: --data --steps --warmup --threads --batch --block --backend --bucket-mb)\n",
+                   flag.c_str());
+      return 2;
+    }
+  }
+  try {
+    const dist::World w = dist::init(&argc, &argv);
+    set_num_threads(threads);
+    double tokens_per_s = 0, overlap = 0;
+    {
+      const data::TextCorpus corpus = data::load_fortunes(data_dir);
+      const data::CharVocab vocab(corpus.text);
+      const std::vector<int64_t> train = data::split_tokens(vocab.encode(corpus.text), 0.9).first;
+      data::WindowSampler sampler(static_cast<int64_t>(train.size()), block,
+                                  {.seed = 1, .num_replicas = w.size, .rank = w.rank});
+
+      Generator init_gen(1);
+      auto model = std::make_shared<nn::GPT>(
+          nn::GPTConfig{.vocab_size = vocab.size(), .block_size = block, .n_layer = 4, .n_head = 4, .n_embd = 128},
+          &init_gen);
+      optim::ParamGroup decay{{}, 3e-4, 0.1}, no_decay{{}, 3e-4, 0.0};
+      for (const auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+      optim::AdamW opt({decay, no_decay}, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
+      auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend));
+      // One process trains the plain model, as the PyTorch peer does; from 2 ranks on, DDP.
+      std::unique_ptr<dist::DistributedDataParallel> ddp;
+      dist::DDPOptions ddp_options;
+      ddp_options.bucket_cap_mb = bucket_mb;
+      if (w.size > 1) ddp = std::make_unique<dist::DistributedDataParallel>(model, group, ddp_options);
+
+      int64_t step_index = 0;
+      auto step = [&] {
+        auto [x, y] = data::window_batch(train, sampler.offsets(step_index++, batch), block);  // (B, T) each
+        opt.zero_grad();
+        Tensor logits = ddp ? ddp->forward(x) : model->forward(x);  // (B, T, V)
+        cross_entropy(logits.reshape({batch * block, -1}), y.reshape({-1})).backward();
+        opt.step();
+      };
+      for (int i = 0; i < warmup; ++i) step();
+      group->barrier()->wait();
+      if (ddp) ddp->reset_stats();
+      const auto t0 = Clock::now();
+      for (int i = 0; i < steps; ++i) step();
+      group->barrier()->wait();
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      tokens_per_s = static_cast<double>(steps) * batch * block * w.size / seconds;
+      if (ddp) {
+        overlap = ddp->stats().total.overlap_percent();
+        if (w.rank == 0) std::fprintf(stderr, "%s\n", ddp->stats().summary().c_str());
+      }
+    }
+    if (w.rank == 0)
+      std::printf("RESULT impl=ringgrad model=gpt ranks=%d threads=%d batch=%d steps=%d tokens_per_s=%.1f overlap=%.0f\n",
+                  w.size, threads, batch, steps, tokens_per_s, overlap);
+    dist::finalize();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_train: %s\n", e.what());
+    return 1;
+  }
+}

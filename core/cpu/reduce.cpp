@@ -1,6 +1,9 @@
 // Row reductions on the CPU: one output per row of a dense (rows, cols) input.
 #include <cmath>
 #include <limits>
+#include <vector>
+
+#include "core/error.h"
 
 #include "core/kernels.h"
 #include "core/parallel.h"
@@ -45,7 +48,34 @@ void reduce_typed(ReduceOp op, const T* in, void* out_raw, int64_t rows, int64_t
   });
 }
 
+// Each thread owns a band of columns and walks every row over it: the inner loop is a contiguous
+// acc[j] += x[i, j], which vectorises, and reads the input once in its own order.
+template <class T>
+void reduce_cols_typed(ReduceOp op, const T* in, T* out, int64_t rows, int64_t cols) {
+  const int64_t grain = std::max<int64_t>(16, 32768 / std::max<int64_t>(rows, 1));
+  parallel_for(cols, grain, [&](int64_t begin, int64_t end) {
+    std::vector<accumulator_t<T>> acc(static_cast<size_t>(end - begin), 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = in + r * cols + begin;
+      for (int64_t j = 0; j < end - begin; ++j) acc[static_cast<size_t>(j)] += load(row[j]);
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      accumulator_t<T> a = acc[static_cast<size_t>(j - begin)];
+      if (op == ReduceOp::mean && rows) a /= static_cast<accumulator_t<T>>(rows);
+      out[j] = store_as<T>(static_cast<compute_t<T>>(a));
+    }
+  });
+}
+
 }  // namespace
+
+void reduce_cols(ReduceOp op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols) {
+  RG_CHECK(op == ReduceOp::sum || op == ReduceOp::mean, "reduce", "reduce_cols takes sum or mean");
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    reduce_cols_typed<T>(op, static_cast<const T*>(in), static_cast<T*>(out), rows, cols);
+  });
+}
 
 void reduce_rows(ReduceOp op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols) {
   dispatch_dtype(dtype, [&](auto tag) {

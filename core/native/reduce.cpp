@@ -48,6 +48,15 @@ Tensor reduce(ReduceOp op, const Tensor& a, const Shape& dims, bool keepdim) {
   if (op == ReduceOp::max || op == ReduceOp::argmax) {
     RG_CHECK(cols > 0, name, "cannot reduce an empty dimension of ", a.desc());
   }
+  // Summing the leading dims of a dense tensor (a bias gradient: (B*T, C) -> (C)): the kept
+  // elements are the columns, so sum down them in place instead of copying the transpose.
+  const bool leading_reduced = !reduced.empty() && reduced.back() == static_cast<int64_t>(reduced.size()) - 1;
+  if ((op == ReduceOp::sum || op == ReduceOp::mean) && leading_reduced && a.device().is_cpu() &&
+      a.is_contiguous() && !kept.empty()) {
+    Tensor out = empty(out_shape, a.dtype(), a.device());
+    if (rows > 0) cpu::reduce_cols(op, a.dtype(), a.raw_data(), out.raw_data(), cols, rows);
+    return out;
+  }
   // The permuted view shares storage; contiguous() copies only when the layout requires it.
   Shape pshape, pstrides;
   for (int64_t d : perm) pshape.push_back(a.size(d)), pstrides.push_back(a.stride(d));

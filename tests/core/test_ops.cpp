@@ -227,6 +227,25 @@ TEST_CASE("sum and mean reduce over the given dims with and without keepdim") {
                kReduceRtol);
 }
 
+// Leading dims of a dense tensor take the column path (no transposed copy); check it against the
+// double loop, for sum and mean, keepdim, f64, f16 and enough columns to be split over threads.
+TEST_CASE("sum and mean over leading dims (bias gradients) match the double loop") {
+  const Shape s{3, 5, 70};
+  const auto v = round_to_f32(rgtest::random_values(3 * 5 * 70, 43, -2, 2));
+  std::vector<double> over01(70, 0.0), over0(5 * 70, 0.0);
+  for (size_t i = 0; i < v.size(); ++i) over01[i % 70] += v[i], over0[i % 350] += v[i];
+  const Tensor x = make(v, s);
+  CHECK_VALUES(sum(x, {0, 1}), Shape({70}), over01, kReduceAtol, kReduceRtol);
+  CHECK_VALUES(sum(x, {1, 0}, true), Shape({1, 1, 70}), over01, kReduceAtol, kReduceRtol);
+  CHECK_VALUES(mean(x, {0}), Shape({5, 70}), map(over0, [](double e) { return e / 3; }), kReduceAtol, kReduceRtol);
+  CHECK_VALUES(sum(x.to(DType::f64), {0, 1}), Shape({70}), over01, 1e-12, 1e-12);
+  Tensor h = sum(x.to(DType::f16), {0, 1});
+  CHECK(h.dtype() == DType::f16);
+  CHECK(max_abs_diff(h.to(DType::f32), sum(x.to(DType::f16).to(DType::f32), {0, 1})) <= 0.02);
+  const Tensor wide = make(std::vector<double>(4 * 40000, 0.5), {4, 40000});  // columns across threads
+  CHECK(max_abs_diff(sum(wide, {0}), full({40000}, 2.0)) == 0.0);
+}
+
 TEST_CASE("sum accumulates in double so f32 cancellation does not lose small terms") {
   // 1e8 + 1 + 1 + ... - 1e8: in f32, each +1 onto 1e8 would be lost (ulp(1e8) = 8).
   std::vector<double> v = {1e8};

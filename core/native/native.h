@@ -69,8 +69,8 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
 Tensor causal_softmax(const Tensor& scores, double scale);
 Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale);
 // qkv: (B, T, 3C), rows [q | k | v], n_head heads of D = C / n_head -> y: (B, T, C), heads side by
-// side, and att: (B, n_head, T, T), the probabilities the backward needs (compute dtype). Note
-// [Attention without head copies] in transformer.cpp.
+// side, and att: (B, n_head, T, T), the probabilities the backward needs (compute dtype; only
+// the causal blocks are defined). Note [Attention without head copies] in transformer.cpp.
 struct AttentionOutput {
   Tensor y, att;
 };

@@ -6,6 +6,7 @@
 // mean, add eps, rsqrt, multiply, affine) and its backward more; each row here is read twice and
 // written once. The causal softmax replaces scale, mask-fill and softmax -- three (T, T) temporaries
 // per head -- with one pass that never touches the masked upper triangle's inputs.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -136,10 +137,19 @@ void causal_softmax_backward_rows(const T* g, const T* y, T* ds, int64_t mats, i
 // transposed copies, and none of their copies back in the backward (they were ~10% of a GPT-mini
 // step). One GEMM per head is small (T x T x D); the heads are spread over the compute threads, each
 // calling the BLAS single-threaded (SerialBlasScope).
+//
+// Causal blocks: query i sees keys 0..i only, so half of q k^T (and of p v, and of the backward's
+// products) would multiply masked zeros. Queries go in row blocks of kAttentionBlock: block [i0, i0 +
+// rows) needs keys [0, i0 + rows) only, so its GEMMs stop there (5/8 of the full products at T = 128).
+// Entries right of a row block's keys are never written nor read; the diagonal block's upper
+// triangle is written as zeros because the GEMMs read it.
+constexpr int64_t kAttentionBlock = 32;
+
 template <class T>
 void attention_heads_forward(const T* qkv, T* y, T* att, int64_t B, int64_t n, int64_t C, int64_t H, double scale) {
   const int64_t D = C / H, ld = 3 * C;
   const DType dt = dtype_of<T>();
+  const Device cpu = Device::cpu();
   SerialBlasScope serial_blas;
   parallel_for(B * H, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t item = lo; item < hi; ++item) {
@@ -148,22 +158,30 @@ void attention_heads_forward(const T* qkv, T* y, T* att, int64_t B, int64_t n, i
       const T* k = q + C;
       const T* v = q + 2 * C;
       T* p = att + item * n * n;  // (n, n)
-      backend_gemm(Device::cpu(), dt, false, true, n, n, D, 1.0, q, ld, k, ld, 0.0, p, n);  // q k^T
-      for (int64_t i = 0; i < n; ++i) causal_softmax_row(p + i * n, p + i * n, i, n, static_cast<T>(scale));
-      backend_gemm(Device::cpu(), dt, false, false, n, D, n, 1.0, p, n, v, ld, 0.0, y + b * n * C + h * D, C);
+      for (int64_t i0 = 0; i0 < n; i0 += kAttentionBlock) {
+        const int64_t rows = std::min(kAttentionBlock, n - i0), keys = i0 + rows;
+        T* pb = p + i0 * n;
+        backend_gemm(cpu, dt, false, true, rows, keys, D, 1.0, q + i0 * ld, ld, k, ld, 0.0, pb, n);  // q k^T
+        for (int64_t i = i0; i < keys; ++i) causal_softmax_row(p + i * n, p + i * n, i, keys, static_cast<T>(scale));
+        backend_gemm(cpu, dt, false, false, rows, D, keys, 1.0, pb, n, v, ld, 0.0, y + (b * n + i0) * C + h * D, C);
+      }
     }
   });
 }
 
 // dy: (B, T, C); att: the saved probabilities; writes every column of dqkv: (B, T, 3C).
+//   dp = g v^T, ds = softmax backward (row blocks, as the forward);  dq = ds k;
+//   dv = p^T g, dk = ds^T q (column blocks: key block [j0, j0 + cols) gets gradient from queries j0..).
 template <class T>
 void attention_heads_backward(const T* dy, const T* qkv, const T* att, T* dqkv, int64_t B, int64_t n, int64_t C,
                               int64_t H, double scale) {
   const int64_t D = C / H, ld = 3 * C;
   const DType dt = dtype_of<T>();
+  const Device cpu = Device::cpu();
   SerialBlasScope serial_blas;
   parallel_for(B * H, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> ds(static_cast<size_t>(n * n));  // this thread's (n, n) scratch
+    std::vector<T> scratch(static_cast<size_t>(n * n));  // this thread's (n, n) ds
+    T* ds = scratch.data();
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t b = item / H, h = item % H;
       const T* q = qkv + b * n * ld + h * D;
@@ -174,13 +192,20 @@ void attention_heads_backward(const T* dy, const T* qkv, const T* att, T* dqkv, 
       T* dq = dqkv + b * n * ld + h * D;
       T* dk = dq + C;
       T* dv = dq + 2 * C;
-      const Device cpu = Device::cpu();
-      backend_gemm(cpu, dt, true, false, n, D, n, 1.0, p, n, g, C, 0.0, dv, ld);            // dv = p^T g
-      backend_gemm(cpu, dt, false, true, n, n, D, 1.0, g, C, v, ld, 0.0, ds.data(), n);     // dp = g v^T
-      for (int64_t i = 0; i < n; ++i)
-        causal_softmax_backward_row(ds.data() + i * n, p + i * n, ds.data() + i * n, i, n, static_cast<T>(scale));
-      backend_gemm(cpu, dt, false, false, n, D, n, 1.0, ds.data(), n, k, ld, 0.0, dq, ld);  // dq = ds k
-      backend_gemm(cpu, dt, true, false, n, D, n, 1.0, ds.data(), n, q, ld, 0.0, dk, ld);   // dk = ds^T q
+      for (int64_t i0 = 0; i0 < n; i0 += kAttentionBlock) {
+        const int64_t rows = std::min(kAttentionBlock, n - i0), keys = i0 + rows;
+        backend_gemm(cpu, dt, false, true, rows, keys, D, 1.0, g + i0 * C, C, v, ld, 0.0, ds + i0 * n, n);  // dp
+        for (int64_t i = i0; i < keys; ++i)
+          causal_softmax_backward_row(ds + i * n, p + i * n, ds + i * n, i, keys, static_cast<T>(scale));
+        backend_gemm(cpu, dt, false, false, rows, D, keys, 1.0, ds + i0 * n, n, k, ld, 0.0, dq + i0 * ld, ld);
+      }
+      for (int64_t j0 = 0; j0 < n; j0 += kAttentionBlock) {
+        const int64_t cols = std::min(kAttentionBlock, n - j0), queries = n - j0;
+        backend_gemm(cpu, dt, true, false, cols, D, queries, 1.0, p + j0 * n + j0, n, g + j0 * C, C, 0.0,
+                     dv + j0 * ld, ld);
+        backend_gemm(cpu, dt, true, false, cols, D, queries, 1.0, ds + j0 * n + j0, n, q + j0 * ld, ld, 0.0,
+                     dk + j0 * ld, ld);
+      }
     }
   });
 }

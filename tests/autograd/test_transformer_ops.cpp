@@ -155,15 +155,27 @@ TEST_CASE("causal self-attention from packed qkv: equals the (q, k, v) form; gra
   CHECK(y32.dtype() == DType::f32);
   CHECK(near(y32, expected.to_vector(), 1e-5));
 
-  // A larger f32 case spread over the thread pool: its gradient against the (q, k, v) form's.
-  Tensor big = randn({3, 16, 3 * 32}, gen).requires_grad_(true);
-  Tensor gy = randn({3, 16, 32}, gen);
-  (causal_self_attention(big, 4) * gy).sum().backward();
+  // Longer than the kernel's causal block (32 queries), with a partial last block (70 = 32 + 32 + 6),
+  // over the thread pool: f64 forward and gradient against the (q, k, v) form's, f32 close to them.
+  const int64_t T2 = 70;
+  Tensor big = randn({3, T2, 3 * 32}, gen, {.dtype = DType::f64}).requires_grad_(true);
+  Tensor gy = randn({3, T2, 32}, gen, {.dtype = DType::f64});
+  Tensor big_y = causal_self_attention(big, 4);
+  (big_y * gy).sum().backward();
   Tensor packed_grad = big.grad().clone();
   Tensor leaf = big.detach().requires_grad_(true);
-  auto heads = [&](int64_t part) { return leaf.narrow(2, part * 32, 32).reshape({3, 16, 4, 8}).transpose(1, 2); };
-  (causal_self_attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({3, 16, 32}) * gy).sum().backward();
-  CHECK(near(packed_grad, leaf.grad().to_vector(), 1e-5));
+  auto heads = [&](int64_t part) { return leaf.narrow(2, part * 32, 32).reshape({3, T2, 4, 8}).transpose(1, 2); };
+  Tensor ref_y = causal_self_attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({3, T2, 32});
+  (ref_y * gy).sum().backward();
+  CHECK(near(big_y, ref_y.to_vector(), 1e-12));
+  CHECK(near(packed_grad, leaf.grad().to_vector(), 1e-12));
+  Tensor big32 = big.detach().to(DType::f32).requires_grad_(true);
+  (causal_self_attention(big32, 4) * gy.to(DType::f32)).sum().backward();
+  CHECK(near(big32.grad(), leaf.grad().to_vector(), 1e-4));
+  // gradcheck across block boundaries (T 40: blocks of 32 and 8), small width to keep it quick.
+  Tensor two_blocks = randn({1, 40, 3 * 4}, gen, {.dtype = DType::f64});
+  r = gradcheck([&](const std::vector<Tensor>& x) { return causal_self_attention(x[0], 2); }, {two_blocks});
+  CHECK_MESSAGE(r.ok, r.message);
 
   CHECK_THROWS_WITH_AS(causal_self_attention(randn({2, 5, 10}, gen), 3),
                        doctest::Contains("C divisible by n_head"), Error);

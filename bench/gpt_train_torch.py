@@ -41,7 +41,9 @@ class CausalSelfAttention(nn.Module):
         self.n_head = n_head
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
-        self.register_buffer("mask", torch.tril(torch.ones(block_size, block_size, dtype=torch.bool)))
+        # A plain attribute, not a buffer: DDP broadcasts every buffer at construction, and gloo has no
+        # bool broadcast ("RuntimeError: Invalid scalar type" under mpirun -np 2).
+        self.mask = torch.tril(torch.ones(block_size, block_size, dtype=torch.bool))
 
     def forward(self, x):  # x: (B, T, C)
         B, T, C = x.shape

@@ -1,6 +1,6 @@
 // micro_ops: throughput of ringgrad's basic operations, each printed beside its ceiling.
 //
-//   micro_ops [--threads N] [--repeat N] [--warmup N]
+//   micro_ops [--threads N] [--repeat N] [--warmup N] [--ceilings-only]
 //
 // GEMM   ringgrad::matmul on square products and on the W1 MLP shapes (784-512-512-10, batch 128;
 //        forward x @ w^T and the backward products), in GFLOP/s = 2·M·N·K / time. Beside each one,
@@ -9,6 +9,9 @@
 // memory add, mul, exp on 64 MiB f32 tensors through ringgrad ops, in GB/s = (bytes read + bytes
 //        written) / time, against the bandwidth of std::memcpy on one core (256 MiB buffers; a copy
 //        reads and writes every byte, so it is counted the same way).
+//
+// --ceilings-only prints the two `# ceiling:` lines and stops (a few seconds): bench/run.sh measures
+// them this way for 1 and 2 threads in the same run as the workloads.
 //
 // Timing: std::chrono::steady_clock; `warmup` untimed runs, then `repeat` samples; a sample repeats
 // the operation until it lasts at least 5 ms (small GEMMs take microseconds). ringgrad and the direct
@@ -41,15 +44,17 @@ struct Options {
   int threads = 0;  // 0: ringgrad's default (cores / ranks on this node)
   int repeat = 10;
   int warmup = 2;
+  bool ceilings_only = false;  // print the sgemm and memcpy ceilings, skip the tables
 };
 
 [[noreturn]] void usage(const char* prog, const std::string& problem) {
   if (!problem.empty()) std::fprintf(stderr, "micro_ops: %s\n", problem.c_str());
   std::fprintf(stderr,
-               "usage: %s [--threads N] [--repeat N] [--warmup N]\n"
-               "  --threads N  compute threads, also used by BLAS (default: ringgrad's default)\n"
-               "  --repeat N   timed samples per operation (default 10)\n"
-               "  --warmup N   untimed runs before the samples (default 2)\n",
+               "usage: %s [--threads N] [--repeat N] [--warmup N] [--ceilings-only]\n"
+               "  --threads N      compute threads, also used by BLAS (default: ringgrad's default)\n"
+               "  --repeat N       timed samples per operation (default 10)\n"
+               "  --warmup N       untimed runs before the samples (default 2)\n"
+               "  --ceilings-only  print the sgemm peak and memcpy bandwidth lines only\n",
                prog);
   std::exit(problem.empty() ? 0 : 2);
 }
@@ -59,6 +64,10 @@ Options parse_options(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") usage(argv[0], "");
+    if (arg == "--ceilings-only") {
+      opt.ceilings_only = true;
+      continue;
+    }
     int* target = arg == "--threads" ? &opt.threads
                   : arg == "--repeat" ? &opt.repeat
                   : arg == "--warmup" ? &opt.warmup
@@ -247,6 +256,7 @@ int main(int argc, char** argv) {
                 peak_gflops, 2.0 * 2048.0 * 2048.0 * 2048.0 / peak_t.median / 1e9);
     std::printf("# ceiling: std::memcpy 256 MiB, one core:    best %.2f GB/s, median %.2f GB/s (read + write)\n",
                 memcpy_gbs.best, memcpy_gbs.median);
+    if (opt.ceilings_only) return 0;
 
     // ---- GEMM ----
     std::printf("\n");

@@ -1,0 +1,520 @@
+#!/usr/bin/python3
+"""report: the table, JSON and chart of one bench/run.sh run (issue 7, ../shared/WORKLOADS.md).
+
+    /usr/bin/python3 bench/report.py [DIR] [--publish]        # DIR: bench/run.sh's --out, default bench/results
+
+Reads DIR/raw/ (every program's output, written by bench/run.sh) and writes
+  DIR/results.json   every raw figure, the ceilings, the FLOP counts and the table's rows
+  DIR/table.md       the table (markdown), also printed
+  DIR/benchmarks.png ratios per workload and variant against their targets, and W4's busbw against
+                     message size; drawn with matplotlib, else gnuplot, else skipped with a message
+--publish (full runs only) copies the chart to docs/benchmarks.png and puts the table into
+docs/benchmarks.md between the markers <!-- bench:table --> and <!-- /bench:table -->.
+
+Each cell is the median over the run's rounds with the min-max beside it; ratio = ringgrad's median /
+PyTorch's median, the figure issue 7's targets are about. Throughput is also given as achieved GFLOP/s
+and its share of the sgemm peak of the same thread count, measured in the same run by micro_ops:
+(a) the 1-thread peak, (b) the 2-thread peak, (c) twice the 1-thread peak (two ranks, one core each).
+FLOPs per trained sample or token, forward + backward (the usual 2 FLOPs per multiply-add forward,
+twice that backward):
+  W1  6 * params, params = 784*512+512 + 512*512+512 + 512*10+10 = 669,706
+  W2  3 * (2*K*K*Cin*Cout*H*W summed over the two convs) + 6 * params of the two linears
+      = 3 * (451,584 + 7,225,344) + 6 * 402,826 = 25,447,740 (pooling, ReLU, loss not counted)
+  W3  6 * params + 12 * L * T * C (attention scores and their use, forward + backward), with the
+      model's params = 824,320 (vocab 114, block 128, 4 layers, n_embd 128, tied head, biases and
+      LayerNorms included): 6 * 824,320 + 12 * 4 * 128 * 128 = 5,732,352
+Ceilings: the better of micro_ops' measurements at the start and at the end of the run.
+W4 rows compare busbw (nccl-tests' definition) of ringgrad's `auto` backend (DDP's default; `ring`
+shown beside it) with OpenMPI's MPI_Allreduce and PyTorch's gloo, for sizes >= 1 MiB, against one
+core's memcpy bandwidth. A "cliff" is a size whose busbw falls below half the best busbw at smaller
+sizes.
+"""
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+
+
+# ---- FLOPs per trained sample (W1, W2) or token (W3) ----------------------------------------------
+
+def linear_params(*widths):
+    """Weights and biases of a chain of Linear layers widths[0] -> widths[1] -> ..."""
+    return sum(i * o + o for i, o in zip(widths, widths[1:]))
+
+
+def conv_flops(k, cin, cout, h, w):
+    """Forward FLOPs of one sample through a k x k convolution with an h x w output."""
+    return 2 * k * k * cin * cout * h * w
+
+
+def gpt_params(vocab=114, block=128, n_layer=4, n_embd=128):
+    """GPT-2 layout with a tied head: embeddings, per layer ln_1, qkv, proj, ln_2, MLP; final LN."""
+    c = n_embd
+    layer = 2 * c + linear_params(c, 3 * c) + linear_params(c, c) + 2 * c + linear_params(c, 4 * c, c)
+    return vocab * c + block * c + n_layer * layer + 2 * c
+
+
+W1_PARAMS = linear_params(784, 512, 512, 10)
+W2_CONV_FLOPS = conv_flops(3, 1, 32, 28, 28) + conv_flops(3, 32, 64, 14, 14)
+W2_LINEAR_PARAMS = linear_params(3136, 128, 10)
+W3_PARAMS = gpt_params()
+FLOPS_PER_ITEM = {
+    "w1": 6 * W1_PARAMS,
+    "w2": 3 * W2_CONV_FLOPS + 6 * W2_LINEAR_PARAMS,
+    "w3": 6 * W3_PARAMS + 12 * 4 * 128 * 128,
+}
+
+# ---- what the table shows -------------------------------------------------------------------------
+
+TRAINING = {  # workload: (title, RESULT key, unit)
+    "w1": ("W1 MLP", "samples_per_s", "samples/s"),
+    "w2": ("W2 CNN", "samples_per_s", "samples/s"),
+    "w3": ("W3 GPT-mini", "tokens_per_s", "tokens/s"),
+}
+VARIANTS = {"a": "(a) 1×1", "b": "(b) 1×2", "c": "(c) 2 ranks"}
+TARGETS = {  # issue 7: ringgrad / PyTorch, medians
+    "w1": {"a": 1.3, "b": 1.5, "c": 1.8},
+    "w2": {"a": 1.0, "b": 1.2, "c": 1.2},
+    "w3": {"a": 1.5, "b": 1.5, "c": 1.5},
+}
+W1_SCALING_TARGET = 0.9   # ringgrad (c) / (2 * ringgrad (a))
+W4_TARGETS = {"MPI_Allreduce": 1.5, "gloo": 5.0}  # ringgrad auto busbw / peer busbw, sizes >= 1 MiB
+W4_JUDGED, W4_ALSO = "auto", "ring"
+CLIFF = 0.5  # busbw below this share of the best at smaller sizes
+
+RAW_NAME = re.compile(r"(w[1-4])-([abc])-(ringgrad|torch)-(\d+)\.txt")
+TABLE_MARKERS = ("<!-- bench:table -->", "<!-- /bench:table -->")
+
+
+# ---- reading DIR/raw ------------------------------------------------------------------------------
+
+def read_settings(raw):
+    path = raw / "settings.txt"
+    if not path.exists():
+        sys.exit(f"report: {path} missing: is {raw.parent} the --out of a bench/run.sh run?")
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def read_ceilings(raw):
+    """{"sgemm_gflops": {threads: GFLOP/s}, "memcpy_gbs": GB/s}: the best micro_ops measured, at the start
+    or at the end of the run (memcpy from the 1-thread runs: one core's bandwidth)."""
+    sgemm, memcpy = {}, []
+    for path in sorted(raw.glob("ceilings-t[12]-*.txt")):
+        threads = int(path.name[len("ceilings-t")])
+        text = path.read_text()
+        m = re.search(r"# ceiling: cblas_sgemm .*best ([\d.]+) GFLOP/s", text)
+        if m:
+            sgemm[threads] = max(sgemm.get(threads, 0.0), float(m[1]))
+        m = re.search(r"# ceiling: std::memcpy .*best ([\d.]+) GB/s", text)
+        if m and threads == 1:
+            memcpy.append(float(m[1]))
+    return {"sgemm_gflops": sgemm, "memcpy_gbs": max(memcpy, default=None)}
+
+
+def parse_result_line(text):
+    """The key=value fields of a training program's RESULT line, or None."""
+    for line in text.splitlines():
+        if line.startswith("RESULT "):
+            return dict(field.split("=", 1) for field in line.split()[1:] if "=" in field)
+    return None
+
+
+def parse_allreduce_tables(text):
+    """{backend: [{bytes, time_us, busbw, wrong}]} from allreduce_bench / allreduce_torch.py tables."""
+    tables, backend = {}, None
+    for line in text.splitlines():
+        if line.startswith("# backend:"):
+            words = line.split()
+            backend = None if "skipped" in line else words[2]
+            if backend:
+                tables[backend] = []
+            continue
+        fields = line.split()
+        if backend and len(fields) == 7 and fields[0].isdigit():
+            tables[backend].append({"bytes": int(fields[0]), "time_us": float(fields[3]),
+                                    "busbw": float(fields[5]), "wrong": int(fields[6])})
+    return tables
+
+
+def read_runs(raw):
+    """Every run's figures: training results, AllReduce rows, and the runs that gave none."""
+    training, allreduce, failed = [], [], []
+    for path in sorted(raw.glob("w*.txt")):
+        m = RAW_NAME.fullmatch(path.name)
+        if not m:
+            continue
+        workload, variant, impl, rnd = m[1], m[2], m[3], int(m[4])
+        text = path.read_text()
+        if workload == "w4":
+            tables = parse_allreduce_tables(text)
+            allreduce += [{"impl": impl, "backend": backend, "round": rnd, **row}
+                          for backend, rows in tables.items() for row in rows]
+            ok = any(tables.values())
+        else:
+            result = parse_result_line(text)
+            ok = result is not None
+            if ok:
+                training.append({"workload": workload, "variant": variant, "impl": impl, "round": rnd,
+                                 "value": float(result[TRAINING[workload][1]]),
+                                 "overlap_percent": float(result.get("overlap", "nan"))})
+        if not ok:
+            failed.append(path.stem)
+    return training, allreduce, failed
+
+
+# ---- statistics and cells -------------------------------------------------------------------------
+
+def spread(values):
+    """median, min, max of a non-empty list, or None for an empty one."""
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def ratio(a, b):
+    return a["median"] / b["median"] if a and b and b["median"] > 0 else None
+
+
+def fmt_spread(s, digits=0):
+    """'median (min–max)', or the one figure of a single round."""
+    if s is None:
+        return "—"
+    f = f"{{:,.{digits}f}}"
+    return f.format(s["median"]) + (f" ({f.format(s['min'])}–{f.format(s['max'])})" if s["n"] > 1 else "")
+
+
+def fmt_ratio(r, suffix=""):
+    return "—" if r is None else f"{r:.2f}{suffix}"
+
+
+def fmt_met(ok):
+    return "—" if ok is None else ("yes" if ok else "**no**")
+
+
+def sgemm_peak(ceilings, variant):
+    """The sgemm ceiling for a variant's compute: 1 thread, 2 threads, or 2 ranks x 1 thread."""
+    peak = ceilings["sgemm_gflops"]
+    if variant == "c":
+        return 2 * peak[1] if 1 in peak else None
+    return peak.get(1 if variant == "a" else 2)
+
+
+def fmt_gflops(s, flops_per_item, peak):
+    if s is None:
+        return "—"
+    gflops = s["median"] * flops_per_item / 1e9
+    return f"{gflops:.1f}" + (f" ({100 * gflops / peak:.0f}%)" if peak else "")
+
+
+# ---- the table's rows -----------------------------------------------------------------------------
+
+COLUMNS = ["workload", "variant", "ringgrad", "PyTorch / peer", "ratio", "target", "met",
+           "ceiling: GFLOP/s (% of sgemm peak) or busbw % of memcpy"]
+
+
+def training_rows(training, ceilings, workload):
+    title, _, unit = TRAINING[workload]
+    values = {}
+    for r in training:
+        if r["workload"] == workload:
+            values.setdefault((r["variant"], r["impl"]), []).append(r["value"])
+    rows = []
+    for variant, label in VARIANTS.items():
+        ours, peer = spread(values.get((variant, "ringgrad"), [])), spread(values.get((variant, "torch"), []))
+        if not ours and not peer:
+            continue
+        r = ratio(ours, peer)
+        target = TARGETS[workload][variant]
+        met = None if r is None else r >= target
+        peak = sgemm_peak(ceilings, variant)
+        flops = FLOPS_PER_ITEM[workload]
+        rows.append({
+            "workload": workload, "variant": variant, "unit": unit, "ringgrad": ours, "torch": peer,
+            "ratio": r, "target": target, "met": met, "sgemm_peak_gflops": peak,
+            "cells": [f"{title} ({unit})", label, fmt_spread(ours), fmt_spread(peer), fmt_ratio(r),
+                      f"≥ {target}", fmt_met(met),
+                      f"ringgrad {fmt_gflops(ours, flops, peak)}, PyTorch {fmt_gflops(peer, flops, peak)}"
+                      + (f" of {peak:.0f}" if peak else "")],
+        })
+    if workload == "w1":
+        rows += w1_scaling_row(values)
+    return rows
+
+
+def w1_scaling_row(values):
+    """Scaling efficiency (c) / (2 * a) of W1, per implementation."""
+    eff = {}
+    for impl in ("ringgrad", "torch"):
+        a, c = spread(values.get(("a", impl), [])), spread(values.get(("c", impl), []))
+        eff[impl] = c["median"] / (2 * a["median"]) if a and c else None
+    if eff["ringgrad"] is None and eff["torch"] is None:
+        return []
+    met = None if eff["ringgrad"] is None else eff["ringgrad"] >= W1_SCALING_TARGET
+    return [{"workload": "w1", "variant": "scaling", "efficiency": eff, "target": W1_SCALING_TARGET, "met": met,
+             "cells": ["W1 MLP scaling", "(c) / (2·a)", fmt_ratio(eff["ringgrad"]), fmt_ratio(eff["torch"]), "—",
+                       f"≥ {W1_SCALING_TARGET} (ringgrad)", fmt_met(met), "medians of (c) and (a)"]}]
+
+
+def busbw_by_size(allreduce):
+    """{backend: {bytes: spread of busbw over rounds}} for sizes >= 1 MiB."""
+    series = {}
+    for r in allreduce:
+        if r["bytes"] >= MIB:
+            series.setdefault(r["backend"], {}).setdefault(r["bytes"], []).append(r["busbw"])
+    return {b: {size: spread(v) for size, v in sorted(sizes.items())} for b, sizes in series.items()}
+
+
+def first_cliff(series):
+    """The first size whose median busbw is below CLIFF x the best at smaller sizes, or None."""
+    best = 0.0
+    for size, s in series.items():
+        if best and s["median"] < CLIFF * best:
+            return size
+        best = max(best, s["median"])
+    return None
+
+
+def fmt_size(nbytes):
+    return f"{nbytes // MIB} MiB" if nbytes % MIB == 0 else f"{nbytes / MIB:g} MiB"
+
+
+def allreduce_rows(allreduce, ceilings):
+    series = busbw_by_size(allreduce)
+    judged = series.get(W4_JUDGED, {})
+    memcpy = ceilings["memcpy_gbs"]
+    rows = []
+    for size in sorted({size for s in series.values() for size in s}):
+        at = {backend: sizes.get(size) for backend, sizes in series.items()}
+        ratios = {peer: ratio(at.get(W4_JUDGED), at.get(peer)) for peer in W4_TARGETS}
+        met = None if None in ratios.values() else all(ratios[p] >= t for p, t in W4_TARGETS.items())
+        share = ", ".join(f"{b} {100 * at[b]['median'] / memcpy:.0f}%"
+                          for b in (W4_JUDGED, *W4_TARGETS) if memcpy and at.get(b))
+        rows.append({
+            "workload": "w4", "variant": "c", "bytes": size, "busbw": at, "ratios": ratios, "met": met,
+            "cells": [f"W4 AllReduce {fmt_size(size)} (busbw GB/s)", VARIANTS["c"],
+                      f"{W4_JUDGED} {fmt_spread(at.get(W4_JUDGED), 2)}; {W4_ALSO} {fmt_spread(at.get(W4_ALSO), 2)}",
+                      "; ".join(f"{peer} {fmt_spread(at.get(peer), 2)}" for peer in W4_TARGETS),
+                      "; ".join(fmt_ratio(ratios[p], f"× {p}") for p in W4_TARGETS),
+                      "; ".join(f"≥ {t}× {p}" for p, t in W4_TARGETS.items()), fmt_met(met),
+                      f"{share} of memcpy {memcpy:.1f} GB/s" if share else "—"],
+        })
+    if judged:
+        cliffs = {backend: first_cliff(s) for backend, s in series.items()}
+
+        def show(backend):
+            return f"{backend}: " + (f"at {fmt_size(cliffs[backend])}" if cliffs.get(backend) else "none")
+
+        rows.append({
+            "workload": "w4", "variant": "cliff", "cliffs": cliffs, "met": cliffs.get(W4_JUDGED) is None,
+            "cells": ["W4 AllReduce ≥ 1 MiB", "(c) cliff", f"{show(W4_JUDGED)}; {show(W4_ALSO)}",
+                      "; ".join(show(p) for p in W4_TARGETS if p in cliffs), "—",
+                      f"no cliff (busbw ≥ {CLIFF}× best so far)", fmt_met(cliffs.get(W4_JUDGED) is None), "—"],
+        })
+    return rows
+
+
+# ---- the table as text ----------------------------------------------------------------------------
+
+def markdown_table(rows):
+    """A markdown table padded to aligned columns, so that it also reads as plain text."""
+    lines = [COLUMNS, ["---"] * len(COLUMNS)] + [r["cells"] for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
+    return "\n".join("| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths)) + " |"
+                     for line in lines)
+
+
+def describe_run(settings, ceilings, failed, allreduce):
+    """The lines above and below the table: settings, ceilings, caveats."""
+    mode = settings.get("mode", "?")
+    ran = settings.get("workloads", "w1,w2,w3,w4").split(",")
+    rounds = ", ".join(f"{w.upper()} {settings[f'rounds_{w}']}" for w in ran)
+    steps = ", ".join(f"{w.upper()} {settings[f'warmup_{w}']} + {settings[f'steps_{w}']}" for w in ran if w != "w4")
+    peak = ceilings["sgemm_gflops"]
+    memcpy = ceilings["memcpy_gbs"]
+    elapsed = int(settings.get("elapsed_s", 0))
+    head = [
+        f"bench/run.sh{'' if mode == 'full' else ' --' + mode}, {settings.get('started', '?')}, commit "
+        f"{settings.get('commit', '?')}, {settings.get('cpu', '?')} × {settings.get('cores', '?')} cores, "
+        f"PyTorch {settings.get('torch', '?')}, took {elapsed // 60}m {elapsed % 60}s.",
+        f"Rounds: {rounds}. Warm-up + timed steps per run: {steps or '—'}."
+        + (f" W4: {settings.get('w4_sizes')}." if "w4" in ran else ""),
+        "Ceilings, best of the run's start and end: sgemm 2048³ "
+        + ", ".join(f"{t} thread{'s' * (t > 1)} {peak[t]:.1f} GFLOP/s" for t in sorted(peak))
+        + (f"; one core's memcpy {memcpy:.1f} GB/s (read + write)." if memcpy else "."),
+        f"Environment (both sides): OPENBLAS_CORETYPE={settings.get('OPENBLAS_CORETYPE', '?')}, "
+        f"OMP_WAIT_POLICY={settings.get('OMP_WAIT_POLICY', '?')} (the PyTorch peers default it to PASSIVE).",
+    ]
+    if mode != "full":
+        head.append(f"**{mode} mode: fewer steps and rounds than WORKLOADS.md asks (20 warm-up + 200 timed "
+                    "steps, several rounds); indicative only.**")
+    foot = ["Cells: median over rounds (min–max); ratio = ringgrad median / PyTorch median. GFLOP/s from "
+            f"FLOPs per item: W1 {FLOPS_PER_ITEM['w1']:,}/sample, W2 {FLOPS_PER_ITEM['w2']:,}/sample, "
+            f"W3 {FLOPS_PER_ITEM['w3']:,}/token (see bench/report.py); peak of the same thread count, "
+            "(c) against 2 × the 1-thread peak."]
+    if failed:
+        foot.append(f"**Failed runs (no figures; see raw/NAME.err): {', '.join(failed)}.**")
+    wrong = [f"{r['backend']} {fmt_size(r['bytes'])} round {r['round']}" for r in allreduce if r["wrong"]]
+    if wrong:
+        foot.append(f"**AllReduce results off the closed-form sum (#wrong > 0): {', '.join(wrong)}.**")
+    return head, foot
+
+
+# ---- the chart ------------------------------------------------------------------------------------
+
+def chart_data(rows):
+    """(bars, lines): bars [(label, ratio, target, met)] for W1-W3; lines {backend: [(MiB, busbw)]}."""
+    bars = [(f"{r['workload'].upper()} {r['variant']}", r["ratio"], r["target"], r["met"])
+            for r in rows if r["workload"] in TRAINING and r.get("ratio") is not None]
+    lines = {}
+    for r in rows:
+        if r["workload"] == "w4" and "bytes" in r:
+            for backend, s in r["busbw"].items():
+                if s:
+                    lines.setdefault(backend, []).append((r["bytes"] / MIB, s["median"]))
+    return bars, lines
+
+
+def chart_matplotlib(bars, lines, memcpy, title, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5))
+    xs = range(len(bars))
+    left.bar(xs, [b[1] for b in bars], color=["tab:green" if b[3] else "tab:orange" for b in bars])
+    left.hlines([b[2] for b in bars], [x - 0.4 for x in xs], [x + 0.4 for x in xs], colors="black",
+                label="target")
+    left.axhline(1.0, color="gray", linestyle=":", label="parity with PyTorch")
+    left.set_xticks(list(xs), [b[0] for b in bars], rotation=45)
+    left.set_ylabel("ringgrad / PyTorch throughput (medians)")
+    left.set_title("W1-W3: ratio per workload and variant (green: target met)")
+    left.set_ylim(0, 1.3 * max([b[1] for b in bars] + [b[2] for b in bars] + [1.0]))  # room for the legend
+    left.legend(loc="upper left", ncol=2)
+    for backend, points in sorted(lines.items()):
+        right.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=backend)
+    if memcpy:
+        right.axhline(memcpy, color="gray", linestyle="--", label=f"memcpy, one core ({memcpy:.1f} GB/s)")
+    right.set_xscale("log", base=2)
+    sizes = sorted({p[0] for points in lines.values() for p in points})
+    right.set_xticks(sizes, [f"{s:g}" for s in sizes])
+    right.set_xlabel("message size (MiB)")
+    right.set_ylabel("busbw (GB/s, medians)")
+    right.set_title("W4: AllReduce, 2 ranks")
+    right.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def chart_gnuplot(bars, lines, memcpy, title, path):
+    with tempfile.TemporaryDirectory() as tmp:
+        ratios = Path(tmp, "ratios.dat")
+        ratios.write_text("".join(f'"{label}" {r} {t}\n' for label, r, t, _ in bars))
+        plots = []
+        for backend, points in sorted(lines.items()):
+            data = Path(tmp, f"{backend}.dat")
+            data.write_text("".join(f"{mib} {bw}\n" for mib, bw in points))
+            plots.append(f"'{data}' using 1:2 with linespoints title '{backend}'")
+        if memcpy:
+            plots.append(f"{memcpy} with lines dashtype 2 title 'memcpy, one core'")
+        script = f"""
+set terminal pngcairo size 1400,550 noenhanced
+set output '{path}'
+set key below
+set multiplot layout 1,2 title "{title}"
+set title 'W1-W3: ringgrad / PyTorch (medians); line: target'
+set style fill solid 0.6
+set boxwidth 0.6
+set xtics rotate by 45 right
+set yrange [0:*]
+plot '{ratios}' using 0:2:xtic(1) with boxes title 'ratio', '' using 0:3 with points pt 5 title 'target', 1 dashtype 3 title 'parity'
+set title 'W4: AllReduce busbw (GB/s), 2 ranks'
+set logscale x 2
+set xlabel 'message size (MiB)'
+set xtics norotate
+plot {', '.join(plots) if plots else "NaN notitle"}
+unset multiplot
+"""
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+
+
+def draw_chart(rows, ceilings, title, path):
+    bars, lines = chart_data(rows)
+    try:
+        import matplotlib  # noqa: F401
+        chart_matplotlib(bars, lines, ceilings["memcpy_gbs"], title, path)
+        return True
+    except ImportError:
+        pass
+    if shutil.which("gnuplot"):
+        chart_gnuplot(bars, lines, ceilings["memcpy_gbs"], title, path)
+        return True
+    print("report: no chart: neither matplotlib nor gnuplot; apt-get install python3-matplotlib gnuplot",
+          file=sys.stderr)
+    return False
+
+
+# ---- publishing into docs/ ------------------------------------------------------------------------
+
+def publish(table_md, chart):
+    doc = REPO / "docs" / "benchmarks.md"
+    start, end = TABLE_MARKERS
+    text = doc.read_text()
+    if start not in text or end not in text:
+        sys.exit(f"report: {doc} lacks the markers {start} ... {end}; put them where the table goes")
+    before, rest = text.split(start, 1)
+    after = rest.split(end, 1)[1]
+    image = "\n\n![ratios and AllReduce busbw](benchmarks.png)" if chart else ""
+    doc.write_text(f"{before}{start}\n{table_md}{image}\n{end}{after}")
+    if chart:
+        shutil.copyfile(chart, REPO / "docs" / "benchmarks.png")
+    print(f"report: published the table into {doc.relative_to(REPO)}"
+          + (" and the chart into docs/benchmarks.png" if chart else ""))
+
+
+def main(argv):
+    args = [a for a in argv if a != "--publish"]
+    if len(args) > 1 or any(a.startswith("-") for a in args):
+        sys.exit("usage: report.py [DIR] [--publish]")
+    out = Path(args[0] if args else REPO / "bench" / "results")
+    raw = out / "raw"
+    settings = read_settings(raw)
+    ceilings = read_ceilings(raw)
+    training, allreduce, failed = read_runs(raw)
+
+    rows = [row for w in TRAINING for row in training_rows(training, ceilings, w)]
+    rows += allreduce_rows(allreduce, ceilings)
+    head, foot = describe_run(settings, ceilings, failed, allreduce)
+    table_md = "\n\n".join(["\n".join(head), markdown_table(rows), "\n".join(foot)])
+    print(table_md)
+    (out / "table.md").write_text(table_md + "\n")
+
+    results = {
+        "settings": settings, "ceilings": ceilings, "flops_per_item": FLOPS_PER_ITEM,
+        "params": {"w1": W1_PARAMS, "w2_linears": W2_LINEAR_PARAMS, "w3": W3_PARAMS},
+        "training": training, "allreduce": allreduce, "failed_runs": failed,
+        "rows": [{k: v for k, v in r.items() if k != "cells"} | {"cells": dict(zip(COLUMNS, r["cells"]))}
+                 for r in rows],
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+
+    chart = out / "benchmarks.png"
+    title = f"ringgrad vs PyTorch, bench/run.sh {settings.get('mode', '')} {settings.get('started', '')}"
+    drew = draw_chart(rows, ceilings, title, chart)
+    print(f"\nreport: wrote {out / 'results.json'}, {out / 'table.md'}" + (f", {chart}" if drew else ""))
+    if "--publish" in argv:
+        if settings.get("mode") != "full":
+            sys.exit(f"report: --publish takes full runs only (this one was --{settings.get('mode')})")
+        publish(table_md, chart if drew else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -59,16 +59,37 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return bmm(a.expand(sa).reshape({nb, m, k}), b.expand(sb).reshape({nb, k, n})).reshape(out_shape);
 }
 
-// x: (..., in), weight: (out, in), bias: (out) -> (..., out).  weight.t() is a view BLAS takes as is.
+// x: (..., in), weight: (out, in), bias: (out) -> (..., out). One node instead of matmul + t + add,
+// because the composed backward is slow in two places: the weight gradient arrives as the transpose
+// of (x^T dy) -- a strided view that accumulating into the contiguous .grad must copy element by
+// element -- and the bias gradient as a separate sum_to. Here the batch dims fold into N rows and
+//   y = x W^T (+ b, added in place),   dx = dy W,   dW = dy^T x (row-major (out, in) directly, dy^T a
+//   transposed view the BLAS takes as is),   db = column sums of dy.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   RG_CHECK(weight.defined() && weight.dim() == 2, "linear", "weight must be (out, in), got ", weight.desc());
   RG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear", "input ", x.desc(),
            " does not end in in_features = ", weight.size(1), " of weight ", weight.desc());
-  Tensor y = matmul(x, weight.t());
-  if (!bias.defined()) return y;
-  RG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear", "bias ", bias.desc(),
+  RG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), "linear", "bias ", bias.desc(),
            " must be (", weight.size(0), ",) for weight ", weight.desc());
-  return y + bias;
+  const int64_t in = weight.size(1), out_features = weight.size(0);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  const Tensor x2 = native::view(native::contiguous(x), {-1, in});          // (N, in)
+  Tensor y2 = native::mm(x2, native::transpose(weight, 0, 1));              // (N, out)
+  if (bias.defined()) native::binary_(BinaryOp::add, y2, bias);            // each row += b
+  Tensor y = native::view(y2, out_shape);
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  record("linear", {y}, inputs,
+         [x2 = x2.detach(), w = weight.detach(), x_shape = x.shape(), has_bias = bias.defined(), out_features](
+             const TensorList& g, const NeedsGrad& n) {
+           const Tensor g2 = native::view(native::contiguous(g[0]), {-1, out_features});  // (N, out)
+           TensorList grads{n[0] ? native::view(native::mm(g2, w), x_shape) : Tensor(),
+                            n[1] ? native::mm(native::transpose(g2, 0, 1), x2) : Tensor()};
+           if (has_bias) grads.push_back(n[2] ? native::reduce(ReduceOp::sum, g2, {0}, false) : Tensor());
+           return grads;
+         });
+  return y;
 }
 
 }  // namespace ringgrad

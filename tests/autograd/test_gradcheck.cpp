@@ -294,6 +294,9 @@ TEST_CASE("gradcheck passes for batched matmul, mm, bmm and linear") {
   GRADCHECK_OK([](const TL& v) { return linear(v[0], v[1]); }, {param({6, 4}, 68), param({5, 4}, 69)});
   GRADCHECK_OK([](const TL& v) { return linear(v[0].t(), v[1], v[2]); },
                {param({4, 6}, 70), param({5, 4}, 71), param({5}, 72)});
+  GRADCHECK_OK([](const TL& v) { return linear(v[0], v[1], v[2]); }, {param({4}, 75), param({5, 4}, 76), param({5}, 77)});
+  GRADCHECK_OK([](const TL& v) { return linear(v[0].transpose(0, 1), v[1], v[2]); },
+               {param({3, 2, 4}, 78), param({5, 4}, 79), param({5}, 80)});
 }
 
 // ---- softmax and losses -----------------------------------------------------------------------

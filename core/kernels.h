@@ -37,8 +37,8 @@ enum class ReduceOp : uint8_t { sum, mean, max, argmax };
 namespace cpu {
 RINGGRAD_BACKEND_KERNELS
 /* sum / mean over the leading dim of a dense (rows, cols) input without transposing it first: */
-/* out[j] = sum_i in[i, j] (cols outputs; a bias gradient). Same order, same accumulators as */
-/* reduce_rows on the transpose, so the same bits. CPU only so far. */
+/* out[j] = sum_i in[i, j] (cols outputs; a bias gradient), accumulating as reduce_rows does */
+/* (double for f32). CPU only so far. */
 void reduce_cols(ReduceOp op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols);
 Allocator& allocator();
 }  // namespace cpu

@@ -96,6 +96,12 @@ void cast_copy(DType out_dtype, DType in_dtype, const ElementwiseArgs& args) {
       Out* out = static_cast<Out*>(args.data[0]);
       const In* in = static_cast<const In*>(args.data[1]);
       for_each_row<2>(args, [&](const int64_t* off, int64_t n, const int64_t* st) {
+        if (st[0] == 1 && st[1] == 1) {  // dense rows (contiguous(), permuted copies): vectorises
+          Out* o = out + off[0];
+          const In* x = in + off[1];
+          for (int64_t i = 0; i < n; ++i) o[i] = store_as<Out>(static_cast<cast_compute_t<Out, In>>(load(x[i])));
+          return;
+        }
         for (int64_t i = 0; i < n; ++i) {
           const auto v = load(in[off[1] + i * st[1]]);
           out[off[0] + i * st[0]] = store_as<Out>(static_cast<cast_compute_t<Out, In>>(v));

@@ -24,8 +24,13 @@ void reduce_typed(ReduceOp op, const T* in, void* out_raw, int64_t rows, int64_t
     for (int64_t r = begin; r < end; ++r) {
       const T* row = in + r * cols;
       if (op == ReduceOp::sum || op == ReduceOp::mean) {
-        accumulator_t<T> acc = 0;
-        for (int64_t c = 0; c < cols; ++c) acc += load(row[c]);
+        // Four running sums: four independent additions in flight instead of one chain.
+        accumulator_t<T> part[4] = {0, 0, 0, 0};
+        int64_t c = 0;
+        for (; c + 4 <= cols; c += 4)
+          for (int q = 0; q < 4; ++q) part[q] += load(row[c + q]);
+        for (; c < cols; ++c) part[0] += load(row[c]);
+        accumulator_t<T> acc = (part[0] + part[1]) + (part[2] + part[3]);
         if (op == ReduceOp::mean) acc = cols ? acc / static_cast<accumulator_t<T>>(cols) : acc;
         static_cast<T*>(out_raw)[r] = store_as<T>(static_cast<compute_t<T>>(acc));
       } else {

@@ -8,6 +8,8 @@
 //
 // Dims: N batch, C input channels, O output channels, H/W input height/width, KH/KW kernel,
 // OH/OW output height/width.
+#include <algorithm>
+
 #include "core/native/backend.h"
 #include "core/native/native.h"
 #include "core/parallel.h"
@@ -35,6 +37,15 @@ void im2col(const T* x, T* cols, const ConvGeometry& g) {
           T* row = out + (n * g.oh + i) * g.ow;
           if (y < 0 || y >= g.h) {
             for (int64_t j = 0; j < g.ow; ++j) row[j] = T(0);
+            continue;
+          }
+          if (g.stride == 1) {  // columns [lo, hi) read x[y, j - p + kj]: zeros, one copy, zeros
+            const int64_t lo = std::clamp<int64_t>(g.padding - kj, 0, g.ow);
+            const int64_t hi = std::clamp<int64_t>(g.w + g.padding - kj, lo, g.ow);
+            const T* src = plane + y * g.w - g.padding + kj;
+            for (int64_t j = 0; j < lo; ++j) row[j] = T(0);
+            for (int64_t j = lo; j < hi; ++j) row[j] = src[j];
+            for (int64_t j = hi; j < g.ow; ++j) row[j] = T(0);
             continue;
           }
           for (int64_t j = 0; j < g.ow; ++j) {
@@ -66,6 +77,13 @@ void col2im(const T* cols, T* dx, const ConvGeometry& g) {
               const int64_t y = i * g.stride - g.padding + ki;
               if (y < 0 || y >= g.h) continue;
               const T* row = in + (n * g.oh + i) * g.ow;
+              if (g.stride == 1) {  // the valid columns form one run: a vectorisable add
+                const int64_t lo = std::clamp<int64_t>(g.padding - kj, 0, g.ow);
+                const int64_t hi = std::clamp<int64_t>(g.w + g.padding - kj, lo, g.ow);
+                T* dst = plane + y * g.w - g.padding + kj;
+                for (int64_t j = lo; j < hi; ++j) dst[j] += row[j];
+                continue;
+              }
               for (int64_t j = 0; j < g.ow; ++j) {
                 const int64_t xx = j * g.stride - g.padding + kj;
                 if (xx >= 0 && xx < g.w) plane[y * g.w + xx] += row[j];
@@ -152,6 +170,33 @@ namespace {
 template <class T>
 void max_pool_forward(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t h, int64_t w, int64_t oh,
                       int64_t ow, int64_t k, int64_t s, int64_t p) {
+  // The common 2x2 window, stride 2, no padding: the same rule (first maximum wins, a NaN wins)
+  // without the general loop's bounds checks -- the general loop made pooling ~20% of a CNN step.
+  if (k == 2 && s == 2 && p == 0) {
+    parallel_for(planes, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t pl = begin; pl < end; ++pl) {
+        const T* in = x + pl * h * w;
+        for (int64_t i = 0; i < oh; ++i) {
+          const T* r0 = in + 2 * i * w;
+          const T* r1 = r0 + w;
+          T* yr = y + (pl * oh + i) * ow;
+          int64_t* ar = argmax + (pl * oh + i) * ow;
+          for (int64_t j = 0; j < ow; ++j) {
+            const int64_t at = 2 * i * w + 2 * j;
+            T best = r0[2 * j];
+            int64_t where = at;
+            const T candidates[3] = {r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]};
+            const int64_t offsets[3] = {1, w, w + 1};
+            for (int q = 0; q < 3; ++q)
+              if (candidates[q] > best || candidates[q] != candidates[q]) best = candidates[q], where = at + offsets[q];
+            yr[j] = best;
+            ar[j] = where;
+          }
+        }
+      }
+    });
+    return;
+  }
   parallel_for(planes, 1, [&](int64_t begin, int64_t end) {
     for (int64_t pl = begin; pl < end; ++pl) {
       const T* in = x + pl * h * w;

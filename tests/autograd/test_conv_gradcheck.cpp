@@ -82,6 +82,30 @@ TEST_CASE("max_pool2d picks window maxima and routes gradients to them") {
   CHECK_MESSAGE(r.ok, r.message);
 }
 
+TEST_CASE("max_pool2d: ties go to the first maximum, NaN wins (2x2 fast path and the general loop)") {
+  const double nan = std::nan("");
+  // Window 1: all equal -> the first (top-left) gets the gradient. Window 2: NaN in it -> NaN.
+  Tensor x = from_vector(std::vector<double>{2, 2, 1, nan,  //
+                                             2, 2, 0, 3},
+                         {1, 1, 2, 4}, {.requires_grad = true});
+  for (int64_t padding : {0, 1}) {  // padding 1 (kernel 2, stride 2) takes the general loop
+    Tensor y = max_pool2d(x, 2, 2, padding);
+    std::vector<double> v = y.to_vector();
+    if (padding == 0) {
+      REQUIRE(v.size() == 2);
+      CHECK(v[0] == 2);
+      CHECK(std::isnan(v[1]));
+      x.zero_grad();
+      y.backward(ones_like(y));
+      CHECK(x.grad().to_vector()[0] == 1);  // the first of four equal values
+      CHECK(x.grad().to_vector()[3] == 1);  // the NaN's position
+    } else {
+      REQUIRE(v.size() == 6);  // (2 + 2 - 2) / 2 + 1 = 2 rows of (4 + 2 - 2) / 2 + 1 = 3
+      CHECK(std::isnan(v[2]));
+    }
+  }
+}
+
 TEST_CASE("conv2d and max_pool2d reject bad shapes with clear messages") {
   CHECK_THROWS_WITH_AS(conv2d(zeros({1, 3, 5, 5}), zeros({2, 4, 3, 3})), doctest::Contains("input channels differ"),
                        Error);

@@ -127,10 +127,12 @@ Tensor make_cols(const Tensor& x, const ConvGeometry& g, DType ct) {
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+              Tensor* cols_out) {
   const ConvGeometry g = conv_geometry(x, weight, stride, padding);
   const DType ct = compute_dtype(x.dtype());
   Tensor cols = make_cols(x, g, ct);
+  if (cols_out) *cols_out = cols;
   Tensor w2 = view(contiguous(cast(weight, ct)), {g.o, g.rows()});
   Tensor out = mm(w2, cols);  // (O, N·OH·OW)
   if (bias.defined()) {
@@ -144,14 +146,14 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 }
 
 void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, int64_t stride, int64_t padding,
-                     Tensor* dx, Tensor* dweight, Tensor* dbias) {
+                     Tensor* dx, Tensor* dweight, Tensor* dbias, const Tensor& forward_cols) {
   const ConvGeometry g = conv_geometry(x, weight, stride, padding);
   const DType ct = compute_dtype(x.dtype());
   // dout: (N, O, OH, OW) -> (O, N·OH·OW)
   Tensor dout = view(contiguous(permute(cast(grad, ct), {1, 0, 2, 3})), {g.o, g.columns()});
   if (dbias) *dbias = cast(reduce(ReduceOp::sum, dout, {1}, false), x.dtype());
   if (dweight) {
-    Tensor cols = make_cols(x, g, ct);
+    Tensor cols = forward_cols.defined() ? forward_cols : make_cols(x, g, ct);
     *dweight = cast(view(mm(dout, transpose(cols, 0, 1)), weight.shape()), weight.dtype());
   }
   if (dx) {
@@ -181,16 +183,18 @@ void max_pool_forward(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t
           const T* r1 = r0 + w;
           T* yr = y + (pl * oh + i) * ow;
           int64_t* ar = argmax + (pl * oh + i) * ow;
-          for (int64_t j = 0; j < ow; ++j) {
+          for (int64_t j = 0; j < ow; ++j) {  // selects, no branches: the loop vectorises
             const int64_t at = 2 * i * w + 2 * j;
-            T best = r0[2 * j];
-            int64_t where = at;
-            const T candidates[3] = {r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]};
-            const int64_t offsets[3] = {1, w, w + 1};
-            for (int q = 0; q < 3; ++q)
-              if (candidates[q] > best || candidates[q] != candidates[q]) best = candidates[q], where = at + offsets[q];
-            yr[j] = best;
-            ar[j] = where;
+            const T a = r0[2 * j], b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
+            const bool take_b = b > a || b != b;
+            const T ab = take_b ? b : a;
+            const int64_t iab = take_b ? at + 1 : at;
+            const bool take_c = c > ab || c != c;
+            const T abc = take_c ? c : ab;
+            const int64_t iabc = take_c ? at + w : iab;
+            const bool take_d = d > abc || d != d;
+            yr[j] = take_d ? d : abc;
+            ar[j] = take_d ? at + w + 1 : iabc;
           }
         }
       }

@@ -127,6 +127,8 @@ Tensor causal_self_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 // qkv: (B, T, 3C), each row [q | k | v] as one Linear makes them -> (B, T, C), the heads' outputs
 // side by side. Same math as the (q, k, v) form, without splitting heads into copies (CPU).
 Tensor causal_self_attention(const Tensor& qkv, int64_t n_head);
+// ... with dropout on the attention probabilities (rate in [0, 1); 0: none), masks drawn from gen.
+Tensor causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout, Generator& gen);
 
 // ---- softmax and losses ---------------------------------------------------------------------------
 Tensor softmax(const Tensor& a, int64_t dim);

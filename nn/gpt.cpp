@@ -25,14 +25,15 @@ double residual_std(const GPTConfig& c) { return kInitStd / std::sqrt(2.0 * stat
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const GPTConfig& c, Generator& gen)
-    : Module("CausalSelfAttention"), n_head(c.n_head) {
+    : Module("CausalSelfAttention"), n_head(c.n_head), dropout(c.dropout) {
   c_attn = register_module("c_attn", gpt_linear(c.n_embd, 3 * c.n_embd, kInitStd, gen));
   c_proj = register_module("c_proj", gpt_linear(c.n_embd, c.n_embd, residual_std(c), gen));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   // x: (B, T, C) -> qkv: (B, T, 3C) -> each head attends causally -> (B, T, C) -> output projection.
-  return c_proj->forward(causal_self_attention(c_attn->forward(x), n_head));
+  const double rate = is_training() ? dropout : 0.0;
+  return c_proj->forward(causal_self_attention(c_attn->forward(x), n_head, rate, default_generator()));
 }
 
 MLP::MLP(const GPTConfig& c, Generator& gen) : Module("MLP") {

@@ -24,8 +24,9 @@ struct GPTConfig {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 128;
-  double dropout = 0.0;  // after the embeddings and on each residual branch (not on attention weights);
-                         // masks come from default_generator()
+  double dropout = 0.0;  // after the embeddings, on each residual branch and on the attention
+                         // probabilities (GPT-2's embd / resid / attn pdrop, one value); masks come
+                         // from default_generator()
 };
 
 // x: (B, T, C) -> (B, T, C). One projection makes q, k, v for all heads at once.
@@ -37,6 +38,7 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Linear> c_attn;  // C -> 3C
   std::shared_ptr<Linear> c_proj;  // C -> C, a residual projection
   int64_t n_head;
+  double dropout;  // on the attention probabilities, in training mode
 };
 
 // x: (B, T, C) -> (B, T, C): C -> 4C, GELU, 4C -> C.

@@ -74,8 +74,12 @@ Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale);
 struct AttentionOutput {
   Tensor y, att;
 };
-AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head);
-Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att, int64_t n_head);
+// dropout > 0: attention dropout with a keep mask drawn from Philox (seed, offset): the backward,
+// given the same three numbers, recomputes the same mask.
+AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout = 0, uint64_t seed = 0,
+                                      uint64_t offset = 0);
+Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att, int64_t n_head,
+                                      double dropout = 0, uint64_t seed = 0, uint64_t offset = 0);
 
 // ---- softmax family -------------------------------------------------------------------------------
 Tensor softmax(const Tensor& a, int64_t dim, bool log);

@@ -14,6 +14,7 @@
 #include "core/native/backend.h"
 #include "core/native/native.h"
 #include "core/parallel.h"
+#include "core/random.h"
 
 namespace ringgrad::native {
 namespace {
@@ -145,13 +146,37 @@ void causal_softmax_backward_rows(const T* g, const T* y, T* ds, int64_t mats, i
 // triangle is written as zeros because the GEMMs read it.
 constexpr int64_t kAttentionBlock = 32;
 
+// Attention dropout (GPT-2's attn_pdrop): y = (p * keep / (1 - rate)) v. The mask is not stored: the
+// keep bit of probability (item, i, j) is a Philox draw at element e = (item n + i) n + j (counter
+// offset + e / 4, word e % 4, key seed -- core/random.h), so the backward recomputes it exactly.
+struct AttentionDropout {
+  double rate = 0;  // 0: none
+  uint64_t seed = 0, offset = 0;
+};
+
+// out[j] = row[j] * keep(e0 + j) / (1 - rate) for j < count; row may be out.
 template <class T>
-void attention_heads_forward(const T* qkv, T* y, T* att, int64_t B, int64_t n, int64_t C, int64_t H, double scale) {
+void apply_dropout(const T* row, T* out, int64_t count, uint64_t e0, const AttentionDropout& d) {
+  const T scale = static_cast<T>(1.0 / (1.0 - d.rate));
+  const float rate = static_cast<float>(d.rate);
+  uint64_t counter = ~uint64_t(0);
+  Philox4x32 words{};
+  for (int64_t j = 0; j < count; ++j) {
+    const uint64_t e = e0 + static_cast<uint64_t>(j);
+    if (d.offset + e / 4 != counter) counter = d.offset + e / 4, words = philox4x32(counter, 0, d.seed);
+    out[j] = uint_to_unit_float(words.v[e % 4]) >= rate ? row[j] * scale : T(0);
+  }
+}
+
+template <class T>
+void attention_heads_forward(const T* qkv, T* y, T* att, int64_t B, int64_t n, int64_t C, int64_t H, double scale,
+                             const AttentionDropout& drop) {
   const int64_t D = C / H, ld = 3 * C;
   const DType dt = dtype_of<T>();
   const Device cpu = Device::cpu();
   SerialBlasScope serial_blas;
   parallel_for(B * H, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<T> dropped(drop.rate > 0 ? static_cast<size_t>(kAttentionBlock * n) : 0);  // a row block of p'
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t b = item / H, h = item % H;
       const T* q = qkv + b * n * ld + h * D;  // (n, D), ld 3C
@@ -163,7 +188,13 @@ void attention_heads_forward(const T* qkv, T* y, T* att, int64_t B, int64_t n, i
         T* pb = p + i0 * n;
         backend_gemm(cpu, dt, false, true, rows, keys, D, 1.0, q + i0 * ld, ld, k, ld, 0.0, pb, n);  // q k^T
         for (int64_t i = i0; i < keys; ++i) causal_softmax_row(p + i * n, p + i * n, i, keys, static_cast<T>(scale));
-        backend_gemm(cpu, dt, false, false, rows, D, keys, 1.0, pb, n, v, ld, 0.0, y + (b * n + i0) * C + h * D, C);
+        const T* weights = pb;  // what multiplies v: p, or p with dropout (p itself is kept for the backward)
+        if (drop.rate > 0) {
+          for (int64_t i = i0; i < keys; ++i)
+            apply_dropout(p + i * n, dropped.data() + (i - i0) * n, keys, static_cast<uint64_t>((item * n + i) * n), drop);
+          weights = dropped.data();
+        }
+        backend_gemm(cpu, dt, false, false, rows, D, keys, 1.0, weights, n, v, ld, 0.0, y + (b * n + i0) * C + h * D, C);
       }
     }
   });
@@ -174,13 +205,14 @@ void attention_heads_forward(const T* qkv, T* y, T* att, int64_t B, int64_t n, i
 //   dv = p^T g, dk = ds^T q (column blocks: key block [j0, j0 + cols) gets gradient from queries j0..).
 template <class T>
 void attention_heads_backward(const T* dy, const T* qkv, const T* att, T* dqkv, int64_t B, int64_t n, int64_t C,
-                              int64_t H, double scale) {
+                              int64_t H, double scale, const AttentionDropout& drop) {
   const int64_t D = C / H, ld = 3 * C;
   const DType dt = dtype_of<T>();
   const Device cpu = Device::cpu();
   SerialBlasScope serial_blas;
   parallel_for(B * H, 1, [&](int64_t lo, int64_t hi) {
     std::vector<T> scratch(static_cast<size_t>(n * n));  // this thread's (n, n) ds
+    std::vector<T> dropped(drop.rate > 0 ? static_cast<size_t>(n * n) : 0);  // p' = p with dropout
     T* ds = scratch.data();
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t b = item / H, h = item % H;
@@ -194,14 +226,21 @@ void attention_heads_backward(const T* dy, const T* qkv, const T* att, T* dqkv, 
       T* dv = dq + 2 * C;
       for (int64_t i0 = 0; i0 < n; i0 += kAttentionBlock) {
         const int64_t rows = std::min(kAttentionBlock, n - i0), keys = i0 + rows;
-        backend_gemm(cpu, dt, false, true, rows, keys, D, 1.0, g + i0 * C, C, v, ld, 0.0, ds + i0 * n, n);  // dp
-        for (int64_t i = i0; i < keys; ++i)
+        backend_gemm(cpu, dt, false, true, rows, keys, D, 1.0, g + i0 * C, C, v, ld, 0.0, ds + i0 * n, n);  // dp'
+        for (int64_t i = i0; i < keys; ++i) {
+          if (drop.rate > 0) {  // dp = dp' * keep / (1 - rate); p' for dv below
+            const uint64_t e0 = static_cast<uint64_t>((item * n + i) * n);
+            apply_dropout(ds + i * n, ds + i * n, keys, e0, drop);
+            apply_dropout(p + i * n, dropped.data() + i * n, keys, e0, drop);
+          }
           causal_softmax_backward_row(ds + i * n, p + i * n, ds + i * n, i, keys, static_cast<T>(scale));
+        }
         backend_gemm(cpu, dt, false, false, rows, D, keys, 1.0, ds + i0 * n, n, k, ld, 0.0, dq + i0 * ld, ld);
       }
       for (int64_t j0 = 0; j0 < n; j0 += kAttentionBlock) {
         const int64_t cols = std::min(kAttentionBlock, n - j0), queries = n - j0;
-        backend_gemm(cpu, dt, true, false, cols, D, queries, 1.0, p + j0 * n + j0, n, g + j0 * C, C, 0.0,
+        const T* weights = drop.rate > 0 ? dropped.data() : p;  // dv = p'^T g
+        backend_gemm(cpu, dt, true, false, cols, D, queries, 1.0, weights + j0 * n + j0, n, g + j0 * C, C, 0.0,
                      dv + j0 * ld, ld);
         backend_gemm(cpu, dt, true, false, cols, D, queries, 1.0, ds + j0 * n + j0, n, q + j0 * ld, ld, 0.0,
                      dk + j0 * ld, ld);
@@ -293,37 +332,44 @@ Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale) {
   return dense(ds, y.dtype());
 }
 
-AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head) {
+AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout, uint64_t seed,
+                                      uint64_t offset) {
   RG_CHECK(qkv.defined() && is_floating(qkv.dtype()) && qkv.dim() == 3 && n_head > 0 &&
                qkv.size(2) % (3 * n_head) == 0,
            "causal_self_attention", "qkv must be a floating-point (B, T, 3C) tensor with C divisible by n_head = ",
            n_head, ", got ", qkv.defined() ? qkv.desc() : std::string("undefined"));
+  RG_CHECK(dropout >= 0 && dropout < 1, "causal_self_attention", "dropout must be in [0, 1), got ", dropout);
   require_cpu("causal_self_attention", qkv.device());
   const DType ct = compute_dtype(qkv.dtype());
   const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;
+  const AttentionDropout drop{dropout, seed, offset};
   Tensor x = dense(qkv, ct);
   AttentionOutput out{empty({B, n, C}, ct, qkv.device()), empty({B, n_head, n, n}, ct, qkv.device())};
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
   if (ct == DType::f64)
-    attention_heads_forward(x.data<double>(), out.y.data<double>(), out.att.data<double>(), B, n, C, n_head, scale);
+    attention_heads_forward(x.data<double>(), out.y.data<double>(), out.att.data<double>(), B, n, C, n_head, scale,
+                            drop);
   else
-    attention_heads_forward(x.data<float>(), out.y.data<float>(), out.att.data<float>(), B, n, C, n_head, scale);
+    attention_heads_forward(x.data<float>(), out.y.data<float>(), out.att.data<float>(), B, n, C, n_head, scale,
+                            drop);
   out.y = dense(out.y, qkv.dtype());
   return out;
 }
 
-Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att, int64_t n_head) {
+Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att, int64_t n_head,
+                                      double dropout, uint64_t seed, uint64_t offset) {
   const DType ct = att.dtype();
+  const AttentionDropout drop{dropout, seed, offset};
   const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;
   Tensor g = dense(dy, ct), x = dense(qkv, ct);
   Tensor dqkv = empty(qkv.shape(), ct, qkv.device());
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
   if (ct == DType::f64)
     attention_heads_backward(g.data<double>(), x.data<double>(), att.data<double>(), dqkv.data<double>(), B, n, C,
-                             n_head, scale);
+                             n_head, scale, drop);
   else
     attention_heads_backward(g.data<float>(), x.data<float>(), att.data<float>(), dqkv.data<float>(), B, n, C,
-                             n_head, scale);
+                             n_head, scale, drop);
   return dense(dqkv, qkv.dtype());
 }
 

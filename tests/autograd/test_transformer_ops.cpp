@@ -180,3 +180,52 @@ TEST_CASE("causal self-attention from packed qkv: equals the (q, k, v) form; gra
   CHECK_THROWS_WITH_AS(causal_self_attention(randn({2, 5, 10}, gen), 3),
                        doctest::Contains("C divisible by n_head"), Error);
 }
+
+// With v = the identity (D = T, v row j = e_j), y row i IS row i of the (dropped) probabilities, so
+// the mask can be checked entry by entry against the dropout-free run.
+TEST_CASE("causal self-attention dropout: kept entries scaled by 1/(1-p), seeded, gradients") {
+  const int64_t B = 2, T = 8, H = 2, D = 8, C = H * D;
+  Generator init(9);
+  Tensor qkv = randn({B, T, 3 * C}, init, {.dtype = DType::f64});
+  std::vector<double> values = qkv.to_vector();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < T; ++j)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) values[static_cast<size_t>((b * T + j) * 3 * C + 2 * C + h * D + d)] = d == j;
+  qkv = from_vector(values, {B, T, 3 * C}, {.dtype = DType::f64});
+
+  const std::vector<double> p = causal_self_attention(qkv, H).to_vector();  // y[b, i, h D + j] = p[b, h, i, j]
+  Generator gen(11);
+  const std::vector<double> dropped = causal_self_attention(qkv, H, 0.5, gen).to_vector();
+  int visible = 0, zeros = 0;
+  for (size_t e = 0; e < p.size(); ++e) {
+    const int64_t i = static_cast<int64_t>(e / C) % T, j = static_cast<int64_t>(e % C) % D;
+    if (j > i) {
+      CHECK(dropped[e] == 0);  // masked by causality either way
+      continue;
+    }
+    ++visible;
+    if (dropped[e] == 0) ++zeros;
+    else CHECK(std::abs(dropped[e] - 2 * p[e]) <= 1e-12);
+  }
+  CHECK(visible == B * H * T * (T + 1) / 2);
+  CHECK(zeros > visible * 3 / 10);
+  CHECK(zeros < visible * 7 / 10);
+
+  Generator same(11);
+  CHECK(causal_self_attention(qkv, H, 0.5, same).to_vector() == dropped);           // same seed, same mask
+  CHECK(causal_self_attention(qkv, H, 0.5, same).to_vector() != dropped);           // the generator moved on
+  CHECK(causal_self_attention(qkv, H, 0.0, same).to_vector() == p);                 // rate 0: no dropout
+
+  // The backward recomputes the same mask (a fresh generator per call keeps fn deterministic).
+  Generator g0(3);
+  Tensor x = randn({1, 6, 3 * 4}, g0, {.dtype = DType::f64});
+  auto r = gradcheck(
+      [](const std::vector<Tensor>& v) {
+        Generator g(21);
+        return causal_self_attention(v[0], 2, 0.3, g);
+      },
+      {x});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK_THROWS_WITH_AS(causal_self_attention(x, 2, 1.0, g0), doctest::Contains("dropout must be in [0, 1)"), Error);
+}

@@ -38,8 +38,9 @@ void CommThread::shutdown() {
   for (auto& op : abandoned_) (void)op.release();
 }
 
-std::string CommThread::label(const OpInfo& info) const {
-  return str_cat(info.name, " #", info.seq, " (", info.detail, ", ", info.bytes, " bytes) on backend '",
+std::string describe_op(const OpInfo& info, const std::string& backend_, int rank_, int size_) {
+  return str_cat(info.name, " #", info.seq, " (", info.detail ? info.detail() : std::string(), ", ", info.bytes,
+                 " bytes) on backend '",
                  backend_, "', rank ", rank_, "/", size_);
 }
 
@@ -50,7 +51,9 @@ std::shared_ptr<Work> CommThread::submit(OpInfo info, StartFn start) {
     std::lock_guard lock(mutex_);
     RG_CHECK(!stopping_, "dist." + info.name, "the process group is shutting down");
     info.seq = info.p2p ? next_p2p_seq_++ : next_seq_++;
-    work = std::make_shared<Work>(label(info));
+    work = std::make_shared<Work>([info, backend = backend_, rank = rank_, size = size_] {
+      return describe_op(info, backend, rank, size);
+    });
     // Note [Small collectives start on the caller's thread].
     start_here = !info.p2p && info.bytes <= kStartHereBytes && queue_.empty() && !collective_active_ &&
                  p2p_active_ == 0 && !handed_over_;

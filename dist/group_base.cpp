@@ -195,7 +195,8 @@ GroupBase::~GroupBase() {
   for (MPI_Comm* c : {&comm_, &p2p_comm_, &debug_comm_}) MPI_Comm_free(c);  // no throw from a destructor
 }
 
-std::shared_ptr<Work> GroupBase::submit_collective(const std::string& name, std::string detail, size_t bytes,
+std::shared_ptr<Work> GroupBase::submit_collective(const std::string& name, std::function<std::string()> detail,
+                                                   size_t bytes,
                                                    std::function<std::unique_ptr<PendingOp>(int tag)> start) {
   OpInfo info{name, detail, 0, bytes};
   // MPI guarantees tags up to 32767; consecutive ops get different tags, so a timed-out op's
@@ -205,7 +206,7 @@ std::shared_ptr<Work> GroupBase::submit_collective(const std::string& name, std:
       return start(static_cast<int>(seq % 32768));
     });
   }
-  std::string fingerprint = str_cat(name, " (", detail, ")");
+  std::string fingerprint = str_cat(name, " (", detail(), ")");
   return comm_thread_->submit(std::move(info), [this, start = std::move(start), fingerprint](uint64_t seq) {
     const std::string where = str_cat("collective #", seq, " of backend '", backend_, "'");
     return std::make_unique<CheckedOp>(fingerprint, where, debug_comm_, rank_, size_,
@@ -213,7 +214,7 @@ std::shared_ptr<Work> GroupBase::submit_collective(const std::string& name, std:
   });
 }
 
-std::shared_ptr<Work> GroupBase::submit_p2p(const std::string& name, std::string detail, size_t bytes,
+std::shared_ptr<Work> GroupBase::submit_p2p(const std::string& name, std::function<std::string()> detail, size_t bytes,
                                             std::function<std::unique_ptr<PendingOp>()> start) {
   OpInfo info{name, std::move(detail), 0, bytes, /*p2p=*/true};
   return comm_thread_->submit(std::move(info), [start = std::move(start)](uint64_t) { return start(); });
@@ -229,7 +230,8 @@ void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) c
 
 std::shared_ptr<Work> GroupBase::send(const Tensor& t, int dst, int tag) {
   check_peer("dist.send", dst, tag, t);
-  return submit_p2p("send", str_cat("to rank ", dst, ", tag ", tag, ", ", t.desc()), t.nbytes(),
+  return submit_p2p("send", [t, dst, tag] { return str_cat("to rank ", dst, ", tag ", tag, ", ", t.desc()); },
+                    t.nbytes(),
                     [this, t, dst, tag] {
                       MPI_Request request;
                       RG_MPI_CHECK(MPI_Isend(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, dst, tag,
@@ -241,7 +243,8 @@ std::shared_ptr<Work> GroupBase::send(const Tensor& t, int dst, int tag) {
 
 std::shared_ptr<Work> GroupBase::recv(const Tensor& t, int src, int tag) {
   check_peer("dist.recv", src, tag, t);
-  return submit_p2p("recv", str_cat("from rank ", src, ", tag ", tag, ", ", t.desc()), t.nbytes(),
+  return submit_p2p("recv", [t, src, tag] { return str_cat("from rank ", src, ", tag ", tag, ", ", t.desc()); },
+                    t.nbytes(),
                     [this, t, src, tag] { return std::make_unique<RecvOp>(t, src, tag, p2p_comm_); });
 }
 
@@ -251,7 +254,7 @@ std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
   RG_CHECK(dt != DType::u8, "dist.allreduce", "dtype u8 is not supported (", t.desc(), ", rank ", rank_, "/",
            size_, "); use f32, f64, f16, bf16, i32 or i64");
   checked_count("dist.allreduce", t.numel(), rank_);
-  return submit_collective("allreduce", str_cat(reduce_op_name(op), ", ", t.desc()), t.nbytes(),
+  return submit_collective("allreduce", [t, op] { return str_cat(reduce_op_name(op), ", ", t.desc()); }, t.nbytes(),
                 [this, t, op](int tag) { return start_allreduce(t, op, tag); });
 }
 
@@ -260,7 +263,7 @@ std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
   RG_CHECK(root >= 0 && root < size_, "dist.broadcast", "root ", root, " is not a rank of this group of ",
            size_, " (rank ", rank_, ")");
   checked_count("dist.broadcast", static_cast<int64_t>(t.nbytes()), rank_);
-  return submit_collective("broadcast", str_cat("root ", root, ", ", t.desc()), t.nbytes(),
+  return submit_collective("broadcast", [t, root] { return str_cat("root ", root, ", ", t.desc()); }, t.nbytes(),
                 [this, t, root](int tag) { return start_broadcast(t, root, tag); });
 }
 
@@ -273,7 +276,7 @@ std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& i
            output.desc(), " must be (N, *input.shape) = ", shape_str(expected), " ", dtype_name(input.dtype()),
            " for input ", input.desc(), " (rank ", rank_, "/", size_, ")");
   checked_count("dist.allgather", static_cast<int64_t>(output.nbytes()), rank_);
-  return submit_collective("allgather", input.desc(), input.nbytes(),
+  return submit_collective("allgather", [input] { return input.desc(); }, input.nbytes(),
                 [this, output, input](int tag) { return start_allgather(output, input, tag); });
 }
 
@@ -286,14 +289,17 @@ std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tens
            "input ", input.desc(), " must hold N = ", size_, " blocks of output ", output.desc(),
            " (N * output.numel() elements of output's dtype) (rank ", rank_, "/", size_, ")");
   checked_count("dist.reduce_scatter", input.numel(), rank_);
-  return submit_collective("reduce_scatter", str_cat(reduce_op_name(op), ", ", input.desc(), " -> ", output.desc()),
+  return submit_collective("reduce_scatter",
+                           [input, output, op] {
+                             return str_cat(reduce_op_name(op), ", ", input.desc(), " -> ", output.desc());
+                           },
                            input.nbytes(), [this, output, input, op](int tag) {
                              return start_reduce_scatter(output, input, op, tag);
                            });
 }
 
 std::shared_ptr<Work> GroupBase::barrier() {
-  return submit_collective("barrier", "no data", 0, [this](int tag) { return start_barrier(tag); });
+  return submit_collective("barrier", [] { return std::string("no data"); }, 0, [this](int tag) { return start_barrier(tag); });
 }
 
 std::unique_ptr<PendingOp> GroupBase::start_barrier(int /*tag*/) {

@@ -70,9 +70,10 @@ class GroupBase : public ProcessGroup {
   RingTuning ring_tuning_;
 
  private:
-  std::shared_ptr<Work> submit_collective(const std::string& name, std::string detail, size_t bytes,
+  // detail: formats what the op works on, called only for messages (OpInfo).
+  std::shared_ptr<Work> submit_collective(const std::string& name, std::function<std::string()> detail, size_t bytes,
                                           std::function<std::unique_ptr<PendingOp>(int tag)> start);
-  std::shared_ptr<Work> submit_p2p(const std::string& name, std::string detail, size_t bytes,
+  std::shared_ptr<Work> submit_p2p(const std::string& name, std::function<std::string()> detail, size_t bytes,
                                    std::function<std::unique_ptr<PendingOp>()> start);
   void check_peer(const char* op, int peer, int tag, const Tensor& t) const;
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -22,7 +23,7 @@ namespace ringgrad::dist {
 
 class Work {
  public:
-  explicit Work(std::string description) : description_(std::move(description)) {}
+  explicit Work(std::function<std::string()> describe) : describe_(std::move(describe)) {}
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
 
@@ -31,8 +32,9 @@ class Work {
   bool is_completed() const;
   bool is_success() const;          // completed without error
   std::exception_ptr error() const;  // null while running or after success
-  // "allreduce #7 (sum, 4000 bytes f32) on ring": what this Work is, for messages.
-  const std::string& description() const { return description_; }
+  // "allreduce #7 (sum, (1000,) f32 cpu, 4000 bytes) on backend 'ring', rank 0/2": what this Work
+  // is, for messages. Built when asked for (most never are).
+  std::string description() const { return describe_ ? describe_() : std::string(); }
 
   // When the communication thread started and finished it (trace_clock_us(), core/trace.h); 0
   // until completed. DDP uses them for its overlap figures and trace rows.
@@ -43,7 +45,7 @@ class Work {
   void finish(std::exception_ptr error = nullptr, double start_us = 0, double end_us = 0);
 
  private:
-  const std::string description_;
+  const std::function<std::string()> describe_;
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;

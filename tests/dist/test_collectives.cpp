@@ -169,6 +169,11 @@ TEST_CASE("many outstanding async ops complete in submission order") {
       if (k % 8 != 7)
         CHECK(mismatch(tensors[k], [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
     }
+    // Descriptions are built on demand (after the op, here), from what the op was given.
+    const std::string d = works[3]->description();
+    CHECK_MESSAGE(d.find("allreduce #3 (sum, (1004,) f32") != std::string::npos, d);
+    CHECK_MESSAGE(d.find("4016 bytes) on backend '" + pg->backend() + "', rank " + std::to_string(r)) != std::string::npos, d);
+    CHECK_MESSAGE(works[7]->description().find("barrier #7 (no data, 0 bytes)") != std::string::npos, works[7]->description());
   }
 }
 

@@ -135,17 +135,25 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     autograd::NoGradGuard no_grad;
     std::vector<std::shared_ptr<Work>> works;
     for (const auto& [name, t] : params) works.push_back(group_->broadcast(t, 0));
-    if (options_.broadcast_buffers)
-      for (const auto& [name, t] : module_->named_buffers()) works.push_back(group_->broadcast(t, 0));
     for (auto& w : works) w->wait();
   }
+  sync_buffers();
   reducer_ = std::make_unique<Reducer>(params, group_, options_);
+}
+
+void DistributedDataParallel::sync_buffers() {
+  if (!options_.broadcast_buffers || group_->size() == 1) return;
+  autograd::NoGradGuard no_grad;
+  std::vector<std::shared_ptr<Work>> works;
+  for (const auto& [name, t] : module_->named_buffers()) works.push_back(group_->broadcast(t, 0));
+  for (auto& w : works) w->wait();
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   reducer_->before_forward();
+  sync_buffers();  // DDPOptions::broadcast_buffers
   const double start_us = trace_clock_us();
   Tensor out = module_->forward(x);
   if (options_.trace)

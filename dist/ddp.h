@@ -82,7 +82,10 @@ struct DDPOptions {
   // Parameters that receive no gradient in a backward are reduced with zero gradients (the model
   // skips some parameters, e.g. a conditional branch). Off: that is an error naming them.
   bool find_unused_parameters = false;
-  bool broadcast_buffers = true;  // broadcast rank 0's buffers at construction
+  // Rank 0's buffers (running statistics, counters: state that is not a parameter) are broadcast at
+  // construction and at the start of every forward, as PyTorch's DDP does, so buffers a rank updates
+  // on its own shard cannot drift apart. One broadcast per buffer; nothing when the model has none.
+  bool broadcast_buffers = true;
   // After the first synchronising backward, rebuild the buckets once from the order in which
   // gradients actually became ready (rank 0's order, broadcast so every rank agrees).
   bool rebuild_buckets = true;
@@ -170,6 +173,7 @@ class DistributedDataParallel {
 
  private:
   friend class NoSyncGuard;
+  void sync_buffers();  // broadcast rank 0's buffers (when options_.broadcast_buffers)
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> group_;
   DDPOptions options_;

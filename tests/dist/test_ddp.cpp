@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "autograd/engine.h"
 #include "dist/ddp.h"
 #include "dist_test_util.h"
 #include "nn/nn.h"
@@ -229,6 +230,38 @@ TEST_CASE("ddp: a parameter without gradient is an error naming it, or zeros wit
     for (int step = 0; step < 2; ++step) rg::cross_entropy(ddp(mine.x), mine.y).backward();
     CHECK(rg::equal(m->unused->weight.grad(), rg::zeros({3, 64})));
     CHECK(m->fc->weight.grad().abs().sum().item() > 0);
+  }
+}
+
+// A buffer forward reads and updates (as a running statistic would): y = w x + offset, offset += 1.
+struct WithBuffer : nn::Module {
+  rg::Tensor w, offset;
+  WithBuffer() {
+    w = register_parameter("w", rg::ones({1}));
+    offset = register_buffer("offset", rg::zeros({1}));
+  }
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor y = x * w + offset.detach();
+    rg::NoGradGuard no_grad;
+    offset.add_(1.0);
+    return y;
+  }
+};
+
+TEST_CASE("ddp: buffers follow rank 0 at construction and before every forward (broadcast_buffers)") {
+  const int r = dist::world().rank;
+  const rg::Tensor x = rg::full({2}, 10.0);
+  for (bool broadcast : {true, false}) {
+    CAPTURE(broadcast);
+    auto m = std::make_shared<WithBuffer>();
+    m->offset.fill_(100.0 * r);  // replicas disagree before DDP
+    dist::DistributedDataParallel ddp(m, group(), {.broadcast_buffers = broadcast});
+    CHECK(m->offset.item() == (broadcast ? 0.0 : 100.0 * r));
+    m->offset.fill_(m->offset.item() + 1000.0 * r);  // rank r drifts on its own between forwards
+    const double y = ddp(x).to_vector()[0];
+    if (broadcast) CHECK(y == 10.0);             // every rank used rank 0's buffer (0)
+    else CHECK(y == 10.0 + 1100.0 * r);          // each its own
+    CHECK(m->offset.item() == y - 10.0 + 1.0);   // and forward's update applied after that
   }
 }
 

@@ -137,15 +137,19 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     for (const auto& [name, t] : params) works.push_back(group_->broadcast(t, 0));
     for (auto& w : works) w->wait();
   }
+  // The buffers are listed once (as PyTorch's DDP does): a forward should not rebuild every
+  // buffer's dotted name just to find that a model has none.
+  if (options_.broadcast_buffers && group_->size() > 1)
+    for (const auto& [name, t] : module_->named_buffers()) buffers_.push_back(t);
   sync_buffers();
   reducer_ = std::make_unique<Reducer>(params, group_, options_);
 }
 
 void DistributedDataParallel::sync_buffers() {
-  if (!options_.broadcast_buffers || group_->size() == 1) return;
+  if (buffers_.empty()) return;
   autograd::NoGradGuard no_grad;
   std::vector<std::shared_ptr<Work>> works;
-  for (const auto& [name, t] : module_->named_buffers()) works.push_back(group_->broadcast(t, 0));
+  for (const Tensor& t : buffers_) works.push_back(group_->broadcast(t, 0));
   for (auto& w : works) w->wait();
 }
 

@@ -85,6 +85,8 @@ struct DDPOptions {
   // Rank 0's buffers (running statistics, counters: state that is not a parameter) are broadcast at
   // construction and at the start of every forward, as PyTorch's DDP does, so buffers a rank updates
   // on its own shard cannot drift apart. One broadcast per buffer; nothing when the model has none.
+  // The buffers are those the module has at construction (updated in place, as running statistics
+  // are; a buffer replaced by a new tensor later is not followed -- as in PyTorch).
   bool broadcast_buffers = true;
   // After the first synchronising backward, rebuild the buckets once from the order in which
   // gradients actually became ready (rank 0's order, broadcast so every rank agrees).
@@ -175,6 +177,7 @@ class DistributedDataParallel {
   friend class NoSyncGuard;
   void sync_buffers();  // broadcast rank 0's buffers (when options_.broadcast_buffers)
   std::shared_ptr<nn::Module> module_;
+  std::vector<Tensor> buffers_;  // the module's buffers at construction, when they are broadcast
   std::shared_ptr<ProcessGroup> group_;
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;

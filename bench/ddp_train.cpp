@@ -10,53 +10,38 @@
 // backward (with 2+ ranks DDP averages the gradients) and an SGD step (momentum 0.9, lr 0.05). --warmup steps are
 // untimed, then --steps are timed. Prints one line per run that the driver parses:
 //   RESULT impl=ringgrad model=mlp ranks=2 threads=1 batch=128 steps=200 samples_per_s=... overlap=...
-#include <chrono>
 #include <cstdio>
 #include <string>
 
+#include "bench/train_bench.h"
 #include "examples/mnist/models.h"
 #include <ringgrad.h>
 
 using namespace ringgrad;
-using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  std::string model_name = "mlp", data_dir = "/usr/share/datasets/fashion-mnist", backend = "auto";
-  int steps = 200, warmup = 20, threads = 1, batch = 0;
-  double bucket_mb = 25;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--model") model_name = value;
-    else if (flag == "--data") data_dir = value;
-    else if (flag == "--steps") steps = std::stoi(value);
-    else if (flag == "--warmup") warmup = std::stoi(value);
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--batch") batch = std::stoi(value);
-    else if (flag == "--backend") backend = value;
-    else if (flag == "--bucket-mb") bucket_mb = std::stod(value);
-    else {
-      std::fprintf(stderr, "unknown flag %s (flags: --model --data --steps --warmup --threads --batch --backend --bucket-mb)\n",
-                   flag.c_str());
-      return 2;
-    }
-  }
-  if (batch <= 0) batch = model_name == "mlp" ? 128 : 64;
+  bench::TrainFlags flags;  // W1's defaults (--batch 0: 128 for the MLP, 64 for the CNN)
+  flags.model = "mlp";
+  flags.data = "/usr/share/datasets/fashion-mnist";
+  if (!bench::parse_train_flags(argc, argv, flags, {"--model"})) return 2;
+  const std::string& model_name = flags.model;
+  const int batch = flags.batch > 0 ? flags.batch : model_name == "mlp" ? 128 : 64;
   try {
     const dist::World w = dist::init(&argc, &argv);
-    set_num_threads(threads);
+    set_num_threads(flags.threads);
     double samples_per_s = 0, overlap = 0;
     {
-      data::Mnist mnist = data::load_mnist(data_dir, /*normalize=*/model_name == "mlp");
+      data::Mnist mnist = data::load_mnist(flags.data, /*normalize=*/model_name == "mlp");
       if (model_name != "mlp") mnist.train.images = (mnist.train.images - 0.5) * 2.0;
       const Tensor images = mnist.train.images, labels = mnist.train.labels;
       const int64_t n = images.size(0);
       manual_seed(1);
       auto model = mnist::make_model(model_name);
-      auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend));
+      auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(flags.backend));
       // One process trains the plain model, as the PyTorch peer does: DDP in a world of one would
       // only add bucket bookkeeping. From 2 ranks on, DDP.
       std::unique_ptr<dist::DistributedDataParallel> ddp;
-      if (w.size > 1) ddp = std::make_unique<dist::DistributedDataParallel>(model, group, dist::DDPOptions{.bucket_cap_mb = bucket_mb});
+      if (w.size > 1) ddp = std::make_unique<dist::DistributedDataParallel>(model, group, dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb});
       optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
       const std::vector<int64_t> order = data::seeded_permutation(n, 7);
       int64_t cursor = w.rank;  // this rank's shard: every N-th example of the permutation
@@ -72,22 +57,13 @@ int main(int argc, char** argv) {
         nn::F::cross_entropy(ddp ? ddp->forward(x) : model->forward(x), y).backward();
         opt.step();
       };
-      for (int i = 0; i < warmup; ++i) step();
-      group->barrier()->wait();
-      if (ddp) ddp->reset_stats();
-      const auto t0 = Clock::now();
-      for (int i = 0; i < steps; ++i) step();
-      group->barrier()->wait();
-      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      samples_per_s = static_cast<double>(steps) * batch * w.size / seconds;
-      if (ddp) {
-        overlap = ddp->stats().total.overlap_percent();
-        if (w.rank == 0) std::fprintf(stderr, "%s\n", ddp->stats().summary().c_str());
-      }
+      const double seconds = bench::time_steps(step, flags, *group, ddp.get());
+      samples_per_s = static_cast<double>(flags.steps) * batch * w.size / seconds;
+      overlap = bench::report_overlap(ddp.get(), w.rank);
     }
     if (w.rank == 0)
       std::printf("RESULT impl=ringgrad model=%s ranks=%d threads=%d batch=%d steps=%d samples_per_s=%.1f overlap=%.0f\n",
-                  model_name.c_str(), w.size, threads, batch, steps, samples_per_s, overlap);
+                  model_name.c_str(), w.size, flags.threads, batch, flags.steps, samples_per_s, overlap);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

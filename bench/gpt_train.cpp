@@ -11,41 +11,27 @@
 // cross-entropy, backward (with 2+ ranks DDP averages the gradients) and the AdamW step. --warmup
 // steps are untimed, then --steps are timed between two barriers. One line per run for the driver:
 //   RESULT impl=ringgrad model=gpt ranks=2 threads=1 batch=16 steps=200 tokens_per_s=... overlap=...
-#include <chrono>
 #include <cstdio>
 #include <string>
 
 #include <ringgrad.h>
 
+#include "bench/train_bench.h"
+
 using namespace ringgrad;
-using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  std::string data_dir = "/usr/share/games/fortunes", backend = "auto";
-  int steps = 200, warmup = 20, threads = 1, batch = 16, block = 128;
-  double bucket_mb = 25;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--data") data_dir = value;
-    else if (flag == "--steps") steps = std::stoi(value);
-    else if (flag == "--warmup") warmup = std::stoi(value);
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--batch") batch = std::stoi(value);
-    else if (flag == "--block") block = std::stoi(value);
-    else if (flag == "--backend") backend = value;
-    else if (flag == "--bucket-mb") bucket_mb = std::stod(value);
-    else {
-      std::fprintf(stderr, "unknown flag %s (flags: --data --steps --warmup --threads --batch --block --backend --bucket-mb)\n",
-                   flag.c_str());
-      return 2;
-    }
-  }
+  bench::TrainFlags flags;  // W3's defaults:
+  flags.data = "/usr/share/games/fortunes";
+  flags.batch = 16;
+  if (!bench::parse_train_flags(argc, argv, flags, {"--block"})) return 2;
+  const int batch = flags.batch, block = flags.block;
   try {
     const dist::World w = dist::init(&argc, &argv);
-    set_num_threads(threads);
+    set_num_threads(flags.threads);
     double tokens_per_s = 0, overlap = 0;
     {
-      const data::TextCorpus corpus = data::load_fortunes(data_dir);
+      const data::TextCorpus corpus = data::load_fortunes(flags.data);
       const data::CharVocab vocab(corpus.text);
       const std::vector<int64_t> train = data::split_tokens(vocab.encode(corpus.text), 0.9).first;
       data::WindowSampler sampler(static_cast<int64_t>(train.size()), block,
@@ -58,11 +44,11 @@ int main(int argc, char** argv) {
       optim::ParamGroup decay{{}, 3e-4, 0.1}, no_decay{{}, 3e-4, 0.0};
       for (const auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
       optim::AdamW opt({decay, no_decay}, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
-      auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend));
+      auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(flags.backend));
       // One process trains the plain model, as the PyTorch peer does; from 2 ranks on, DDP.
       std::unique_ptr<dist::DistributedDataParallel> ddp;
       dist::DDPOptions ddp_options;
-      ddp_options.bucket_cap_mb = bucket_mb;
+      ddp_options.bucket_cap_mb = flags.bucket_mb;
       if (w.size > 1) ddp = std::make_unique<dist::DistributedDataParallel>(model, group, ddp_options);
 
       int64_t step_index = 0;
@@ -73,22 +59,13 @@ int main(int argc, char** argv) {
         cross_entropy(logits.reshape({batch * block, -1}), y.reshape({-1})).backward();
         opt.step();
       };
-      for (int i = 0; i < warmup; ++i) step();
-      group->barrier()->wait();
-      if (ddp) ddp->reset_stats();
-      const auto t0 = Clock::now();
-      for (int i = 0; i < steps; ++i) step();
-      group->barrier()->wait();
-      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      tokens_per_s = static_cast<double>(steps) * batch * block * w.size / seconds;
-      if (ddp) {
-        overlap = ddp->stats().total.overlap_percent();
-        if (w.rank == 0) std::fprintf(stderr, "%s\n", ddp->stats().summary().c_str());
-      }
+      const double seconds = bench::time_steps(step, flags, *group, ddp.get());
+      tokens_per_s = static_cast<double>(flags.steps) * batch * block * w.size / seconds;
+      overlap = bench::report_overlap(ddp.get(), w.rank);
     }
     if (w.rank == 0)
       std::printf("RESULT impl=ringgrad model=gpt ranks=%d threads=%d batch=%d steps=%d tokens_per_s=%.1f overlap=%.0f\n",
-                  w.size, threads, batch, steps, tokens_per_s, overlap);
+                  w.size, flags.threads, batch, flags.steps, tokens_per_s, overlap);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

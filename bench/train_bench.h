@@ -1,0 +1,69 @@
+// What the training-throughput benchmarks (ddp_train: W1 / W2, gpt_train: W3) share, so that both
+// take the same flags and measure the same way: "--flag value" parsing and the timed loop.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <initializer_list>
+#include <string>
+
+#include <ringgrad.h>
+
+namespace bench {
+
+struct TrainFlags {
+  std::string model, data, backend = "auto";
+  int steps = 200, warmup = 20, threads = 1, batch = 0, block = 128;
+  double bucket_mb = 25;
+};
+
+// Parses "--flag value" pairs into `flags` (its fields hold the program's defaults). `extra` names
+// the flags beyond the common --data --steps --warmup --threads --batch --backend --bucket-mb that
+// this program takes (--model, --block). False, after printing the flags it takes, on anything else.
+inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
+  std::string accepted = "--data --steps --warmup --threads --batch --backend --bucket-mb";
+  for (const std::string& e : extra) accepted += " " + e;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    const bool is_extra = std::find(extra.begin(), extra.end(), flag) != extra.end();
+    if (flag == "--data") flags.data = value;
+    else if (flag == "--steps") flags.steps = std::stoi(value);
+    else if (flag == "--warmup") flags.warmup = std::stoi(value);
+    else if (flag == "--threads") flags.threads = std::stoi(value);
+    else if (flag == "--batch") flags.batch = std::stoi(value);
+    else if (flag == "--backend") flags.backend = value;
+    else if (flag == "--bucket-mb") flags.bucket_mb = std::stod(value);
+    else if (is_extra && flag == "--model") flags.model = value;
+    else if (is_extra && flag == "--block") flags.block = std::stoi(value);
+    else {
+      std::fprintf(stderr, "unknown flag %s (flags: %s)\n", flag.c_str(), accepted.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+// `warmup` untimed steps, then `steps` timed ones between two barriers (so every rank's clock spans
+// the same work); DDP's stats restart with the timed steps. Returns the timed seconds.
+inline double time_steps(const std::function<void()>& step, const TrainFlags& flags, ringgrad::dist::ProcessGroup& group,
+                         ringgrad::dist::DistributedDataParallel* ddp) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < flags.warmup; ++i) step();
+  group.barrier()->wait();
+  if (ddp) ddp->reset_stats();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < flags.steps; ++i) step();
+  group.barrier()->wait();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// DDP's overlap percentage over the timed steps (0 without DDP); rank 0 prints its summary to stderr.
+inline double report_overlap(const ringgrad::dist::DistributedDataParallel* ddp, int rank) {
+  if (!ddp) return 0;
+  if (rank == 0) std::fprintf(stderr, "%s\n", ddp->stats().summary().c_str());
+  return ddp->stats().total.overlap_percent();
+}
+
+}  // namespace bench

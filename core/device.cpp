@@ -1,5 +1,7 @@
 #include "core/device.h"
 
+#include "core/error.h"
+
 namespace ringgrad {
 
 // With the CUDA backend compiled in, core/cuda/device.cu defines these.
@@ -7,5 +9,22 @@ namespace ringgrad {
 bool cuda_compiled() { return false; }
 int cuda_device_count() { return 0; }
 #endif
+
+Device parse_device(const std::string& spec, int local_rank) {
+  if (spec == "cpu") return Device::cpu();
+  const int count = cuda_device_count();
+  const std::string visible = cuda_compiled() ? str_cat(count, " CUDA device(s) are visible")
+                                              : std::string("this build has no CUDA backend (configure with RINGGRAD_CUDA=ON)");
+  if (spec == "cuda") {
+    RG_CHECK(count > 0, "device", "'cuda' asked for, but ", visible);
+    return Device::cuda(local_rank % count);
+  }
+  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && spec.find_first_not_of("0123456789", 5) == std::string::npos) {
+    const int index = std::stoi(spec.substr(5));
+    RG_CHECK(index < count, "device", "'", spec, "' asked for, but ", visible);
+    return Device::cuda(index);
+  }
+  RG_FAIL("device", "unknown device '", spec, "' (expected cpu, cuda or cuda:N)");
+}
 
 }  // namespace ringgrad

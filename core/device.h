@@ -26,4 +26,9 @@ bool cuda_compiled();
 // Number of CUDA devices visible; 0 without CUDA support or without a device.
 int cuda_device_count();
 
+// A device named on a command line: "cpu", "cuda:N", or "cuda" -- the GPU of this process's local
+// rank (local_rank modulo the visible devices, Horovod's convention: one GPU per rank on a machine).
+// An unknown name, or a GPU that is not there, is an error saying what is visible.
+Device parse_device(const std::string& spec, int local_rank = 0);
+
 }  // namespace ringgrad

@@ -12,5 +12,8 @@ std::unique_ptr<ProcessGroup> new_ring_group(const GroupOptions& options);  // d
 std::unique_ptr<ProcessGroup> new_tree_group(const GroupOptions& options);  // dist/tree.cpp
 std::unique_ptr<ProcessGroup> new_auto_group(const GroupOptions& options);  // dist/auto_backend.cpp
 std::unique_ptr<ProcessGroup> new_hierarchical_group(const GroupOptions& options);  // dist/hierarchical.cpp
+#ifdef RINGGRAD_WITH_CUDA
+std::unique_ptr<ProcessGroup> new_nccl_group(const GroupOptions& options);  // dist/nccl_backend.cpp
+#endif
 
 }  // namespace ringgrad::dist::detail

@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
+#include "core/ops.h"
 #include "dist/mpi_check.h"
 #include "dist/requests.h"
 
@@ -14,8 +17,6 @@ namespace ringgrad::dist::detail {
 
 void check_tensor(const char* op, const char* what, const Tensor& t, int rank, int size) {
   RG_CHECK(t.defined(), op, what, " is an undefined tensor (rank ", rank, "/", size, ")");
-  RG_CHECK(t.device().is_cpu(), op, what, " ", t.desc(), " must be on the cpu (rank ", rank, "/", size,
-           "); CUDA tensors need the nccl backend, not in this build");
   // An empty tensor has no layout to get wrong (core's is_contiguous says false for e.g. (2, 0)).
   RG_CHECK(t.numel() == 0 || t.is_contiguous(), op, what, " ", t.desc(), " must be contiguous (rank ", rank, "/", size,
            "); pass t.contiguous() and copy the result back");
@@ -51,6 +52,37 @@ SimulatedNetwork simulated_network_from(const GroupOptions& options) {
   RG_CHECK(ok, "dist.new_group", "RINGGRAD_SIMULATED_NETWORK='", env,
            "' is not 'GBPS,LATENCY_US' (e.g. '1,50': 1 GB/s, 50 us)");
   return net;
+}
+
+// Note [CUDA tensors through host staging]: the MPI backends move host memory, so a collective on a
+// GPU tensor copies it to a host tensor when it is submitted (on the caller's thread, which is the
+// moment its data must be final), runs on the copy, and copies the result back to the GPU on the
+// communication thread before its Work completes -- so after wait() the GPU tensor holds the result,
+// as for a CPU tensor. Every copy is a synchronous cudaMemcpy on the legacy default stream, ordered
+// with the kernels that produced and will read the tensor. It costs two copies per collective; the
+// nccl backend (GPU-resident) avoids them. This is what lets several ranks share one GPU in tests.
+
+// An op on staged host tensors: when it finishes, copies each (host -> GPU) pair back.
+class StagedOp : public PendingOp {
+ public:
+  StagedOp(std::unique_ptr<PendingOp> inner, std::vector<std::pair<Tensor, Tensor>> copy_back)
+      : inner_(std::move(inner)), copy_back_(std::move(copy_back)) {}
+  bool poll() override {
+    if (!inner_->poll()) return false;
+    for (auto& [gpu, host] : copy_back_) gpu.copy_(host);
+    return true;
+  }
+  void abandon() override { inner_->abandon(); }
+
+ private:
+  std::unique_ptr<PendingOp> inner_;
+  std::vector<std::pair<Tensor, Tensor>> copy_back_;  // (destination on a GPU, host result)
+};
+
+// `inner` itself when nothing was staged.
+std::unique_ptr<PendingOp> staged(std::unique_ptr<PendingOp> inner, const Tensor& device_out, const Tensor& host_out) {
+  if (device_out.device() == host_out.device()) return inner;
+  return std::make_unique<StagedOp>(std::move(inner), std::vector<std::pair<Tensor, Tensor>>{{device_out, host_out}});
 }
 
 int next_group_id() {
@@ -220,8 +252,26 @@ std::shared_ptr<Work> GroupBase::submit_p2p(const std::string& name, std::functi
   return comm_thread_->submit(std::move(info), [start = std::move(start)](uint64_t) { return start(); });
 }
 
+Tensor GroupBase::stage_in(const char* op, const Tensor& t) const {
+  if (native_device_) {
+    RG_CHECK(t.device() == *native_device_, op, "tensor ", t.desc(), " must be on this group's device ",
+             native_device_->str(), " (backend '", backend_, "', rank ", rank_, "/", size_, ")");
+    return t;
+  }
+  return t.device().is_cpu() ? t : t.to(Device::cpu());
+}
+
+Tensor GroupBase::stage_out(const char* op, const Tensor& t) const {
+  if (native_device_ || t.device().is_cpu()) return stage_in(op, t);
+  return empty(t.shape(), {.dtype = t.dtype(), .device = Device::cpu()});
+}
+
 void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) const {
   check_tensor(op, "tensor", t, rank_, size_);
+  // Collectives stage GPU tensors through the host; a receive would have to copy back on completion
+  // too, which is not done yet, so point-to-point stays host-only and says so.
+  RG_CHECK(t.device().is_cpu(), op, "tensor ", t.desc(), " must be on the cpu for send / recv (rank ", rank_, "/",
+           size_, "); copy it with .to(Device::cpu())");
   RG_CHECK(peer >= 0 && peer < size_ && peer != rank_, op, "peer rank ", peer, " must be another rank of this group of ",
            size_, " (rank ", rank_, ")");
   RG_CHECK(tag >= 0 && tag <= 32767, op, "tag ", tag, " must be in [0, 32767] (rank ", rank_, "/", size_, ")");
@@ -254,8 +304,9 @@ std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
   RG_CHECK(dt != DType::u8, "dist.allreduce", "dtype u8 is not supported (", t.desc(), ", rank ", rank_, "/",
            size_, "); use f32, f64, f16, bf16, i32 or i64");
   checked_count("dist.allreduce", t.numel(), rank_);
+  const Tensor host = stage_in("dist.allreduce", t);  // See Note [CUDA tensors through host staging]
   return submit_collective("allreduce", [t, op] { return str_cat(reduce_op_name(op), ", ", t.desc()); }, t.nbytes(),
-                [this, t, op](int tag) { return start_allreduce(t, op, tag); });
+                [this, t, host, op](int tag) { return staged(start_allreduce(host, op, tag), t, host); });
 }
 
 std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
@@ -263,8 +314,9 @@ std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
   RG_CHECK(root >= 0 && root < size_, "dist.broadcast", "root ", root, " is not a rank of this group of ",
            size_, " (rank ", rank_, ")");
   checked_count("dist.broadcast", static_cast<int64_t>(t.nbytes()), rank_);
+  const Tensor host = stage_in("dist.broadcast", t);  // See Note [CUDA tensors through host staging]
   return submit_collective("broadcast", [t, root] { return str_cat("root ", root, ", ", t.desc()); }, t.nbytes(),
-                [this, t, root](int tag) { return start_broadcast(t, root, tag); });
+                [this, t, host, root](int tag) { return staged(start_broadcast(host, root, tag), t, host); });
 }
 
 std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& input) {
@@ -276,8 +328,12 @@ std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& i
            output.desc(), " must be (N, *input.shape) = ", shape_str(expected), " ", dtype_name(input.dtype()),
            " for input ", input.desc(), " (rank ", rank_, "/", size_, ")");
   checked_count("dist.allgather", static_cast<int64_t>(output.nbytes()), rank_);
+  // See Note [CUDA tensors through host staging].
+  const Tensor host_in = stage_in("dist.allgather", input), host_out = stage_out("dist.allgather", output);
   return submit_collective("allgather", [input] { return input.desc(); }, input.nbytes(),
-                [this, output, input](int tag) { return start_allgather(output, input, tag); });
+                [this, output, host_in, host_out](int tag) {
+                  return staged(start_allgather(host_out, host_in, tag), output, host_out);
+                });
 }
 
 std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
@@ -293,8 +349,11 @@ std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tens
                            [input, output, op] {
                              return str_cat(reduce_op_name(op), ", ", input.desc(), " -> ", output.desc());
                            },
-                           input.nbytes(), [this, output, input, op](int tag) {
-                             return start_reduce_scatter(output, input, op, tag);
+                           input.nbytes(),
+                           [this, output, host_in = stage_in("dist.reduce_scatter", input),
+                            host_out = stage_out("dist.reduce_scatter", output), op](int tag) {
+                             // See Note [CUDA tensors through host staging].
+                             return staged(start_reduce_scatter(host_out, host_in, op, tag), output, host_out);
                            });
 }
 

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dist/algorithms.h"
@@ -64,6 +65,11 @@ class GroupBase : public ProcessGroup {
 
   Channel channel(int tag) const { return Channel{comm_, rank_, size_, tag}; }
 
+  // A backend that moves GPU memory itself (nccl) sets its device: collectives then take tensors on
+  // that device as they are, instead of staging them through the host (Note [CUDA tensors through
+  // host staging] in group_base.cpp), and refuse tensors anywhere else.
+  void set_native_device(Device device) { native_device_ = device; }
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   Scratch scratch_;
@@ -76,6 +82,10 @@ class GroupBase : public ProcessGroup {
   std::shared_ptr<Work> submit_p2p(const std::string& name, std::function<std::string()> detail, size_t bytes,
                                    std::function<std::unique_ptr<PendingOp>()> start);
   void check_peer(const char* op, int peer, int tag, const Tensor& t) const;
+  // The tensor a collective's start_* works on: t itself, or its host copy (inputs) / a host
+  // buffer copied back on completion (outputs).
+  Tensor stage_in(const char* op, const Tensor& t) const;
+  Tensor stage_out(const char* op, const Tensor& t) const;
 
   std::string backend_;
   double timeout_seconds_;
@@ -84,6 +94,7 @@ class GroupBase : public ProcessGroup {
   MPI_Comm p2p_comm_ = MPI_COMM_NULL;  // send / recv: user tags never meet collective tags
   MPI_Comm debug_comm_ = MPI_COMM_NULL;
   std::unique_ptr<CommThread> comm_thread_;
+  std::optional<Device> native_device_;
 };
 
 // Every collective by the ring algorithms (dist/ring.cpp): backend "ring" itself, and the base of
@@ -101,7 +112,7 @@ class RingFamilyGroup : public GroupBase {
   std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag) override;
 };
 
-// Throws unless t is defined, contiguous and on the CPU; `op` and `what` name it in the message.
+// Throws unless t is defined and contiguous; `op` and `what` name it in the message.
 void check_tensor(const char* op, const char* what, const Tensor& t, int rank, int size);
 // MPI counts are ints: throws when n does not fit.
 int checked_count(const char* op, int64_t n, int rank);

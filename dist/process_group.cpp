@@ -36,8 +36,16 @@ std::unique_ptr<ProcessGroup> new_group(const std::string& backend, const GroupO
   if (backend == "tree") return detail::new_tree_group(options);
   if (backend == "auto") return detail::new_auto_group(options);
   if (backend == "hierarchical") return detail::new_hierarchical_group(options);
+  if (backend == "nccl") {
+#ifdef RINGGRAD_WITH_CUDA
+    return detail::new_nccl_group(options);
+#else
+    RG_FAIL("dist.new_group", "backend 'nccl' needs the CUDA backend, which this build does not have (rank ",
+            world().rank, "/", world().size, "); configure with RINGGRAD_CUDA=ON, or use mpi, ring, tree, auto");
+#endif
+  }
   RG_FAIL("dist.new_group", "unknown backend '", backend, "' (rank ", world().rank, "/", world().size,
-          "); available: mpi, ring, tree, auto, hierarchical");
+          "); available: mpi, ring, tree, auto, hierarchical, nccl (CUDA builds)");
 }
 
 }  // namespace ringgrad::dist

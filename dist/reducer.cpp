@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "autograd/engine.h"
 #include "core/error.h"
@@ -44,24 +46,28 @@ void Reducer::build_buckets(const std::vector<int>& order) {
   // re-attached to the new one at the end.
   std::vector<std::vector<int>> members;
   std::vector<DType> dtypes;
+  std::vector<Device> devices;
   std::vector<double> bytes;
-  std::map<DType, int> open;  // the bucket being filled, per dtype
+  // The bucket being filled, per (dtype, device): a bucket is one buffer, so it holds one of each.
+  std::map<std::pair<DType, std::string>, int> open;
   for (int idx : order) {
     const Tensor& t = params_[idx].tensor;
     const double nbytes = static_cast<double>(t.nbytes());
-    auto it = open.find(t.dtype());
+    const auto key = std::make_pair(t.dtype(), t.device().str());
+    auto it = open.find(key);
     if (it != open.end()) {
       const int b = it->second;
       const double cap = (b == 0 ? options_.first_bucket_mb : options_.bucket_cap_mb) * MiB;
       if (bytes[b] + nbytes > cap) open.erase(it);  // full: the next parameter opens a new bucket
     }
-    if (open.find(t.dtype()) == open.end()) {
-      open[t.dtype()] = static_cast<int>(members.size());
+    if (open.find(key) == open.end()) {
+      open[key] = static_cast<int>(members.size());
       members.emplace_back();
       dtypes.push_back(t.dtype());
+      devices.push_back(t.device());
       bytes.push_back(0);
     }
-    const int b = open[t.dtype()];
+    const int b = open[key];
     members[b].push_back(idx);
     bytes[b] += nbytes;
   }
@@ -78,7 +84,7 @@ void Reducer::build_buckets(const std::vector<int>& order) {
       numel += params_[idx].tensor.numel();
       bucket.grad.parameter_names.push_back(params_[idx].name);
     }
-    bucket.grad.buffer = zeros({numel}, {.dtype = dtypes[b]});
+    bucket.grad.buffer = zeros({numel}, {.dtype = dtypes[b], .device = devices[b]});
   }
   for (Param& p : params_) attach_view(p);  // copies each old value into the new buffer
 }

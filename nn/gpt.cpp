@@ -77,7 +77,7 @@ Tensor GPT::forward(const Tensor& idx) {
            idx.defined() ? idx.desc() : std::string("undefined"));
   const int64_t T = idx.size(1);
   RG_CHECK(T <= config_.block_size, "GPT", "sequence length ", T, " exceeds block_size ", config_.block_size);
-  Tensor pos = arange(0, static_cast<double>(T), 1.0, {.dtype = DType::i64});
+  Tensor pos = arange(0, static_cast<double>(T), 1.0, {.dtype = DType::i64, .device = idx.device()});
   Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));  // (B, T, C) + (T, C)
   x = ln_f->forward(h->forward(x));
   return linear(x, wte->weight);  // tied head: (B, T, C) @ (V, C)^T -> (B, T, V)

@@ -71,10 +71,12 @@ void Adam::load_state_dict(const nn::StateDict& state) {
     const Shape& shape = params[i].shape();
     const DType sd = state_dtype(params[i].dtype());
     loaded[i].step = static_cast<int64_t>(find_state(state, key + ".step", "Adam", {}).item());
-    loaded[i].exp_avg = native::cast(find_state(state, key + ".exp_avg", "Adam", shape), sd);
-    loaded[i].exp_avg_sq = native::cast(find_state(state, key + ".exp_avg_sq", "Adam", shape), sd);
+    // Checkpoints hold CPU tensors; the state lives where its parameter does.
+    const Device device = params[i].device();
+    loaded[i].exp_avg = native::cast(find_state(state, key + ".exp_avg", "Adam", shape), sd).to(device);
+    loaded[i].exp_avg_sq = native::cast(find_state(state, key + ".exp_avg_sq", "Adam", shape), sd).to(device);
     if (state_[i].master.defined())
-      loaded[i].master = native::cast(find_state(state, key + ".master", "Adam", shape), DType::f32);
+      loaded[i].master = native::cast(find_state(state, key + ".master", "Adam", shape), DType::f32).to(device);
   }
   state_ = std::move(loaded);
 }

@@ -40,8 +40,14 @@ void GradScaler::unscale_(Optimizer& opt) {
   for (const Tensor& p : opt.parameters()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    RG_CHECK(g.device().is_cpu() && g.is_contiguous(), "GradScaler", "gradient ", g.desc(),
-             " must be a dense CPU tensor");
+    if (g.device().is_cuda()) {
+      // Two device passes (scale, then a sum, which is inf or NaN exactly when some element is: it
+      // accumulates in a wider type than the gradient's) and one scalar read back per gradient.
+      native::unary_(UnaryOp::affine, g, {static_cast<double>(inv), 0.0});
+      bad |= !std::isfinite(native::reduce(ReduceOp::sum, g, {}, false).item());
+      continue;
+    }
+    RG_CHECK(g.is_contiguous(), "GradScaler", "gradient ", g.desc(), " must be dense");
     dispatch_floating(g.dtype(), [&](auto tag) {
       using T = decltype(tag);
       bad |= unscale_and_check(static_cast<T*>(g.raw_data()), g.numel(), inv);

@@ -62,12 +62,13 @@ void SGD::load_state_dict(const nn::StateDict& state) {
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string key = std::to_string(i);
     if (state_[i].master.defined())
-      loaded[i].master = native::cast(find_state(state, key + ".master", "SGD", params[i].shape()), DType::f32);
+      loaded[i].master =
+          native::cast(find_state(state, key + ".master", "SGD", params[i].shape()), DType::f32).to(params[i].device());
     for (const auto& [name, t] : state)
       if (name == key + ".momentum_buffer") {
         RG_CHECK(t.shape() == params[i].shape(), "SGD", "momentum buffer ", name, " has shape ", shape_str(t.shape()),
                  ", parameter has ", shape_str(params[i].shape()));
-        loaded[i].momentum = native::cast(t, state_dtype(params[i].dtype()));
+        loaded[i].momentum = native::cast(t, state_dtype(params[i].dtype())).to(params[i].device());  // beside its param
         loaded[i].started = true;
       }
     if (!loaded[i].started && state_[i].momentum.defined())

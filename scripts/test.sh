@@ -50,7 +50,7 @@ elif command -v nvcc >/dev/null 2>&1; then
     -DRINGGRAD_BUILD_TESTS=ON -DRINGGRAD_BUILD_EXAMPLES=OFF -DRINGGRAD_BUILD_BENCH=OFF
   step "build build-cuda/"
   # The library (with the CUDA kernels) and the gpu tests; the CPU test suite already ran in build/.
-  ninja -C build-cuda -j "$jobs" ringgrad test_cuda
+  ninja -C build-cuda -j "$jobs" ringgrad test_cuda test_cuda_dist
   step "test build-cuda/ (gpu tests, install test)"
   ctest --test-dir build-cuda --output-on-failure -L gpu
   ctest --test-dir build-cuda --output-on-failure -R '^install_'

@@ -2,6 +2,7 @@
 //
 //   RG_CUDA_CHECK(cudaMalloc(&ptr, n));
 //   RG_CUBLAS_CHECK(cublasSgemm(handle, ...));
+//   RG_CUDNN_CHECK(cudnnConvolutionForward(handle, ...));
 //
 // A failing call throws ringgrad::Error naming the statement, the error, the current device and
 // file:line, e.g.
@@ -11,6 +12,7 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <cudnn.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -51,6 +53,11 @@ inline std::string error_location(const char* file, int line) {
                       cublasGetStatusName(status), ")", error_location(file, line)));
 }
 
+[[noreturn]] inline void throw_cudnn_error(const char* stmt, cudnnStatus_t status, const char* file, int line) {
+  throw Error(str_cat("[cudnn] ", stmt, " failed: ", cudnnGetErrorString(status), " (status ",
+                      static_cast<int>(status), ")", error_location(file, line)));
+}
+
 }  // namespace ringgrad::cuda::detail
 
 #define RG_CUDA_CHECK(stmt)                                                              \
@@ -65,4 +72,11 @@ inline std::string error_location(const char* file, int line) {
     const cublasStatus_t rg_cublas_status_ = (stmt);                                           \
     if (rg_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                            \
       ::ringgrad::cuda::detail::throw_cublas_error(#stmt, rg_cublas_status_, __FILE__, __LINE__); \
+  } while (0)
+
+#define RG_CUDNN_CHECK(stmt)                                                                 \
+  do {                                                                                       \
+    const cudnnStatus_t rg_cudnn_status_ = (stmt);                                           \
+    if (rg_cudnn_status_ != CUDNN_STATUS_SUCCESS)                                            \
+      ::ringgrad::cuda::detail::throw_cudnn_error(#stmt, rg_cudnn_status_, __FILE__, __LINE__); \
   } while (0)

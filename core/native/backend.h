@@ -63,10 +63,4 @@ inline void backend_gemm(Device d, DType t, bool ta, bool tb, int64_t m, int64_t
   no_backend("matmul", d);
 }
 
-// Ops that have only a CPU kernel so far call this first.
-inline void require_cpu(const char* op, Device d) {
-  RG_CHECK(d.is_cpu(), op, "has no CUDA kernel yet (got a tensor on ", d.str(),
-           "); move it with .to(Device::cpu())");
-}
-
 }  // namespace ringgrad::native

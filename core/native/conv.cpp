@@ -12,6 +12,7 @@
 
 #include "core/native/backend.h"
 #include "core/native/native.h"
+#include "core/pool_math.h"
 #include "core/parallel.h"
 
 namespace ringgrad::native {
@@ -110,9 +111,41 @@ ConvGeometry conv_geometry(const Tensor& x, const Tensor& weight, int64_t stride
   g.ow = (g.w + 2 * padding - g.kw) / stride + 1;
   RG_CHECK(g.h + 2 * padding >= g.kh && g.w + 2 * padding >= g.kw, "conv2d", "kernel ", g.kh, "x", g.kw,
            " is larger than the padded input ", x.desc(), " (padding ", padding, ")");
-  require_cpu("conv2d", x.device());
   return g;
 }
+
+#ifdef RINGGRAD_WITH_CUDA
+// On a GPU, cuDNN does the convolution in the tensors' own dtype (core/cuda/conv.cu).
+cuda::ConvShape cuda_shape(const ConvGeometry& g) {
+  return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.padding, g.oh, g.ow};
+}
+
+Tensor cuda_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvGeometry& g) {
+  Tensor xc = contiguous(x), wc = contiguous(weight);
+  Tensor out = empty({g.n, g.o, g.oh, g.ow}, x.dtype(), x.device());
+  if (out.numel() > 0) cuda::conv2d_forward(x.dtype(), cuda_shape(g), xc.raw_data(), wc.raw_data(), out.raw_data());
+  if (bias.defined()) binary_(BinaryOp::add, out, view(bias, {1, g.o, 1, 1}));
+  return out;
+}
+
+void cuda_conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const ConvGeometry& g,
+                          Tensor* dx, Tensor* dweight, Tensor* dbias) {
+  Tensor dy = contiguous(grad.dtype() == x.dtype() ? grad : cast(grad, x.dtype()));
+  if (dbias) *dbias = reduce(ReduceOp::sum, dy, {0, 2, 3}, false);
+  if (dweight) {
+    *dweight = empty(weight.shape(), weight.dtype(), weight.device());
+    if (dy.numel() > 0) cuda::conv2d_backward_filter(x.dtype(), cuda_shape(g), contiguous(x).raw_data(), dy.raw_data(),
+                                                      dweight->raw_data());
+    else dweight->zero_();
+  }
+  if (dx) {
+    *dx = empty(x.shape(), x.dtype(), x.device());
+    if (dy.numel() > 0) cuda::conv2d_backward_data(x.dtype(), cuda_shape(g), dy.raw_data(), contiguous(weight).raw_data(),
+                                                    dx->raw_data());
+    else dx->zero_();
+  }
+}
+#endif
 
 DType compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
@@ -130,16 +163,18 @@ Tensor make_cols(const Tensor& x, const ConvGeometry& g, DType ct) {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
               Tensor* cols_out) {
   const ConvGeometry g = conv_geometry(x, weight, stride, padding);
+  if (bias.defined())
+    RG_CHECK(bias.dim() == 1 && bias.size(0) == g.o && bias.dtype() == x.dtype() && bias.device() == x.device(),
+             "conv2d", "bias ", bias.desc(), " must be (", g.o, ",) ", dtype_name(x.dtype()), " on ", x.device().str());
+#ifdef RINGGRAD_WITH_CUDA
+  if (x.device().is_cuda()) return cuda_conv2d(x, weight, bias, g);
+#endif
   const DType ct = compute_dtype(x.dtype());
   Tensor cols = make_cols(x, g, ct);
   if (cols_out) *cols_out = cols;
   Tensor w2 = view(contiguous(cast(weight, ct)), {g.o, g.rows()});
   Tensor out = mm(w2, cols);  // (O, N·OH·OW)
-  if (bias.defined()) {
-    RG_CHECK(bias.dim() == 1 && bias.size(0) == g.o && bias.dtype() == x.dtype(), "conv2d", "bias ", bias.desc(),
-             " must be (", g.o, ",) of dtype ", dtype_name(x.dtype()));
-    binary_(BinaryOp::add, out, view(cast(bias, ct), {g.o, 1}));
-  }
+  if (bias.defined()) binary_(BinaryOp::add, out, view(cast(bias, ct), {g.o, 1}));
   // (O, N, OH, OW) -> (N, O, OH, OW)
   Tensor nchw = contiguous(permute(view(out, {g.o, g.n, g.oh, g.ow}), {1, 0, 2, 3}));
   return nchw.dtype() == x.dtype() ? nchw : cast(nchw, x.dtype());
@@ -148,6 +183,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, int64_t stride, int64_t padding,
                      Tensor* dx, Tensor* dweight, Tensor* dbias, const Tensor& forward_cols) {
   const ConvGeometry g = conv_geometry(x, weight, stride, padding);
+#ifdef RINGGRAD_WITH_CUDA
+  if (x.device().is_cuda()) return cuda_conv2d_backward(grad, x, weight, g, dx, dweight, dbias);
+#endif
   const DType ct = compute_dtype(x.dtype());
   // dout: (N, O, OH, OW) -> (O, N·OH·OW)
   Tensor dout = view(contiguous(permute(cast(grad, ct), {1, 0, 2, 3})), {g.o, g.columns()});
@@ -205,22 +243,8 @@ void max_pool_forward(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t
     for (int64_t pl = begin; pl < end; ++pl) {
       const T* in = x + pl * h * w;
       for (int64_t i = 0; i < oh; ++i)
-        for (int64_t j = 0; j < ow; ++j) {
-          int64_t best = -1;
-          T best_value = T(0);
-          for (int64_t a = 0; a < k; ++a) {
-            const int64_t yy = i * s - p + a;
-            if (yy < 0 || yy >= h) continue;
-            for (int64_t b = 0; b < k; ++b) {
-              const int64_t xx = j * s - p + b;
-              if (xx < 0 || xx >= w) continue;
-              const T v = in[yy * w + xx];
-              if (best < 0 || v > best_value || v != v) best = yy * w + xx, best_value = v;
-            }
-          }
-          y[(pl * oh + i) * ow + j] = best_value;
-          argmax[(pl * oh + i) * ow + j] = best;
-        }
+        for (int64_t j = 0; j < ow; ++j)
+          max_pool_window(in, h, w, i, j, k, s, p, &y[(pl * oh + i) * ow + j], &argmax[(pl * oh + i) * ow + j]);
     }
   });
 }
@@ -234,7 +258,6 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   RG_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && 2 * padding <= kernel, "max_pool2d",
            "invalid kernel ", kernel, ", stride ", stride, ", padding ", padding,
            " (padding may be at most half the kernel)");
-  require_cpu("max_pool2d", x.device());
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   const int64_t oh = (h + 2 * padding - kernel) / stride + 1, ow = (w + 2 * padding - kernel) / stride + 1;
   RG_CHECK(oh > 0 && ow > 0, "max_pool2d", "kernel ", kernel, " is larger than the padded input ", x.desc());
@@ -242,7 +265,12 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   Tensor xc = contiguous(x.dtype() == ct ? x : cast(x, ct));
   Tensor y = empty({n, c, oh, ow}, ct, x.device());
   Tensor idx = empty({n, c, oh, ow}, DType::i64, x.device());
-  if (ct == DType::f64)
+  if (x.device().is_cuda()) {
+#ifdef RINGGRAD_WITH_CUDA
+    cuda::max_pool2d(ct, xc.raw_data(), y.raw_data(), idx.data<int64_t>(), n * c, h, w, oh, ow, kernel, stride,
+                     padding);
+#endif
+  } else if (ct == DType::f64)
     max_pool_forward(xc.data<double>(), y.data<double>(), idx.data<int64_t>(), n * c, h, w, oh, ow, kernel, stride, padding);
   else
     max_pool_forward(xc.data<float>(), y.data<float>(), idx.data<int64_t>(), n * c, h, w, oh, ow, kernel, stride, padding);
@@ -257,6 +285,14 @@ Tensor max_pool2d_backward(const Tensor& grad, const Shape& input_shape, const T
   const DType ct = compute_dtype(grad.dtype());
   Tensor g = contiguous(grad.dtype() == ct ? grad : cast(grad, ct));
   Tensor dx = empty(input_shape, ct, grad.device());
+  if (grad.device().is_cuda()) {
+#ifdef RINGGRAD_WITH_CUDA
+    if (dx.numel() > 0)
+      cuda::max_pool2d_backward(ct, g.raw_data(), contiguous(indices).data<int64_t>(), dx.raw_data(), planes, hw,
+                                per_plane);
+#endif
+    return dx.dtype() == grad.dtype() ? dx : cast(dx, grad.dtype());
+  }
   const int64_t* idx = indices.data<int64_t>();
   auto route = [&](auto* gp, auto* dp) {
     parallel_for(planes, 1, [&](int64_t begin, int64_t end) {

@@ -1,5 +1,7 @@
-// Joining and indexing: cat (any device, built on copy_), and CPU kernels for index_select /
-// index_add, gather / scatter_add and one_hot.
+// Joining and indexing: cat (any device, built on copy_), and index_select / index_add, gather /
+// scatter_add and one_hot: CPU kernels here, CUDA kernels in core/cuda/indexing.cu. Index values are
+// checked on the host for both (a GPU's are copied back first), so a bad index is a clear error,
+// not a device-side fault.
 #include <cstring>
 
 #include "core/native/backend.h"
@@ -39,6 +41,11 @@ void add_elements(DType t, void* dst, const void* src, int64_t n) {
   });
 }
 
+#ifdef RINGGRAD_WITH_CUDA
+// The f32 / f64 dtype the CUDA adding kernels (atomics) run in for dtype t.
+DType cuda_add_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+#endif
+
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
@@ -67,7 +74,6 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   check_index("index_select", index, a);
-  require_cpu("index_select", a.device());
   RG_CHECK(index.dim() == 1, "index_select", "index must be 1-D, got ", index.desc());
   dim = wrap_dim(dim, a.dim(), "index_select");
   Tensor src = contiguous(a), idx = contiguous(index);
@@ -75,25 +81,43 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   shape[dim] = idx.numel();
   Tensor out = empty(shape, a.dtype(), a.device());
   const Split3 s = split3(a.shape(), dim);
-  const size_t row_bytes = static_cast<size_t>(s.inner) * a.element_size();
-  const int64_t* ip = idx.data<int64_t>();
-  const char* sp = static_cast<const char*>(src.raw_data());
-  char* op = static_cast<char*>(out.raw_data());
+  const Tensor host_idx = idx.to(Device::cpu());
+  const int64_t* ip = host_idx.data<int64_t>();
   for (int64_t k = 0; k < idx.numel(); ++k)
     RG_CHECK(ip[k] >= 0 && ip[k] < s.mid, "index_select", "index[", k, "] = ", ip[k],
              " out of range for dimension ", dim, " of ", a.desc());
+  if (a.device().is_cuda()) {
+#ifdef RINGGRAD_WITH_CUDA
+    cuda::index_select(a.element_size(), src.raw_data(), idx.data<int64_t>(), out.raw_data(), s.outer, s.mid,
+                       idx.numel(), s.inner);
+#endif
+    return out;
+  }
+  const size_t row_bytes = static_cast<size_t>(s.inner) * a.element_size();
+  const char* sp = static_cast<const char*>(src.raw_data());
+  char* op = static_cast<char*>(out.raw_data());
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t k = 0; k < idx.numel(); ++k)
       std::memcpy(op + (o * idx.numel() + k) * row_bytes, sp + (o * s.mid + ip[k]) * row_bytes, row_bytes);
   return out;
 }
 
+// The indices come from a forward index_select, already checked.
 Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
-  require_cpu("index_add", src.device());
+  const Split3 d = split3(shape, dim);
+  if (src.device().is_cuda()) {
+#ifdef RINGGRAD_WITH_CUDA
+    const DType ct = cuda_add_dtype(src.dtype());
+    Tensor out = empty(shape, ct, src.device());
+    out.zero_();
+    Tensor s = contiguous(cast(src, ct)), idx = contiguous(index);
+    cuda::index_add(ct, out.raw_data(), idx.data<int64_t>(), s.raw_data(), d.outer, d.mid, idx.numel(), d.inner);
+    return out.dtype() == src.dtype() ? out : cast(out, src.dtype());
+#endif
+  }
   Tensor out = empty(shape, src.dtype(), src.device());
   out.zero_();
   Tensor s = contiguous(src), idx = contiguous(index);
-  const Split3 d = split3(shape, dim);
   const int64_t k_count = idx.numel();
   const int64_t* ip = idx.data<int64_t>();
   const size_t esize = src.element_size();
@@ -141,27 +165,63 @@ void check_gather_shapes(const char* op, const Tensor& a, int64_t dim, const Ten
 
 }  // namespace
 
+#ifdef RINGGRAD_WITH_CUDA
+// The geometry the CUDA gather / scatter kernels walk (See GatherGeometry in core/kernels.h).
+cuda::GatherGeometry gather_geometry(const char* op, const Tensor& index, const Shape& a_strides, int64_t dim) {
+  RG_CHECK(index.dim() <= cuda::GatherGeometry::kMaxDims, op, "the CUDA kernel takes at most ",
+           cuda::GatherGeometry::kMaxDims, " dims, got index ", index.desc());
+  cuda::GatherGeometry g;
+  g.ndim = static_cast<int>(index.dim());
+  g.dim = static_cast<int>(dim);
+  for (int64_t d = 0; d < index.dim(); ++d) {
+    g.index_shape[d] = index.size(d);
+    g.a_strides[d] = a_strides[d];
+  }
+  return g;
+}
+#endif
+
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   check_index("gather", index, a);
-  require_cpu("gather", a.device());
   dim = wrap_dim(dim, a.dim(), "gather");
   check_gather_shapes("gather", a, dim, index);
   Tensor idx = contiguous(index);
   Tensor out = empty(index.shape(), a.dtype(), a.device());
   const size_t esize = a.element_size();
+  // Checks every index value (on the host), and on the CPU also copies the elements.
+  const bool on_cpu = a.device().is_cpu();
+  const Tensor host_idx = idx.to(Device::cpu());
   const char* ap = static_cast<const char*>(a.raw_data());
   char* op = static_cast<char*>(out.raw_data());
-  for_each_gather_position("gather", idx, a.shape(), a.strides(), dim, [&](int64_t p, int64_t off) {
-    std::memcpy(op + p * esize, ap + off * static_cast<int64_t>(esize), esize);
+  for_each_gather_position("gather", host_idx, a.shape(), a.strides(), dim, [&](int64_t p, int64_t off) {
+    if (on_cpu) std::memcpy(op + p * esize, ap + off * static_cast<int64_t>(esize), esize);
   });
+  if (!on_cpu) {
+#ifdef RINGGRAD_WITH_CUDA
+    cuda::gather(esize, a.raw_data(), idx.data<int64_t>(), out.raw_data(), idx.numel(),
+                 gather_geometry("gather", idx, a.strides(), dim));
+#endif
+  }
   return out;
 }
 
+// The indices come from a forward gather, already checked.
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
-  require_cpu("scatter_add", src.device());
+  Tensor idx = contiguous(index);
+  if (src.device().is_cuda()) {
+#ifdef RINGGRAD_WITH_CUDA
+    const DType ct = cuda_add_dtype(src.dtype());
+    Tensor out = empty(shape, ct, src.device());
+    out.zero_();
+    Tensor s = contiguous(cast(src, ct));
+    cuda::scatter_add(ct, out.raw_data(), idx.data<int64_t>(), s.raw_data(), idx.numel(),
+                      gather_geometry("scatter_add", idx, out.strides(), dim));
+    return out.dtype() == src.dtype() ? out : cast(out, src.dtype());
+#endif
+  }
   Tensor out = empty(shape, src.dtype(), src.device());
   out.zero_();
-  Tensor idx = contiguous(index), s = contiguous(src);
+  Tensor s = contiguous(src);
   const size_t esize = src.element_size();
   char* op = static_cast<char*>(out.raw_data());
   const char* sp = static_cast<const char*>(s.raw_data());
@@ -175,18 +235,23 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype) {
   RG_CHECK(indices.defined() && indices.dtype() == DType::i64, "one_hot", "indices must be i64, got ",
            indices.desc());
   RG_CHECK(num_classes > 0, "one_hot", "num_classes must be positive, got ", num_classes);
-  require_cpu("one_hot", indices.device());
   Shape shape = indices.shape();
   shape.push_back(num_classes);
   Tensor out = empty(shape, DType::f64, indices.device());
   out.zero_();
   Tensor idx = contiguous(indices);
-  const int64_t* ip = idx.data<int64_t>();
-  double* op = out.data<double>();
-  for (int64_t i = 0; i < idx.numel(); ++i) {
+  const Tensor host_idx = idx.to(Device::cpu());
+  const int64_t* ip = host_idx.data<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i)
     RG_CHECK(ip[i] >= 0 && ip[i] < num_classes, "one_hot", "index ", ip[i], " at position ", i,
              " is not in [0, ", num_classes, ")");
-    op[i * num_classes + ip[i]] = 1.0;
+  if (indices.device().is_cuda()) {
+#ifdef RINGGRAD_WITH_CUDA
+    cuda::one_hot(idx.data<int64_t>(), out.data<double>(), idx.numel(), num_classes);
+#endif
+  } else {
+    double* op = out.data<double>();
+    for (int64_t i = 0; i < idx.numel(); ++i) op[i * num_classes + ip[i]] = 1.0;
   }
   return dtype == DType::f64 ? out : cast(out, dtype);
 }

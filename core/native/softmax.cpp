@@ -1,4 +1,6 @@
-// softmax / log_softmax and the fused cross-entropy, CPU kernels over rows.
+// softmax / log_softmax and the fused cross-entropy: CPU kernels over rows here, CUDA kernels in
+// core/cuda/rows.cu (chosen below by the tensors' device; both see the same dense rows in the same
+// compute dtype).
 //
 // Stability: every row is shifted by its maximum before exponentiating, so exp never overflows;
 // log_softmax = (x - max) - log(sum(exp(x - max))) never takes the log of a rounded-to-zero softmax.
@@ -66,7 +68,6 @@ void check_floating(const char* op, const Tensor& a) {
 Tensor softmax(const Tensor& a, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   check_floating(op, a);
-  require_cpu(op, a.device());
   if (a.dim() == 0) return view(softmax(unsqueeze(a, 0), 0, log), {});
   dim = wrap_dim(dim, a.dim(), op);
   // Move `dim` last, compute over dense rows, move it back.
@@ -74,7 +75,11 @@ Tensor softmax(const Tensor& a, int64_t dim, bool log) {
   Tensor x = contiguous(cast(transpose(a, dim, -1), ct));
   Tensor y = empty(x.shape(), ct, a.device());
   const int64_t cols = x.size(-1), rows = cols ? x.numel() / cols : 0;
-  if (ct == DType::f64) softmax_rows(x.data<double>(), y.data<double>(), rows, cols, log);
+  if (a.device().is_cuda()) {
+#ifdef RINGGRAD_WITH_CUDA
+    cuda::softmax_rows(ct, x.raw_data(), y.raw_data(), rows, cols, log);
+#endif
+  } else if (ct == DType::f64) softmax_rows(x.data<double>(), y.data<double>(), rows, cols, log);
   else softmax_rows(x.data<float>(), y.data<float>(), rows, cols, log);
   return contiguous(cast(transpose(y, dim, -1), a.dtype()));
 }
@@ -88,23 +93,34 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
            ", got ", target.desc(), " for logits ", logits.desc());
   RG_CHECK(target.device() == logits.device(), "cross_entropy", "logits ", logits.desc(), " and target ",
            target.desc(), " are on different devices");
-  require_cpu("cross_entropy", logits.device());
   const int64_t n = logits.size(0), c = logits.size(1);
   Tensor logp = softmax(cast(logits, compute_dtype(logits.dtype())), 1, /*log=*/true);
-  Tensor t = contiguous(target);
+  // The targets are read on the host (copied from a GPU: N integers) to check them and count them.
+  Tensor t = contiguous(target.to(Device::cpu()));
   const int64_t* tp = t.data<int64_t>();
-  double total = 0;
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (tp[i] == ignore_index) continue;
     RG_CHECK(tp[i] >= 0 && tp[i] < c, "cross_entropy", "target[", i, "] = ", tp[i],
              " is not a class index in [0, ", c, ") (nor ignore_index ", ignore_index, ")");
-    const double v = logp.dtype() == DType::f64 ? logp.data<double>()[i * c + tp[i]]
-                                                 : logp.data<float>()[i * c + tp[i]];
-    total -= v;
     ++count;
   }
   if (counted) *counted = count;
+  double total = 0;
+  if (logits.device().is_cuda()) {
+#ifdef RINGGRAD_WITH_CUDA
+    // -logp[i, t[i]] per row on the device, summed there; one scalar comes back.
+    Tensor on_device = contiguous(target);
+    Tensor picked = empty({n}, logp.dtype(), logits.device());
+    cuda::nll_pick(logp.dtype(), logp.raw_data(), on_device.data<int64_t>(), picked.raw_data(), n, c, ignore_index);
+    total = reduce(ReduceOp::sum, picked, {}, false).item();
+#endif
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      if (tp[i] == ignore_index) continue;
+      total -= logp.dtype() == DType::f64 ? logp.data<double>()[i * c + tp[i]] : logp.data<float>()[i * c + tp[i]];
+    }
+  }
   Tensor out = empty({}, logits.dtype(), logits.device());
   out.fill_(count ? total / static_cast<double>(count) : 0.0);
   return out;
@@ -116,13 +132,21 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
   const int64_t n = logits.size(0), c = logits.size(1);
   const DType ct = compute_dtype(logits.dtype());
   Tensor p = softmax(cast(logits, ct), 1, /*log=*/false);  // dense (N, C)
-  Tensor t = contiguous(target);
+  Tensor t = contiguous(target.to(Device::cpu()));
   const int64_t* tp = t.data<int64_t>();
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) count += tp[i] != ignore_index;
   const double scale = count ? grad.item() / static_cast<double>(count) : 0.0;
-  if (ct == DType::f64) subtract_one_hot_and_scale(p.data<double>(), tp, n, c, ignore_index, scale);
-  else subtract_one_hot_and_scale(p.data<float>(), tp, n, c, ignore_index, scale);
+  if (p.device().is_cuda()) {
+#ifdef RINGGRAD_WITH_CUDA
+    Tensor on_device = contiguous(target);
+    cuda::softmax_minus_one_hot(ct, p.raw_data(), on_device.data<int64_t>(), n, c, ignore_index, scale);
+#endif
+  } else if (ct == DType::f64) {
+    subtract_one_hot_and_scale(p.data<double>(), tp, n, c, ignore_index, scale);
+  } else {
+    subtract_one_hot_and_scale(p.data<float>(), tp, n, c, ignore_index, scale);
+  }
   return cast(p, logits.dtype());
 }
 

@@ -257,6 +257,107 @@ const T* ptr_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
+// ---- the CUDA path ---------------------------------------------------------------------------------
+// The same kernels on a GPU (core/cuda/rows.cu), and attention as cuBLAS products over all heads of a
+// batch item at once plus the row kernels. Tensors are dense, in the compute dtype ct. Without CUDA
+// compiled in no tensor can be on a GPU, so these are never reached.
+#ifdef RINGGRAD_WITH_CUDA
+void cuda_layer_norm(DType ct, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& mean,
+                     const Tensor& rstd, int64_t rows, int64_t C, double eps) {
+  cuda::layer_norm_rows(ct, x.raw_data(), w.defined() ? w.raw_data() : nullptr, b.defined() ? b.raw_data() : nullptr,
+                        y.raw_data(), mean.raw_data(), rstd.raw_data(), rows, C, eps);
+}
+void cuda_layer_norm_backward(DType ct, const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& dx, const Tensor& dw, const Tensor& db, int64_t rows,
+                              int64_t C) {
+  auto ptr = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
+  cuda::layer_norm_backward_rows(ct, g.raw_data(), x.raw_data(), ptr(w), mean.raw_data(), rstd.raw_data(), ptr(dx),
+                                 ptr(dw), ptr(db), rows, C);
+}
+void cuda_causal_softmax(DType ct, const Tensor& s, const Tensor& y, int64_t mats, int64_t n, double scale) {
+  cuda::causal_softmax_rows(ct, s.raw_data(), y.raw_data(), mats, n, scale);
+}
+void cuda_causal_softmax_backward(DType ct, const Tensor& g, const Tensor& y, const Tensor& ds, int64_t mats,
+                                  int64_t n, double scale) {
+  cuda::causal_softmax_backward_rows(ct, g.raw_data(), y.raw_data(), ds.raw_data(), mats, n, scale);
+}
+
+// Head h of batch item b is the (T, D) matrix at qkv + b T 3C + h D with row stride 3C (Note
+// [Attention without head copies]); the H heads of one item are H matrices D elements apart, which
+// is exactly a strided-batched GEMM. att: (B, H, T, T), all of it written (zeros above the diagonal).
+//   s = q k^T;  att = causal_softmax(scale s);  y = att' v  (att' = att with dropout, else att)
+void cuda_attention_forward(DType ct, const Tensor& qkv, const Tensor& y, const Tensor& att, int64_t B, int64_t n,
+                            int64_t C, int64_t H, double scale, const AttentionDropout& drop) {
+  const int64_t D = C / H, ld = 3 * C, esize = static_cast<int64_t>(dtype_size(ct));
+  const char* x = static_cast<const char*>(qkv.raw_data());
+  char* p = static_cast<char*>(att.raw_data());
+  char* yp = static_cast<char*>(y.raw_data());
+  for (int64_t b = 0; b < B; ++b) {
+    const char* q = x + b * n * ld * esize;
+    cuda::gemm_strided_batched(ct, false, true, n, n, D, 1.0, q, ld, D, q + C * esize, ld, D, 0.0,
+                               p + b * H * n * n * esize, n, n * n, H);
+  }
+  cuda::causal_softmax_rows(ct, att.raw_data(), att.raw_data(), B * H, n, scale);
+  Tensor dropped = drop.rate > 0 ? empty(att.shape(), ct, att.device()) : Tensor();
+  if (drop.rate > 0)
+    cuda::dropout_flat(ct, att.raw_data(), dropped.raw_data(), att.numel(), drop.rate, drop.seed, drop.offset);
+  const char* weights = static_cast<const char*>(drop.rate > 0 ? dropped.raw_data() : att.raw_data());
+  for (int64_t b = 0; b < B; ++b) {
+    const char* v = x + (b * n * ld + 2 * C) * esize;
+    cuda::gemm_strided_batched(ct, false, false, n, D, n, 1.0, weights + b * H * n * n * esize, n, n * n, v, ld, D, 0.0,
+                               yp + b * n * C * esize, C, D, H);
+  }
+}
+
+// dp' = g v^T;  dp = dp' with the dropout mask;  ds = causal_softmax_backward(dp, att);
+// dq = ds k;  dk = ds^T q;  dv = att'^T g.
+void cuda_attention_backward(DType ct, const Tensor& dy, const Tensor& qkv, const Tensor& att, const Tensor& dqkv,
+                             int64_t B, int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop) {
+  const int64_t D = C / H, ld = 3 * C, esize = static_cast<int64_t>(dtype_size(ct));
+  const char* x = static_cast<const char*>(qkv.raw_data());
+  const char* g = static_cast<const char*>(dy.raw_data());
+  char* dx = static_cast<char*>(dqkv.raw_data());
+  Tensor ds = empty(att.shape(), ct, att.device());  // (B, H, T, T)
+  char* dsp = static_cast<char*>(ds.raw_data());
+  for (int64_t b = 0; b < B; ++b) {
+    const char* v = x + (b * n * ld + 2 * C) * esize;
+    cuda::gemm_strided_batched(ct, false, true, n, n, D, 1.0, g + b * n * C * esize, C, D, v, ld, D, 0.0,
+                               dsp + b * H * n * n * esize, n, n * n, H);
+  }
+  Tensor dropped = drop.rate > 0 ? empty(att.shape(), ct, att.device()) : Tensor();
+  if (drop.rate > 0) {
+    cuda::dropout_flat(ct, ds.raw_data(), ds.raw_data(), ds.numel(), drop.rate, drop.seed, drop.offset);
+    cuda::dropout_flat(ct, att.raw_data(), dropped.raw_data(), att.numel(), drop.rate, drop.seed, drop.offset);
+  }
+  cuda::causal_softmax_backward_rows(ct, ds.raw_data(), att.raw_data(), ds.raw_data(), B * H, n, scale);
+  const char* weights = static_cast<const char*>(drop.rate > 0 ? dropped.raw_data() : att.raw_data());
+  for (int64_t b = 0; b < B; ++b) {
+    const char* q = x + b * n * ld * esize;
+    const char* k = q + C * esize;
+    char* dq = dx + b * n * ld * esize;
+    const char* dsb = dsp + b * H * n * n * esize;
+    cuda::gemm_strided_batched(ct, false, false, n, D, n, 1.0, dsb, n, n * n, k, ld, D, 0.0, dq, ld, D, H);
+    cuda::gemm_strided_batched(ct, true, false, n, D, n, 1.0, dsb, n, n * n, q, ld, D, 0.0, dq + C * esize, ld, D, H);
+    cuda::gemm_strided_batched(ct, true, false, n, D, n, 1.0, weights + b * H * n * n * esize, n, n * n,
+                               g + b * n * C * esize, C, D, 0.0, dq + 2 * C * esize, ld, D, H);
+  }
+}
+#else
+[[noreturn]] void no_cuda() { RG_FAIL("transformer", "a CUDA tensor in a build without CUDA"); }
+void cuda_layer_norm(DType, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                     int64_t, int64_t, double) { no_cuda(); }
+void cuda_layer_norm_backward(DType, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t) { no_cuda(); }
+void cuda_causal_softmax(DType, const Tensor&, const Tensor&, int64_t, int64_t, double) { no_cuda(); }
+void cuda_causal_softmax_backward(DType, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, double) {
+  no_cuda();
+}
+void cuda_attention_forward(DType, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t,
+                            double, const AttentionDropout&) { no_cuda(); }
+void cuda_attention_backward(DType, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
+                             int64_t, int64_t, double, const AttentionDropout&) { no_cuda(); }
+#endif
+
 }  // namespace
 
 LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
@@ -269,14 +370,15 @@ LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
              "layer_norm", "weight and bias must be (", C, ",) ", dtype_name(x.dtype()), " on ", x.device().str(),
              " like x ", x.desc(), ", got ", p->desc());
   RG_CHECK(eps > 0, "layer_norm", "eps must be positive, got ", eps);
-  require_cpu("layer_norm", x.device());
   const DType ct = compute_dtype(x.dtype());
   Tensor xd = dense(x, ct);
   Tensor w = weight.defined() ? dense(weight, ct) : Tensor(), b = bias.defined() ? dense(bias, ct) : Tensor();
   const int64_t rows = C ? x.numel() / C : 0;
   Tensor y = empty(x.shape(), ct, x.device());
   LayerNormOutput out{Tensor(), empty({rows}, ct, x.device()), empty({rows}, ct, x.device())};
-  if (ct == DType::f64)
+  if (x.device().is_cuda())
+    cuda_layer_norm(ct, xd, w, b, y, out.mean, out.rstd, rows, C, eps);
+  else if (ct == DType::f64)
     layer_norm_rows(xd.data<double>(), ptr_or_null<double>(w), ptr_or_null<double>(b), y.data<double>(),
                     out.mean.data<double>(), out.rstd.data<double>(), rows, C, eps);
   else
@@ -294,7 +396,9 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
   Tensor dxt = dx ? empty(x.shape(), ct, x.device()) : Tensor();
   Tensor dwt = dweight ? empty({C}, ct, x.device()) : Tensor();
   Tensor dbt = dbias ? empty({C}, ct, x.device()) : Tensor();
-  if (ct == DType::f64)
+  if (x.device().is_cuda())
+    cuda_layer_norm_backward(ct, gd, xd, w, mean, rstd, dxt, dwt, dbt, rows, C);
+  else if (ct == DType::f64)
     layer_norm_backward_rows(gd.data<double>(), xd.data<double>(), ptr_or_null<double>(w), mean.data<double>(),
                              rstd.data<double>(), dx ? dxt.data<double>() : nullptr,
                              dweight ? dwt.data<double>() : nullptr, dbias ? dbt.data<double>() : nullptr, rows, C);
@@ -312,12 +416,13 @@ Tensor causal_softmax(const Tensor& scores, double scale) {
                scores.size(-1) == scores.size(-2),
            "causal_softmax", "scores must be a floating-point (..., T, T) tensor, got ",
            scores.defined() ? scores.desc() : std::string("undefined"));
-  require_cpu("causal_softmax", scores.device());
   const DType ct = compute_dtype(scores.dtype());
   Tensor s = dense(scores, ct);
   Tensor y = empty(scores.shape(), ct, scores.device());
   const int64_t n = scores.size(-1), mats = n ? scores.numel() / (n * n) : 0;
-  if (ct == DType::f64) causal_softmax_rows(s.data<double>(), y.data<double>(), mats, n, scale);
+  if (scores.device().is_cuda())
+    cuda_causal_softmax(ct, s, y, mats, n, scale);
+  else if (ct == DType::f64) causal_softmax_rows(s.data<double>(), y.data<double>(), mats, n, scale);
   else causal_softmax_rows(s.data<float>(), y.data<float>(), mats, n, scale);
   return dense(y, scores.dtype());
 }
@@ -327,7 +432,9 @@ Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale) {
   Tensor gd = dense(g, ct), yd = dense(y, ct);
   Tensor ds = empty(y.shape(), ct, y.device());
   const int64_t n = y.size(-1), mats = n ? y.numel() / (n * n) : 0;
-  if (ct == DType::f64) causal_softmax_backward_rows(gd.data<double>(), yd.data<double>(), ds.data<double>(), mats, n, scale);
+  if (y.device().is_cuda())
+    cuda_causal_softmax_backward(ct, gd, yd, ds, mats, n, scale);
+  else if (ct == DType::f64) causal_softmax_backward_rows(gd.data<double>(), yd.data<double>(), ds.data<double>(), mats, n, scale);
   else causal_softmax_backward_rows(gd.data<float>(), yd.data<float>(), ds.data<float>(), mats, n, scale);
   return dense(ds, y.dtype());
 }
@@ -339,14 +446,15 @@ AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double 
            "causal_self_attention", "qkv must be a floating-point (B, T, 3C) tensor with C divisible by n_head = ",
            n_head, ", got ", qkv.defined() ? qkv.desc() : std::string("undefined"));
   RG_CHECK(dropout >= 0 && dropout < 1, "causal_self_attention", "dropout must be in [0, 1), got ", dropout);
-  require_cpu("causal_self_attention", qkv.device());
   const DType ct = compute_dtype(qkv.dtype());
   const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;
   const AttentionDropout drop{dropout, seed, offset};
   Tensor x = dense(qkv, ct);
   AttentionOutput out{empty({B, n, C}, ct, qkv.device()), empty({B, n_head, n, n}, ct, qkv.device())};
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
-  if (ct == DType::f64)
+  if (qkv.device().is_cuda())
+    cuda_attention_forward(ct, x, out.y, out.att, B, n, C, n_head, scale, drop);
+  else if (ct == DType::f64)
     attention_heads_forward(x.data<double>(), out.y.data<double>(), out.att.data<double>(), B, n, C, n_head, scale,
                             drop);
   else
@@ -364,7 +472,9 @@ Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const
   Tensor g = dense(dy, ct), x = dense(qkv, ct);
   Tensor dqkv = empty(qkv.shape(), ct, qkv.device());
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
-  if (ct == DType::f64)
+  if (qkv.device().is_cuda())
+    cuda_attention_backward(ct, g, x, att, dqkv, B, n, C, n_head, scale, drop);
+  else if (ct == DType::f64)
     attention_heads_backward(g.data<double>(), x.data<double>(), att.data<double>(), dqkv.data<double>(), B, n, C,
                              n_head, scale, drop);
   else

@@ -6,6 +6,7 @@
 //   build/examples/gpt_mini --checkpoint gpt.ck --max-steps 3000
 //   build/examples/gpt_mini --resume gpt.ck --max-steps 4000  # continues exactly
 //   build/examples/gpt_mini --generate --resume gpt.ck --prompt "Q: " --temperature 0.8 --top-k 20
+//   build/examples/gpt_mini --device cuda --precision bf16    # on the GPU
 //
 // Recipe (../shared/WORKLOADS.md W3): AdamW (betas 0.9 / 0.95, weight decay 0.1 on matrices only),
 // linear warm-up to the peak lr then cosine decay to --min-lr at --lr-decay-steps, global-norm
@@ -30,6 +31,7 @@ namespace {
 struct Config {
   std::string data = "/usr/share/games/fortunes", precision = "fp32", checkpoint, resume, prompt = "\n";
   std::string backend = "auto";
+  std::string device = "cpu";  // cpu, cuda (the local rank's GPU) or cuda:N
   int64_t max_steps = 3000, lr_decay_steps = 0, warmup = 100, batch_size = 16, block_size = 128;
   int64_t n_layer = 4, n_head = 4, n_embd = 128, accum = 1, eval_every = 250, eval_batches = 20;
   int64_t checkpoint_every = 0, log_every = 50, num_chars = 400, top_k = 0, threads = 0;
@@ -70,15 +72,16 @@ std::vector<optim::ParamGroup> param_groups(nn::Module& model, double lr, double
 }
 
 // Mean validation loss over the same eval_batches windows every time, averaged over ranks.
-double evaluate(nn::GPT& model, const std::vector<int64_t>& val, const Config& c, dist::ProcessGroup& group) {
+double evaluate(nn::GPT& model, const std::vector<int64_t>& val, const Config& c, Device device,
+                dist::ProcessGroup& group) {
   NoGradGuard no_grad;
   data::WindowSampler sampler(static_cast<int64_t>(val.size()), c.block_size,
                               {.seed = c.seed + 1000, .num_replicas = group.size(), .rank = group.rank()});
   double total = 0;
   for (int64_t i = 0; i < c.eval_batches; ++i) {
     auto [x, y] = data::window_batch(val, sampler.offsets(i, c.batch_size), c.block_size);
-    Tensor logits = model.forward(x).to(DType::f32);
-    total += cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), y.reshape({-1})).item();
+    Tensor logits = model.forward(x.to(device)).to(DType::f32);
+    total += cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), y.to(device).reshape({-1})).item();
   }
   Tensor mean = full({1}, total / static_cast<double>(c.eval_batches), {.dtype = DType::f64});
   group.allreduce(mean, dist::ReduceOp::avg)->wait();
@@ -87,7 +90,7 @@ double evaluate(nn::GPT& model, const std::vector<int64_t>& val, const Config& c
 
 // Autoregressive sampling: softmax(logits / temperature) over the top-k tokens, one token at a time,
 // the context cropped to the last block_size tokens. Deterministic for a seed.
-std::string sample(nn::GPT& model, const data::CharVocab& vocab, const Config& c) {
+std::string sample(nn::GPT& model, const data::CharVocab& vocab, const Config& c, Device device) {
   NoGradGuard no_grad;
   model.eval();
   Generator gen(c.seed);
@@ -96,7 +99,7 @@ std::string sample(nn::GPT& model, const data::CharVocab& vocab, const Config& c
   for (int64_t n = 0; n < c.num_chars; ++n) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), block);
     Tensor x = from_vector(std::vector<int64_t>(ids.end() - T, ids.end()), {1, T}, {.dtype = DType::i64});
-    std::vector<double> logits = model.forward(x).to(DType::f64).narrow(1, T - 1, 1).reshape({V}).to_vector();
+    std::vector<double> logits = model.forward(x.to(device)).to(DType::f64).narrow(1, T - 1, 1).reshape({V}).to_vector();
     for (double& l : logits) l /= std::max(c.temperature, 1e-6);
     if (c.top_k > 0 && c.top_k < V) {
       std::vector<double> sorted = logits;
@@ -135,9 +138,11 @@ int run(Config& c, const dist::World& world) {
     c.n_head = static_cast<int64_t>(scalar(ck, "config.n_head"));
     c.n_embd = static_cast<int64_t>(scalar(ck, "config.n_embd"));
     nn::GPT model(config_from(c, vocab.size()));
+    const Device device = parse_device(c.device, world.local_rank);
     model.to(dtype);
+    model.to(device);
     model.load_state_dict(nn::with_prefix_removed(ck, "model."));
-    if (world.rank == 0) std::printf("%s\n", sample(model, vocab, c).c_str());
+    if (world.rank == 0) std::printf("%s\n", sample(model, vocab, c, device).c_str());
     return 0;
   }
 
@@ -156,7 +161,9 @@ int run(Config& c, const dist::World& world) {
   // ---- model, optimizer, DDP ----
   Generator init_gen(c.seed);
   auto model = std::make_shared<nn::GPT>(config_from(c, vocab.size()), &init_gen);
+  const Device device = parse_device(c.device, world.local_rank);  // batches are copied there per step
   model->to(dtype);
+  model->to(device);
   auto opt = std::make_unique<optim::AdamW>(param_groups(*model, c.lr, c.weight_decay),
                                             optim::AdamWOptions{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95,
                                                                 .weight_decay = c.weight_decay});
@@ -174,9 +181,9 @@ int run(Config& c, const dist::World& world) {
   auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(c.backend));
   dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb});
   dist::sync_found_inf(scaler, group);
-  log("model: GPT %lld layers, %lld heads, %lld wide, block %lld: %lld parameters, %s\n", (long long)c.n_layer,
+  log("model: GPT %lld layers, %lld heads, %lld wide, block %lld: %lld parameters, %s on %s\n", (long long)c.n_layer,
       (long long)c.n_head, (long long)c.n_embd, (long long)c.block_size, (long long)model->parameter_count(),
-      c.precision.c_str());
+      c.precision.c_str(), device.str().c_str());
   log("training: %d rank(s) x %lld threads, batch %lld per rank x %lld accumulation = %lld sequences (%lld tokens) "
       "per step; lr %g peak, warm-up %lld, cosine to %g at step %lld\n",
       world.size, (long long)num_threads(), (long long)c.batch_size, (long long)c.accum,
@@ -210,8 +217,8 @@ int run(Config& c, const dist::World& world) {
     double step_loss = 0;
     for (int64_t k = 0; k < c.accum; ++k) {
       auto [x, y] = data::window_batch(train, sampler.offsets(step * c.accum + k, c.batch_size), c.block_size);
-      Tensor logits = ddp(x).to(DType::f32);
-      Tensor loss = cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), y.reshape({-1}));
+      Tensor logits = ddp(x.to(device)).to(DType::f32);
+      Tensor loss = cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), y.to(device).reshape({-1}));
       Tensor scaled = scaler.scale(loss * (1.0 / static_cast<double>(c.accum)));
       if (k + 1 < c.accum) {
         auto no_sync = ddp.no_sync();
@@ -235,7 +242,7 @@ int run(Config& c, const dist::World& world) {
           static_cast<double>(c.max_steps - step - 1) * static_cast<double>(tokens_per_step) / tps);
     }
     if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.max_steps))
-      log("step %lld: validation loss %.4f\n", (long long)(step + 1), evaluate(*model, val, c, *group));
+      log("step %lld: validation loss %.4f\n", (long long)(step + 1), evaluate(*model, val, c, device, *group));
     if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) save(step + 1);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
@@ -271,6 +278,7 @@ int main(int argc, char** argv) {
   app.add_option("--precision", c.precision, "fp32, fp16 or bf16 parameters (f32 master weights)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--threads", c.threads, "compute threads per rank (default: cores / ranks)");
+  app.add_option("--device", c.device, "cpu, cuda (under mpirun: the local rank's GPU) or cuda:N");
   app.add_option("--accum", c.accum, "micro-batches per step (no_sync)")->check(CLI::PositiveNumber);
   app.add_option("--eval-every", c.eval_every, "validation loss every N steps (0: only at the end)");
   app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation");

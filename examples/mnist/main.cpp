@@ -8,6 +8,7 @@
 //   build/examples/mnist --accum 4             # 4 micro-batches per optimizer step (no_sync)
 //   build/examples/mnist --checkpoint ck.bin   # save at each epoch end (and every --checkpoint-every)
 //   build/examples/mnist --resume ck.bin       # continue exactly where ck.bin left off
+//   build/examples/mnist --device cuda         # on the GPU (under mpirun: each rank its local GPU)
 //
 // Data parallelism: each rank trains a full replica on its own shard (DistributedSampler, reshuffled
 // by set_epoch every epoch); DistributedDataParallel averages the gradients during backward, so the
@@ -38,6 +39,7 @@ struct Config {
   int accum = 1;
   double bucket_mb = 25;
   std::string comm_hook = "allreduce", backend = "auto", trace, simulate_network;
+  std::string device = "cpu";  // cpu, cuda (the local rank's GPU) or cuda:N
   int64_t stats_every = 200;
 };
 
@@ -62,7 +64,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<Te
 
 // Test-set accuracy, without building a graph. Each rank scores its own slice of the test set
 // (the replicas are identical), and the counts are summed over ranks.
-double evaluate(nn::Module& model, const data::MnistSplit& test, DType dtype, dist::ProcessGroup& group) {
+double evaluate(nn::Module& model, const data::MnistSplit& test, DType dtype, Device device,
+                dist::ProcessGroup& group) {
   NoGradGuard no_grad;
   model.eval();
   const int64_t n = test.images.size(0), N = group.size();
@@ -70,8 +73,8 @@ double evaluate(nn::Module& model, const data::MnistSplit& test, DType dtype, di
   int64_t correct = 0;
   for (int64_t at = begin; at < end; at += batch) {
     const int64_t len = std::min(batch, end - at);
-    Tensor logits = model.forward(test.images.narrow(0, at, len).to(dtype));
-    correct += nn::F::correct_count(logits, test.labels.narrow(0, at, len));
+    Tensor logits = model.forward(test.images.narrow(0, at, len).to(device).to(dtype));
+    correct += nn::F::correct_count(logits, test.labels.narrow(0, at, len).to(device));
   }
   model.train();
   Tensor total = full({1}, static_cast<double>(correct), {.dtype = DType::i64});
@@ -107,8 +110,12 @@ int run(Config& c, const dist::World& world) {
               c.data.c_str(), (long long)train->size(), (long long)mnist.test.images.size(0), seconds_since(t_load),
               mnist.mean, mnist.std);
 
+  // The model lives on one device; each batch is copied there as it is used (the loader's batches
+  // are in ordinary host memory: not pinned, so each copy is synchronous).
+  const Device device = parse_device(c.device, world.local_rank);
   auto model = mnist::make_model(c.model);
   model->to(dtype);
+  model->to(device);
   dist::GroupOptions group_options;
   if (!c.simulate_network.empty()) {
     const auto comma = c.simulate_network.find(',');
@@ -128,9 +135,9 @@ int run(Config& c, const dist::World& world) {
   // Each rank its own shard; the same permutation everywhere (seed + epoch).
   data::DistributedSampler sampler(train->size(), {.num_replicas = world.size, .rank = world.rank, .shuffle = true, .seed = c.seed});
   data::DataLoader loader(train, sampler, {.batch_size = c.batch_size, .prefetch = 2});
-  log("model: %s, %lld parameters, %s; optimizer %s lr %g; %d threads per rank; optimizer state %.1f MiB\n",
-      c.model.c_str(), (long long)model->parameter_count(), c.precision.c_str(), opt->name().c_str(), c.lr,
-      num_threads(), static_cast<double>(opt->state_bytes()) / (1 << 20));
+  log("model: %s, %lld parameters, %s on %s; optimizer %s lr %g; %d threads per rank; optimizer state %.1f MiB\n",
+      c.model.c_str(), (long long)model->parameter_count(), c.precision.c_str(), device.str().c_str(),
+      opt->name().c_str(), c.lr, num_threads(), static_cast<double>(opt->state_bytes()) / (1 << 20));
   log("data parallel: %d ranks (backend %s, %zu buckets, comm hook %s); batch %d per rank x %d ranks x %d "
       "accumulation = global batch %d\n",
       world.size, group->backend().c_str(), ddp.buckets().size(), c.comm_hook.c_str(), c.batch_size, world.size,
@@ -187,8 +194,8 @@ int run(Config& c, const dist::World& world) {
       const int micro = static_cast<int>(step_in_epoch % c.accum);
       const bool last_micro = micro == c.accum - 1 || step_in_epoch + 1 == steps_per_epoch;
       if (micro == 0) opt->zero_grad();
-      Tensor logits = ddp(batch.input.to(dtype));
-      Tensor loss = nn::F::cross_entropy(logits, batch.target);
+      Tensor logits = ddp(batch.input.to(device).to(dtype));
+      Tensor loss = nn::F::cross_entropy(logits, batch.target.to(device));
       Tensor scaled = scaler.scale(loss * (1.0 / c.accum));
       if (last_micro) {
         scaled.backward();
@@ -220,7 +227,7 @@ int run(Config& c, const dist::World& world) {
     trained_samples += epoch_samples;
     const int64_t trained_steps = step_in_epoch - skip_in_epoch;
     skip_in_epoch = 0;
-    const double accuracy = evaluate(*model, mnist.test, dtype, *group);
+    const double accuracy = evaluate(*model, mnist.test, dtype, device, *group);
     log("epoch %d: train loss (rank 0) %.5f, test accuracy %.2f%%, %.1f s, %.0f samples/s (all ranks)\n", epoch + 1,
         trained_steps ? loss_sum / static_cast<double>(trained_steps) : 0.0, accuracy, epoch_seconds,
         static_cast<double>(epoch_samples) * world.size / epoch_seconds);
@@ -259,6 +266,7 @@ int main(int argc, char** argv) {
                  "none (p in [0, 1]); default: standard for mlp, half for cnn")
       ->check(CLI::IsMember({"standard", "half", "none"}));
   app.add_option("--threads", c.threads, "compute threads (default: cores / ranks on this node)");
+  app.add_option("--device", c.device, "cpu, cuda (under mpirun: the local rank's GPU) or cuda:N");
   app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here at each epoch end");
   app.add_option("--checkpoint-every", c.checkpoint_every, "also write it every N steps");
   app.add_option("--resume", c.resume, "continue from this checkpoint");

@@ -132,3 +132,17 @@ TEST_CASE("backward from a tensor that does not require grad is an error") {
   auto bad = [] { ones({1}).backward(); };
   CHECK_ERROR(bad, "[backward]", "(1,)", "require");
 }
+
+TEST_CASE("parse_device reads cpu / cuda / cuda:N and says what is visible when a GPU is missing") {
+  CHECK(parse_device("cpu") == Device::cpu());
+  auto unknown = [] { parse_device("gpu"); };
+  CHECK_ERROR(unknown, "[device]", "'gpu'", "cpu, cuda or cuda:N");
+  if (cuda_device_count() == 0) {  // this machine: no GPU (or no CUDA backend in this build)
+    auto missing = [] { parse_device("cuda", /*local_rank=*/1); };
+    CHECK_ERROR(missing, "[device]", "'cuda' asked for", cuda_compiled() ? "0 CUDA device(s)" : "no CUDA backend");
+    auto numbered = [] { parse_device("cuda:3"); };
+    CHECK_ERROR(numbered, "[device]", "'cuda:3'");
+  } else {
+    CHECK(parse_device("cuda", cuda_device_count() + 1) == Device::cuda(1 % cuda_device_count()));
+  }
+}

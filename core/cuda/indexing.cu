@@ -1,0 +1,136 @@
+// Indexing kernels on CUDA: index_select / index_add (embedding forward and backward), gather /
+// scatter_add, one_hot. The front end (core/native/indexing.cpp) checks every index value on the
+// host before launching, so these kernels never see one out of range.
+//
+// The adding kernels use atomicAdd: repeated indices (a token that occurs twice in a batch) add into
+// one row from several threads. Float atomics make the order of those additions, and so the last
+// bits of a sum, vary from run to run; the front end computes them in f32 / f64 only.
+#include <cstdint>
+
+#include "core/cuda/device.h"
+#include "core/cuda/launch.h"
+#include "core/kernels.h"
+
+namespace ringgrad::cuda {
+namespace {
+
+using namespace detail;
+
+// Elements are copied as opaque words of their size, so one kernel serves every dtype.
+template <class Word>
+__global__ void index_select_kernel(const Word* src, const int64_t* index, Word* out, int64_t outer, int64_t mid,
+                                    int64_t count, int64_t inner) {
+  const int64_t total = outer * count * inner;
+  for (int64_t e = first_thread(); e < total; e += thread_stride()) {
+    const int64_t i = e % inner, k = (e / inner) % count, o = e / (inner * count);
+    out[e] = src[(o * mid + index[k]) * inner + i];
+  }
+}
+
+template <class T>
+__global__ void index_add_kernel(T* out, const int64_t* index, const T* src, int64_t outer, int64_t mid,
+                                 int64_t count, int64_t inner) {
+  const int64_t total = outer * count * inner;
+  for (int64_t e = first_thread(); e < total; e += thread_stride()) {
+    const int64_t i = e % inner, k = (e / inner) % count, o = e / (inner * count);
+    atomicAdd(out + (o * mid + index[k]) * inner + i, src[e]);
+  }
+}
+
+// The offset in `a` of index position p (See GatherGeometry in core/kernels.h).
+__device__ int64_t gather_offset(const GatherGeometry& g, const int64_t* index, int64_t p) {
+  int64_t rest = p, offset = 0;
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    const int64_t coord = rest % g.index_shape[d];
+    rest /= g.index_shape[d];
+    offset += (d == g.dim ? index[p] : coord) * g.a_strides[d];
+  }
+  return offset;
+}
+
+template <class Word>
+__global__ void gather_kernel(const Word* a, const int64_t* index, Word* out, int64_t count, GatherGeometry g) {
+  for (int64_t p = first_thread(); p < count; p += thread_stride()) out[p] = a[gather_offset(g, index, p)];
+}
+
+template <class T>
+__global__ void scatter_add_kernel(T* out, const int64_t* index, const T* src, int64_t count, GatherGeometry g) {
+  for (int64_t p = first_thread(); p < count; p += thread_stride()) atomicAdd(out + gather_offset(g, index, p), src[p]);
+}
+
+__global__ void one_hot_kernel(const int64_t* index, double* out, int64_t count, int64_t classes) {
+  for (int64_t i = first_thread(); i < count; i += thread_stride()) out[i * classes + index[i]] = 1.0;
+}
+
+// Calls fn(Word{}) with an unsigned integer type of `element_size` bytes.
+template <class Fn>
+void dispatch_word(const char* op, size_t element_size, Fn&& fn) {
+  switch (element_size) {
+    case 1: return fn(uint8_t{});
+    case 2: return fn(uint16_t{});
+    case 4: return fn(uint32_t{});
+    case 8: return fn(uint64_t{});
+    default: RG_FAIL(op, "no CUDA kernel for elements of ", element_size, " bytes");
+  }
+}
+
+}  // namespace
+
+void index_select(size_t element_size, const void* src, const int64_t* index, void* out, int64_t outer,
+                  int64_t mid, int64_t count, int64_t inner) {
+  const int64_t total = outer * count * inner;
+  if (total == 0) return;
+  DeviceGuard guard(device_of(out));
+  dispatch_word("index_select", element_size, [&](auto word) {
+    using W = decltype(word);
+    index_select_kernel<W><<<blocks_for(total), kThreads>>>(static_cast<const W*>(src), index, static_cast<W*>(out),
+                                                            outer, mid, count, inner);
+  });
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+void index_add(DType dtype, void* out, const int64_t* index, const void* src, int64_t outer, int64_t mid,
+               int64_t count, int64_t inner) {
+  const int64_t total = outer * count * inner;
+  if (total == 0) return;
+  DeviceGuard guard(device_of(out));
+  dispatch_compute("index_add", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    index_add_kernel<T><<<blocks_for(total), kThreads>>>(static_cast<T*>(out), index, static_cast<const T*>(src),
+                                                         outer, mid, count, inner);
+  });
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+void gather(size_t element_size, const void* a, const int64_t* index, void* out, int64_t count,
+            const GatherGeometry& geometry) {
+  if (count == 0) return;
+  DeviceGuard guard(device_of(out));
+  dispatch_word("gather", element_size, [&](auto word) {
+    using W = decltype(word);
+    gather_kernel<W><<<blocks_for(count), kThreads>>>(static_cast<const W*>(a), index, static_cast<W*>(out), count,
+                                                      geometry);
+  });
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+void scatter_add(DType dtype, void* out, const int64_t* index, const void* src, int64_t count,
+                 const GatherGeometry& geometry) {
+  if (count == 0) return;
+  DeviceGuard guard(device_of(out));
+  dispatch_compute("scatter_add", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    scatter_add_kernel<T><<<blocks_for(count), kThreads>>>(static_cast<T*>(out), index, static_cast<const T*>(src),
+                                                           count, geometry);
+  });
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+void one_hot(const int64_t* index, double* out, int64_t count, int64_t classes) {
+  if (count == 0) return;
+  DeviceGuard guard(device_of(out));
+  one_hot_kernel<<<blocks_for(count), kThreads>>>(index, out, count, classes);
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ringgrad::cuda

@@ -1,0 +1,207 @@
+// Backend "nccl": collectives on GPU tensors with NVIDIA's NCCL, behind the same ProcessGroup
+// interface and the same communication thread as the MPI backends -- so submission order, Work
+// handles, timeouts with a diagnosis, stats, traces and the debug mode (Note [Debug mode]) are the
+// ones documented in dist/process_group.h and dist/comm_thread.h. Built only with the CUDA backend.
+//
+// Bootstrap: rank 0 makes an ncclUniqueId, MPI_Bcast hands it to every rank, and each calls
+// ncclCommInitRank on its own GPU -- the GPU of its local rank (parse_device("cuda", local_rank)),
+// one per rank. Two ranks on one GPU would hang or fail inside NCCL with an opaque message, so the
+// ranks first all-gather (host name, GPU UUID) and a duplicate is an error naming both ranks. (The
+// MPI backends accept GPU tensors through host staging, which is how several ranks may share a GPU.)
+//
+// Note [NCCL stream ordering]: ringgrad's kernels run on the legacy default stream; NCCL runs on this
+// group's own communication stream, so a reduction overlaps the kernels launched after it (the rest
+// of backward). Each op records an event on the default stream when it starts (every kernel issued
+// so far, including the ones that produced its tensor) and makes the communication stream wait on
+// it -- a device-side wait, the host never blocks -- then records a second event after the NCCL
+// call. Work::wait() returns once that event has passed, so kernels the caller launches after
+// wait() run after the reduction. The tensors stay referenced by the op until it finishes, so the
+// caching allocator cannot hand their memory to anyone else meanwhile.
+//
+// Faults: polling queries the done event and ncclCommGetAsyncError; an NCCL error fails the op with
+// NCCL's message. When the op's timeout passes (a rank never joined), the communicator is aborted
+// (ncclCommAbort: the NCCL kernel stops instead of spinning forever) and, as for every backend, the
+// group becomes unusable (Note [After a timeout] in dist/comm_thread.h).
+//
+// Precision: NCCL adds f16 / bf16 in their own type at each step (the MPI backends accumulate in f32
+// and round once); AVG is ncclAvg, one division on every rank.
+#include <mpi.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "core/cuda/check.h"
+#include "core/cuda/device.h"
+#include "core/kernels.h"
+#include "dist/backends.h"
+#include "dist/group_base.h"
+#include "dist/init.h"
+#include "dist/mpi_check.h"
+
+namespace ringgrad::dist::detail {
+namespace {
+
+[[noreturn]] void throw_nccl_error(const char* stmt, ncclResult_t result, const char* file, int line) {
+  throw Error(str_cat("[nccl] ", stmt, " failed: ", ncclGetErrorString(result), " (rank ", world().rank, "/",
+                      world().size, ")", cuda::detail::error_location(file, line)));
+}
+
+#define RG_NCCL_CHECK(stmt)                                                   \
+  do {                                                                        \
+    const ncclResult_t rg_nccl_result_ = (stmt);                              \
+    if (rg_nccl_result_ != ncclSuccess) throw_nccl_error(#stmt, rg_nccl_result_, __FILE__, __LINE__); \
+  } while (0)
+
+ncclDataType_t nccl_type(DType t, const char* op) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::f16: return ncclFloat16;
+    case DType::bf16: return ncclBfloat16;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    default: RG_FAIL(op, "the nccl backend has no type for ", dtype_name(t), " (rank ", world().rank, ")");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// One NCCL call, ordered after the default stream's work (See Note [NCCL stream ordering]).
+class NcclOp final : public PendingOp {
+ public:
+  using Launch = std::function<void(cudaStream_t)>;
+  NcclOp(ncclComm_t comm, cudaStream_t stream, int device, std::vector<Tensor> keep, const Launch& launch)
+      : comm_(comm), device_(device), keep_(std::move(keep)) {
+    cuda::DeviceGuard guard(device_);
+    RG_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    RG_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    RG_CUDA_CHECK(cudaEventRecord(ready_, cudaStreamLegacy));
+    RG_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));
+    launch(stream);
+    RG_CUDA_CHECK(cudaEventRecord(done_, stream));
+  }
+  ~NcclOp() override {
+    cuda::DeviceGuard guard(device_);
+    cudaEventDestroy(ready_);
+    cudaEventDestroy(done_);
+  }
+
+  bool poll() override {
+    cuda::DeviceGuard guard(device_);
+    const cudaError_t state = cudaEventQuery(done_);
+    if (state == cudaSuccess) return true;
+    if (state != cudaErrorNotReady) RG_CUDA_CHECK(state);
+    ncclResult_t async = ncclSuccess;
+    RG_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    if (async != ncclSuccess && async != ncclInProgress)
+      RG_FAIL("dist.nccl", "NCCL reported ", ncclGetErrorString(async), " while the collective ran (rank ",
+              world().rank, "/", world().size, ")");
+    return false;
+  }
+  // After a timeout: stop the NCCL kernel, which would otherwise wait for the missing rank forever.
+  void abandon() override { (void)ncclCommAbort(comm_); }
+
+ private:
+  ncclComm_t comm_;
+  int device_;
+  std::vector<Tensor> keep_;  // alive until the op is done
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+};
+
+class NcclGroup final : public GroupBase {
+ public:
+  explicit NcclGroup(const GroupOptions& options)
+      : GroupBase("nccl", options), device_(parse_device("cuda", world().local_rank)) {
+    check_one_rank_per_gpu();
+    cuda::DeviceGuard guard(device_.index);
+    ncclUniqueId id;
+    if (rank_ == 0) RG_NCCL_CHECK(ncclGetUniqueId(&id));
+    RG_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_));
+    RG_NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
+    RG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    set_native_device(device_);
+  }
+  ~NcclGroup() override {
+    shutdown();  // queued ops still run (each bounded by the timeout)
+    cuda::DeviceGuard guard(device_.index);
+    if (nccl_ != nullptr) (void)ncclCommDestroy(nccl_);  // after an abort this only frees
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+ protected:
+  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int /*tag*/) override {
+    const ncclDataType_t type = nccl_type(t.dtype(), "dist.allreduce");
+    return op_on({t}, [&](cudaStream_t s) {
+      RG_NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type, nccl_op(op), nccl_, s));
+    });
+  }
+  std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int /*tag*/) override {
+    return op_on({t}, [&](cudaStream_t s) {
+      RG_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, nccl_, s));
+    });
+  }
+  std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int /*tag*/) override {
+    return op_on({output, input}, [&](cudaStream_t s) {
+      RG_NCCL_CHECK(ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, nccl_, s));
+    });
+  }
+  std::unique_ptr<PendingOp> start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                  int /*tag*/) override {
+    const ncclDataType_t type = nccl_type(input.dtype(), "dist.reduce_scatter");
+    return op_on({output, input}, [&](cudaStream_t s) {
+      RG_NCCL_CHECK(ncclReduceScatter(input.raw_data(), output.raw_data(), output.numel(), type, nccl_op(op), nccl_, s));
+    });
+  }
+
+ private:
+  std::unique_ptr<PendingOp> op_on(std::vector<Tensor> keep, const NcclOp::Launch& launch) {
+    return std::make_unique<NcclOp>(nccl_, stream_, device_.index, std::move(keep), launch);
+  }
+
+  // Every rank's (host, GPU UUID); two equal ones mean two ranks would drive one GPU.
+  void check_one_rank_per_gpu() const {
+    constexpr size_t kHost = 64;
+    std::array<char, kHost + 16> mine{};
+    gethostname(mine.data(), kHost - 1);
+    cudaDeviceProp props{};
+    RG_CUDA_CHECK(cudaGetDeviceProperties(&props, device_.index));
+    std::memcpy(mine.data() + kHost, props.uuid.bytes, 16);
+    std::vector<char> all(mine.size() * static_cast<size_t>(size_));
+    RG_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, all.data(),
+                               static_cast<int>(mine.size()), MPI_BYTE, comm_));
+    // Every rank scans every pair, so all of them fail alike (none is left waiting in MPI_Bcast).
+    const size_t stride = mine.size();
+    for (int i = 0; i < size_; ++i)
+      for (int j = i + 1; j < size_; ++j) {
+        if (std::memcmp(all.data() + i * stride, all.data() + j * stride, stride) != 0) continue;
+        RG_FAIL("dist.new_group", "backend 'nccl' needs one GPU per rank, but ranks ", i, " and ", j,
+                " would both drive one GPU (GPUs are assigned by local rank; host '", all.data() + i * stride,
+                "'). Start at most as many ranks per machine as it has GPUs, or use an MPI backend (ring, tree, "
+                "auto, mpi), which stages GPU tensors through the host (rank ", rank_, "/", size_, ")");
+      }
+  }
+
+  Device device_;
+  ncclComm_t nccl_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> new_nccl_group(const GroupOptions& options) {
+  return std::make_unique<NcclGroup>(options);
+}
+
+}  // namespace ringgrad::dist::detail

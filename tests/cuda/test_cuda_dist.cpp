@@ -1,0 +1,146 @@
+// GPU tensors through the MPI process groups and DDP (issue 8), under mpirun -np 2 with both ranks
+// sharing one GPU: the collectives stage CUDA tensors through host memory (Note [CUDA tensors through
+// host staging] in dist/group_base.cpp), so the results must be the CPU's exactly; DDP on the GPU must
+// match one CPU process trained on the global batch.
+//
+// Without a CUDA device every rank exits with 77 before any collective (CTest: skipped).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cstdio>
+
+#include "ringgrad.h"
+
+using namespace ringgrad;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+constexpr int64_t kPerRank = 4;
+
+std::shared_ptr<dist::ProcessGroup> make_group(const std::string& backend) {
+  return std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend, dist::GroupOptions{.timeout_seconds = 60}));
+}
+
+// A tensor (n) whose element i on rank r is r + 1 + i, on the GPU.
+Tensor rank_values(int64_t n, int rank) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(static_cast<double>(rank + 1 + i));
+  return from_vector(v, {n}).to(kGpu);
+}
+
+}  // namespace
+
+TEST_CASE("collectives on CUDA tensors give the closed-form results, on every MPI backend") {
+  const int N = dist::world().size, r = dist::world().rank;
+  for (const std::string backend : {"ring", "tree", "mpi", "auto"}) {
+    CAPTURE(backend);
+    auto pg = make_group(backend);
+    for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{300001}}) {
+      CAPTURE(n);
+      Tensor t = rank_values(n, r);
+      pg->allreduce(t)->wait();
+      CHECK(t.device() == kGpu);
+      const std::vector<double> sum = t.to(Device::cpu()).to_vector();
+      bool ok = true;
+      for (int64_t i = 0; i < n; ++i) ok &= sum[i] == static_cast<double>(N * (N + 1) / 2 + N * i);
+      CHECK(ok);
+    }
+    Tensor b = rank_values(17, r);
+    pg->broadcast(b, 1 % N)->wait();
+    CHECK(b.to(Device::cpu()).to_vector() == rank_values(17, 1 % N).to(Device::cpu()).to_vector());
+    Tensor gathered = zeros({N, 5}, {.device = kGpu});
+    pg->allgather(gathered, rank_values(5, r))->wait();
+    for (int k = 0; k < N; ++k)
+      CHECK(gathered.select(0, k).to(Device::cpu()).to_vector() == rank_values(5, k).to(Device::cpu()).to_vector());
+    Tensor part = zeros({3}, {.device = kGpu});
+    pg->reduce_scatter(part, rank_values(3 * N, r))->wait();
+    const std::vector<double> mine = part.to(Device::cpu()).to_vector();
+    for (int64_t i = 0; i < 3; ++i) CHECK(mine[i] == static_cast<double>(N * (N + 1) / 2 + N * (r * 3 + i)));
+  }
+}
+
+TEST_CASE("nccl: collectives on this rank's GPU when each rank has one, else a clear error naming two ranks") {
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N > cuda_device_count()) {  // e.g. 2 ranks, 1 GPU
+    CHECK_THROWS_WITH(make_group("nccl"), doctest::Contains("ranks 0 and 1 would both drive one GPU"));
+    return;
+  }
+  auto pg = make_group("nccl");
+  const Device mine = Device::cuda(dist::world().local_rank % cuda_device_count());
+  Tensor t = from_vector(std::vector<double>{1.0 + r, 2.0, 3.0 * r}, {3}).to(mine);
+  pg->allreduce(t)->wait();
+  CHECK(t.to(Device::cpu()).to_vector() ==
+        std::vector<double>{N + N * (N - 1) / 2.0, 2.0 * N, 3.0 * N * (N - 1) / 2.0});
+  Tensor avg = full({1000}, r + 1.0, {.device = mine});
+  auto work = pg->allreduce(avg, dist::ReduceOp::avg);
+  const Tensor later = mul(t, 2.0);  // a kernel the caller launches meanwhile on the default stream
+  work->wait();
+  CHECK(avg.to(Device::cpu()).to_vector() == std::vector<double>(1000, (N + 1) / 2.0));
+  CHECK(later.to(Device::cpu()).to_vector() == std::vector<double>{2.0 * (N + N * (N - 1) / 2.0), 4.0 * N,
+                                                                   6.0 * N * (N - 1) / 2.0});
+  // A CPU tensor is refused with the group's device named.
+  CHECK_THROWS_WITH(pg->allreduce(ones({2})), doctest::Contains("must be on this group's device"));
+  // DDP on nccl: the same check as the MPI staging case below, one step.
+  manual_seed(3);
+  auto model = std::make_shared<nn::Linear>(8, 4);
+  model->to(mine);
+  dist::DistributedDataParallel ddp(model, pg);
+  ddp(full({2, 8}, r + 1.0, {.device = mine})).sum().backward();
+  // d(sum)/dW = sum over the batch of x: 2 (r + 1) per entry, averaged over ranks: N + 1.
+  CHECK(model->weight.grad().to(Device::cpu()).to_vector() == std::vector<double>(32, N + 1.0));
+}
+
+TEST_CASE("DDP on the GPU == one CPU process on the global batch (MLP, SGD, 3 steps)") {
+  const int N = dist::world().size, r = dist::world().rank;
+  auto make = [](uint64_t seed) {
+    manual_seed(seed);
+    return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(64, 32), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::Linear>(32, 10)});
+  };
+  auto reference = make(7);
+  auto replica = make(r == 0 ? 7 : 99 + r);  // DDP must broadcast rank 0's parameters
+  replica->to(kGpu);
+  dist::DistributedDataParallel ddp(replica, make_group("ring"), {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD opt(replica->parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (int step = 0; step < 3; ++step) {
+    Generator gen(1000 + step);
+    const Tensor x = randn({N * kPerRank, 1, 8, 8}, gen);
+    std::vector<int64_t> labels;
+    for (int64_t i = 0; i < N * kPerRank; ++i) labels.push_back((7 * i + step) % 10);
+    const Tensor y = from_vector(labels, {N * kPerRank}, {.dtype = DType::i64});
+    ref_opt.zero_grad();
+    cross_entropy((*reference)(x), y).backward();
+    ref_opt.step();
+    opt.zero_grad();
+    const Tensor mx = x.narrow(0, r * kPerRank, kPerRank).contiguous().to(kGpu);
+    const Tensor my = y.narrow(0, r * kPerRank, kPerRank).contiguous().to(kGpu);
+    cross_entropy(ddp(mx), my).backward();
+    opt.step();
+    const auto pr = reference->named_parameters(), pg = replica->named_parameters();
+    for (size_t i = 0; i < pr.size(); ++i) {
+      CAPTURE(step);
+      CAPTURE(pr[i].first);
+      CHECK(pg[i].second.device() == kGpu);
+      CHECK(allclose(pg[i].second.to(Device::cpu()), pr[i].second, 1e-4, 1e-5));
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  if (!cuda_compiled() || cuda_device_count() == 0) {
+    std::printf("skipped: no CUDA device\n");
+    return 77;  // before dist::init: every rank decides alike, no collective is left waiting
+  }
+  const dist::World world = dist::init(&argc, &argv);
+  doctest::Context context(argc, argv);
+  if (world.rank != 0) context.setOption("no-version", true);
+  int rc = context.run();
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  dist::finalize();
+  return context.shouldExit() ? rc : worst;
+}

@@ -1,0 +1,260 @@
+// The layers' kernels on CUDA against the CPU (issue 8): softmax and cross-entropy, layer_norm,
+// causal attention (dropout included), embedding / gather / one_hot, conv2d and max_pool2d, the fused
+// SGD / Adam updates, GradScaler, and a whole GPT-mini and CNN training step. Every case runs the
+// same op on CPU and GPU tensors holding the same values -- forward and, through autograd, backward --
+// and compares. main() is in test_cuda_ops.cpp (skips without a device).
+//
+// Tolerances (f32): row kernels sum in a different order than the CPU loops and use CUDA's exp:
+// rtol 1e-5 / atol 1e-6. Attention, conv and whole models go through cuBLAS / cuDNN, which add in
+// other orders again: atol 1e-5 .. 1e-4 against values of size ~1. f64 cases use 1e-12.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "ringgrad.h"
+
+using namespace ringgrad;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+Tensor randn_on_cpu(const Shape& shape, uint64_t seed, DType dtype = DType::f32) {
+  Generator gen(seed);
+  return randn(shape, gen).to(dtype);
+}
+
+void check_close(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const char* what) {
+  REQUIRE(gpu.defined());
+  REQUIRE(cpu.defined());
+  CHECK(gpu.device() == kGpu);
+  REQUIRE(gpu.shape() == cpu.shape());
+  const Tensor back = gpu.to(Device::cpu());
+  CHECK_MESSAGE(allclose(back, cpu, rtol, atol), what, ": max |cuda - cpu| = ", max_abs_diff(back, cpu), " over ",
+                shape_str(cpu.shape()), " ", dtype_name(cpu.dtype()));
+}
+
+// Runs fn on CPU copies and GPU copies of `inputs` (all made leaves that require grad when floating),
+// backpropagates the same random upstream gradient, and compares the outputs and every gradient.
+void check_op_and_grads(const std::vector<Tensor>& inputs, const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                        double rtol, double atol, const char* what) {
+  std::vector<Tensor> on_cpu, on_gpu;
+  for (const Tensor& t : inputs) {
+    const bool differentiable = is_floating(t.dtype());
+    on_cpu.push_back(differentiable ? t.clone().requires_grad_() : t);
+    on_gpu.push_back(differentiable ? t.to(kGpu).requires_grad_() : t.to(kGpu));
+  }
+  const Tensor y_cpu = fn(on_cpu), y_gpu = fn(on_gpu);
+  check_close(y_gpu, y_cpu, rtol, atol, what);
+  const Tensor g = randn_on_cpu(y_cpu.shape(), 999, y_cpu.dtype());
+  y_cpu.backward(g);
+  y_gpu.backward(g.to(kGpu));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!is_floating(inputs[i].dtype())) continue;
+    CAPTURE(i);
+    check_close(on_gpu[i].grad(), on_cpu[i].grad(), rtol, atol, what);
+  }
+}
+
+// Every parameter's gradient of the GPU model against the CPU model's (same architecture and init).
+void check_gradients_match(nn::Module& on_cpu, nn::Module& on_gpu, const char* what) {
+  const auto named_cpu = on_cpu.named_parameters(), named_gpu = on_gpu.named_parameters();
+  REQUIRE(named_cpu.size() == named_gpu.size());
+  for (size_t i = 0; i < named_cpu.size(); ++i) {
+    CAPTURE(named_cpu[i].first);
+    check_close(named_gpu[i].second.grad(), named_cpu[i].second.grad(), 1e-4, 1e-5, what);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("softmax, log_softmax and cross-entropy match the CPU, gradients included") {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    CAPTURE(dtype_name(dtype));
+    const double tol = dtype == DType::f64 ? 1e-12 : 1e-5;
+    const Tensor x = randn_on_cpu({7, 45, 33}, 1, dtype);
+    check_op_and_grads({x}, [](const auto& in) { return softmax(in[0], -1); }, tol, tol, "softmax");
+    check_op_and_grads({x}, [](const auto& in) { return log_softmax(in[0], 1); }, tol, tol, "log_softmax (dim 1)");
+    // Rows longer than a warp and a vocabulary-sized one.
+    const Tensor logits = randn_on_cpu({64, 1000}, 2, dtype);
+    Tensor target = from_vector(std::vector<int64_t>(64, 3), {64});
+    for (int64_t i = 0; i < 64; ++i) target.data<int64_t>()[i] = (i * 37) % 1000;
+    target.data<int64_t>()[5] = -100;  // ignored
+    check_op_and_grads({logits, target}, [](const auto& in) { return cross_entropy(in[0], in[1]); }, tol, tol,
+                       "cross_entropy");
+  }
+  // f16 logits compute in f32 and round once on both devices.
+  const Tensor h = randn_on_cpu({16, 10}, 3, DType::f16);
+  check_close(softmax(h.to(kGpu), -1), softmax(h, -1), 1e-2, 1e-3, "softmax f16");
+  // A target out of range is a clear error on the GPU too (checked on the host).
+  const Tensor bad = from_vector(std::vector<int64_t>{0, 10}, {2});
+  CHECK_THROWS_WITH(cross_entropy(randn_on_cpu({2, 10}, 4).to(kGpu), bad.to(kGpu)),
+                    doctest::Contains("target[1] = 10 is not a class index"));
+}
+
+TEST_CASE("layer_norm matches the CPU, forward and backward") {
+  for (int64_t C : {int64_t{128}, int64_t{7}, int64_t{300}}) {
+    CAPTURE(C);
+    const Tensor x = randn_on_cpu({3, 50, C}, 10);
+    const Tensor w = randn_on_cpu({C}, 11), b = randn_on_cpu({C}, 12);
+    check_op_and_grads({x, w, b}, [](const auto& in) { return layer_norm(in[0], in[1], in[2]); }, 1e-5, 1e-5,
+                       "layer_norm");
+    check_op_and_grads({x}, [](const auto& in) { return layer_norm(in[0]); }, 1e-5, 1e-5, "layer_norm, no affine");
+  }
+  const Tensor x64 = randn_on_cpu({130, 64}, 13, DType::f64);  // more rows than one dw/db chunk
+  const Tensor w64 = randn_on_cpu({64}, 14, DType::f64), b64 = randn_on_cpu({64}, 15, DType::f64);
+  check_op_and_grads({x64, w64, b64}, [](const auto& in) { return layer_norm(in[0], in[1], in[2]); }, 1e-12, 1e-12,
+                     "layer_norm f64");
+}
+
+TEST_CASE("causal softmax and the fused attention match the CPU, with and without dropout") {
+  const Tensor scores = randn_on_cpu({2, 3, 70, 70}, 20);
+  check_op_and_grads({scores}, [](const auto& in) { return causal_softmax(in[0], 0.25); }, 1e-5, 1e-6,
+                     "causal_softmax");
+  // qkv: (B, T, 3C) with T = 70 (not a multiple of the CPU's 32-row blocks), C = 64, 4 heads.
+  const Tensor qkv = randn_on_cpu({2, 70, 192}, 21);
+  check_op_and_grads({qkv}, [](const auto& in) { return causal_self_attention(in[0], 4); }, 1e-5, 2e-5,
+                     "causal_self_attention");
+  // The dropout mask is Philox(seed, offset) on both devices: the same generator state gives the
+  // same mask, so the results agree entry for entry up to rounding.
+  check_op_and_grads(
+      {qkv},
+      [](const auto& in) {
+        Generator gen(7);
+        return causal_self_attention(in[0], 4, 0.3, gen);
+      },
+      1e-5, 2e-5, "causal_self_attention with dropout");
+  const Tensor qkv64 = randn_on_cpu({1, 33, 96}, 22, DType::f64);
+  check_op_and_grads({qkv64}, [](const auto& in) { return causal_self_attention(in[0], 2); }, 1e-12, 1e-12,
+                     "causal_self_attention f64");
+}
+
+TEST_CASE("embedding, gather and one_hot match the CPU; repeated indices accumulate") {
+  const Tensor weight = randn_on_cpu({50, 24}, 30);
+  Tensor idx = from_vector(std::vector<int64_t>{3, 7, 3, 49, 0, 3, 7, 12}, {2, 4});  // repeats
+  check_op_and_grads({weight, idx}, [](const auto& in) { return embedding(in[0], in[1]); }, 1e-6, 1e-6,
+                     "embedding");
+  const Tensor a = randn_on_cpu({6, 9}, 31);
+  Tensor gidx = from_vector(std::vector<int64_t>{0, 8, 8, 1, 2, 3, 4, 5, 6, 7, 0, 0}, {6, 2});
+  check_op_and_grads({a, gidx}, [](const auto& in) { return gather(in[0], 1, in[1]); }, 1e-6, 1e-6, "gather");
+  const Tensor rows = from_vector(std::vector<int64_t>{3, 5, 3, 0}, {4});
+  check_op_and_grads({a, rows}, [](const auto& in) { return index_select(in[0], 0, in[1]); }, 1e-6, 1e-6,
+                     "index_select dim 0");
+  check_op_and_grads({a, rows}, [](const auto& in) { return index_select(in[0], 1, in[1]); }, 1e-6, 1e-6,
+                     "index_select dim 1");
+  const Tensor classes = from_vector(std::vector<int64_t>{2, 0, 4}, {3});
+  check_close(one_hot(classes.to(kGpu), 5), one_hot(classes, 5), 0, 0, "one_hot");
+  CHECK_THROWS_WITH(embedding(weight.to(kGpu), from_vector(std::vector<int64_t>{50}, {1}).to(kGpu)),
+                    doctest::Contains("out of range"));
+}
+
+TEST_CASE("conv2d (cuDNN) and max_pool2d match the CPU, gradients included") {
+  const Tensor x = randn_on_cpu({4, 3, 13, 11}, 40);
+  const Tensor w = mul(randn_on_cpu({8, 3, 3, 3}, 41), 0.3), b = randn_on_cpu({8}, 42);
+  for (int64_t stride : {int64_t{1}, int64_t{2}})
+    for (int64_t padding : {int64_t{0}, int64_t{1}}) {
+      CAPTURE(stride);
+      CAPTURE(padding);
+      check_op_and_grads({x, w, b}, [&](const auto& in) { return conv2d(in[0], in[1], in[2], stride, padding); },
+                         1e-5, 1e-4, "conv2d");
+    }
+  check_op_and_grads({x}, [](const auto& in) { return max_pool2d(in[0], 2); }, 0, 0, "max_pool2d 2x2");
+  // Overlapping windows (stride < kernel) with padding: gradients add where windows share a maximum.
+  check_op_and_grads({x}, [](const auto& in) { return max_pool2d(in[0], 3, 2, 1); }, 1e-6, 1e-6,
+                     "max_pool2d 3x3 stride 2 padding 1");
+}
+
+TEST_CASE("fused SGD and Adam updates match the CPU, f16 master weights included") {
+  for (DType dtype : {DType::f32, DType::f16}) {
+    CAPTURE(dtype_name(dtype));
+    for (int which : {0, 1}) {
+      const Tensor start = randn_on_cpu({1000}, 50, dtype);
+      Tensor p_cpu = start.clone().requires_grad_(), p_gpu = start.to(kGpu).requires_grad_();
+      std::unique_ptr<optim::Optimizer> o_cpu, o_gpu;
+      if (which == 0) {
+        const optim::SGDOptions opt{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3};
+        o_cpu = std::make_unique<optim::SGD>(std::vector<Tensor>{p_cpu}, opt);
+        o_gpu = std::make_unique<optim::SGD>(std::vector<Tensor>{p_gpu}, opt);
+      } else {
+        const optim::AdamWOptions opt{.lr = 1e-2, .weight_decay = 0.1};
+        o_cpu = std::make_unique<optim::AdamW>(std::vector<Tensor>{p_cpu}, opt);
+        o_gpu = std::make_unique<optim::AdamW>(std::vector<Tensor>{p_gpu}, opt);
+      }
+      for (int step = 0; step < 3; ++step) {
+        const Tensor g = randn_on_cpu({1000}, 60 + step, dtype);
+        p_cpu.set_grad(g.clone());
+        p_gpu.set_grad(g.to(kGpu));
+        o_cpu->step();
+        o_gpu->step();
+      }
+      // Same functor, same order of operations; only CUDA's sqrt / FMA contraction may differ.
+      check_close(p_gpu, p_cpu, dtype == DType::f16 ? 1e-3 : 1e-6, 1e-6, which == 0 ? "SGD" : "AdamW");
+    }
+  }
+}
+
+TEST_CASE("GradScaler unscales CUDA gradients and finds an inf") {
+  Tensor p = zeros({4}, {.device = kGpu}).requires_grad_();
+  optim::SGD opt({p}, {.lr = 1.0});
+  optim::GradScaler scaler({.init_scale = 4.0});
+  p.set_grad(from_vector(std::vector<float>{4, 8, -4, 0}, {4}).to(kGpu));
+  CHECK(scaler.step(opt));
+  CHECK(p.to(Device::cpu()).to_vector() == std::vector<double>{-1, -2, 1, 0});
+  scaler.update();
+  p.set_grad(from_vector(std::vector<float>{1, INFINITY, 0, 0}, {4}).to(kGpu));
+  CHECK_FALSE(scaler.step(opt));  // skipped
+  CHECK(p.to(Device::cpu()).to_vector() == std::vector<double>{-1, -2, 1, 0});
+}
+
+TEST_CASE("a GPT-mini training step on CUDA matches the CPU") {
+  nn::GPTConfig config{.vocab_size = 40, .block_size = 24, .n_layer = 2, .n_head = 2, .n_embd = 32};
+  Generator g1(1), g2(1);
+  auto on_cpu = std::make_shared<nn::GPT>(config, &g1);
+  auto on_gpu = std::make_shared<nn::GPT>(config, &g2);
+  on_gpu->to(kGpu);
+  optim::AdamW o_cpu(on_cpu->parameters(), {.lr = 1e-3, .weight_decay = 0.1});
+  optim::AdamW o_gpu(on_gpu->parameters(), {.lr = 1e-3, .weight_decay = 0.1});
+  Generator data(5);
+  const Tensor idx = mul(rand({3, 24}, data), 40.0).to(DType::i64);
+  const Tensor targets = mul(rand({3 * 24}, data), 40.0).to(DType::i64);
+  for (int step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    // Steady state: from the third step on, the caching allocator serves every request from blocks
+    // the earlier steps freed -- no cudaMalloc / cudaFree in a step.
+    if (step == 2) reset_peak_memory_stats(kGpu);
+    o_cpu.zero_grad();
+    o_gpu.zero_grad();
+    const Tensor loss_cpu = cross_entropy(on_cpu->forward(idx).view({3 * 24, 40}), targets);
+    const Tensor loss_gpu = cross_entropy(on_gpu->forward(idx.to(kGpu)).view({3 * 24, 40}), targets.to(kGpu));
+    CHECK(loss_gpu.item() == doctest::Approx(loss_cpu.item()).epsilon(1e-5));
+    loss_cpu.backward();
+    loss_gpu.backward();
+    check_gradients_match(*on_cpu, *on_gpu, "GPT gradient");
+    o_cpu.step();
+    o_gpu.step();
+  }
+  CHECK(memory_stats(kGpu).os_allocations == 0);
+  CHECK(memory_stats(kGpu).os_frees == 0);
+}
+
+TEST_CASE("a CNN training step on CUDA matches the CPU") {
+  auto make = [] {
+    Generator gen(3);
+    return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = 1, .generator = &gen}),
+        std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+        std::make_shared<nn::Linear>(4 * 7 * 7, 10, nn::LinearOptions{.generator = &gen})});
+  };
+  auto on_cpu = make(), on_gpu = make();
+  on_gpu->to(kGpu);
+  const Tensor x = randn_on_cpu({8, 1, 14, 14}, 70);
+  const Tensor y = from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, {8});
+  const Tensor loss_cpu = cross_entropy(on_cpu->forward(x), y);
+  const Tensor loss_gpu = cross_entropy(on_gpu->forward(x.to(kGpu)), y.to(kGpu));
+  CHECK(loss_gpu.item() == doctest::Approx(loss_cpu.item()).epsilon(1e-5));
+  loss_cpu.backward();
+  loss_gpu.backward();
+  check_gradients_match(*on_cpu, *on_gpu, "CNN gradient");
+}

@@ -17,7 +17,7 @@
 #   JOBS                  parallel build jobs (default: all cores)
 #   RINGGRAD_MPI          ON/OFF (default ON); OFF skips MPI (and the DDP test and 2-rank run)
 #   MNIST_DATA, FORTUNES  the data of the training runs (default: the Debian packages' folders, under
-#                         RINGGRAD_DEPS_PREFIX when it is set: dataset-fashion-mnist, fortunes-min)
+#                         RINGGRAD_DEPS_PREFIX when it is set: dataset-fashion-mnist, fortunes)
 #
 # The summary table (test, status, time) is printed last. Exit status: ctest's.
 set -euo pipefail

@@ -33,6 +33,11 @@ std::string str_cat(const Args&... args) {
   return os.str();
 }
 
+// This process's place in a distributed job, "rank 1/4", set by dist::init; empty otherwise. Layers
+// below dist/ that fail on their own (a CUDA call) append it, so every error names the rank.
+void set_rank_label(std::string label);
+const std::string& rank_label();
+
 // Throws ringgrad::Error("[op] message...") unless cond holds.
 #define RG_CHECK(cond, op, ...)                                                       \
   do {                                                                                \

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <regex>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -58,25 +59,25 @@ SimulatedNetwork simulated_network_from(const GroupOptions& options) {
 // GPU tensor copies it to a host tensor when it is submitted (on the caller's thread, which is the
 // moment its data must be final), runs on the copy, and copies the result back to the GPU on the
 // communication thread before its Work completes -- so after wait() the GPU tensor holds the result,
-// as for a CPU tensor. Every copy is a synchronous cudaMemcpy on the legacy default stream, ordered
+// as for a CPU tensor. (The nccl backend works on its GPU and stages CPU tensors the other way.) Every copy is a synchronous cudaMemcpy on the legacy default stream, ordered
 // with the kernels that produced and will read the tensor. It costs two copies per collective; the
 // nccl backend (GPU-resident) avoids them. This is what lets several ranks share one GPU in tests.
 
-// An op on staged host tensors: when it finishes, copies each (host -> GPU) pair back.
+// An op on staged tensors: when it finishes, copies each staged result back to the caller's tensor.
 class StagedOp : public PendingOp {
  public:
   StagedOp(std::unique_ptr<PendingOp> inner, std::vector<std::pair<Tensor, Tensor>> copy_back)
       : inner_(std::move(inner)), copy_back_(std::move(copy_back)) {}
   bool poll() override {
     if (!inner_->poll()) return false;
-    for (auto& [gpu, host] : copy_back_) gpu.copy_(host);
+    for (auto& [destination, result] : copy_back_) destination.copy_(result);
     return true;
   }
   void abandon() override { inner_->abandon(); }
 
  private:
   std::unique_ptr<PendingOp> inner_;
-  std::vector<std::pair<Tensor, Tensor>> copy_back_;  // (destination on a GPU, host result)
+  std::vector<std::pair<Tensor, Tensor>> copy_back_;  // (the caller's tensor, the staged result)
 };
 
 // `inner` itself when nothing was staged.
@@ -238,7 +239,9 @@ std::shared_ptr<Work> GroupBase::submit_collective(const std::string& name, std:
       return start(static_cast<int>(seq % 32768));
     });
   }
-  std::string fingerprint = str_cat(name, " (", detail(), ")");
+  // Without device indices: ranks that each drive their own GPU ("cuda:0", "cuda:1") issue the same
+  // collective.
+  std::string fingerprint = std::regex_replace(str_cat(name, " (", detail(), ")"), std::regex("cuda:[0-9]+"), "cuda");
   return comm_thread_->submit(std::move(info), [this, start = std::move(start), fingerprint](uint64_t seq) {
     const std::string where = str_cat("collective #", seq, " of backend '", backend_, "'");
     return std::make_unique<CheckedOp>(fingerprint, where, debug_comm_, rank_, size_,
@@ -252,18 +255,28 @@ std::shared_ptr<Work> GroupBase::submit_p2p(const std::string& name, std::functi
   return comm_thread_->submit(std::move(info), [start = std::move(start)](uint64_t) { return start(); });
 }
 
+// The device the backend's start_* works on: the host, or the group's GPU (nccl). Tensors elsewhere
+// are staged there and back -- for nccl that is the reverse trip: small CPU tensors (DDP's parameter
+// check, bucket order and found-inf flag) go to the GPU and back.
+Device GroupBase::work_device() const { return native_device_ ? *native_device_ : Device::cpu(); }
+
+// Staging crosses between the host and one GPU, never between two GPUs.
+void GroupBase::check_stageable(const char* op, const Tensor& t) const {
+  const Device target = work_device();
+  RG_CHECK(t.device().is_cpu() || target.is_cpu(), op, "tensor ", t.desc(), " is on another GPU than this group's ",
+           target.str(), " (backend '", backend_, "', rank ", rank_, "/", size_, ")");
+}
+
 Tensor GroupBase::stage_in(const char* op, const Tensor& t) const {
-  if (native_device_) {
-    RG_CHECK(t.device() == *native_device_, op, "tensor ", t.desc(), " must be on this group's device ",
-             native_device_->str(), " (backend '", backend_, "', rank ", rank_, "/", size_, ")");
-    return t;
-  }
-  return t.device().is_cpu() ? t : t.to(Device::cpu());
+  if (t.device() == work_device()) return t;
+  check_stageable(op, t);
+  return t.to(work_device());
 }
 
 Tensor GroupBase::stage_out(const char* op, const Tensor& t) const {
-  if (native_device_ || t.device().is_cpu()) return stage_in(op, t);
-  return empty(t.shape(), {.dtype = t.dtype(), .device = Device::cpu()});
+  if (t.device() == work_device()) return t;
+  check_stageable(op, t);
+  return empty(t.shape(), {.dtype = t.dtype(), .device = work_device()});
 }
 
 void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) const {

@@ -67,7 +67,7 @@ class GroupBase : public ProcessGroup {
 
   // A backend that moves GPU memory itself (nccl) sets its device: collectives then take tensors on
   // that device as they are, instead of staging them through the host (Note [CUDA tensors through
-  // host staging] in group_base.cpp), and refuse tensors anywhere else.
+  // host staging] in group_base.cpp), and stage CPU tensors through that device instead.
   void set_native_device(Device device) { native_device_ = device; }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -84,6 +84,8 @@ class GroupBase : public ProcessGroup {
   void check_peer(const char* op, int peer, int tag, const Tensor& t) const;
   // The tensor a collective's start_* works on: t itself, or its host copy (inputs) / a host
   // buffer copied back on completion (outputs).
+  Device work_device() const;
+  void check_stageable(const char* op, const Tensor& t) const;
   Tensor stage_in(const char* op, const Tensor& t) const;
   Tensor stage_out(const char* op, const Tensor& t) const;
 

@@ -68,6 +68,7 @@ World init(int* argc, char*** argv) {
   RG_MPI_CHECK(MPI_Comm_free(&local));
   g_world = w;
   g_initialized = true;
+  set_rank_label(str_cat("rank ", w.rank, "/", w.size));  // for errors raised below dist/ (CUDA calls)
   return w;
 }
 
@@ -79,6 +80,7 @@ const World& world() {
 void finalize() {
   if (!g_initialized) return;
   g_initialized = false;
+  set_rank_label("");
   RG_MPI_CHECK(MPI_Finalize());
 }
 

@@ -30,8 +30,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/cuda/check.h"
@@ -46,8 +48,8 @@ namespace ringgrad::dist::detail {
 namespace {
 
 [[noreturn]] void throw_nccl_error(const char* stmt, ncclResult_t result, const char* file, int line) {
-  throw Error(str_cat("[nccl] ", stmt, " failed: ", ncclGetErrorString(result), " (rank ", world().rank, "/",
-                      world().size, ")", cuda::detail::error_location(file, line)));
+  throw Error(str_cat("[nccl] ", stmt, " failed: ", ncclGetErrorString(result),
+                      cuda::detail::error_location(file, line)));  // names the device and the rank
 }
 
 #define RG_NCCL_CHECK(stmt)                                                   \
@@ -78,65 +80,87 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// The two events of one op, destroyed however the op ends (even when its launch throws).
+struct OpEvents {
+  explicit OpEvents(int device) : device(device) {
+    cuda::DeviceGuard guard(device);
+    RG_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    RG_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  }
+  ~OpEvents() {
+    cuda::DeviceGuard guard(device);
+    if (ready != nullptr) cudaEventDestroy(ready);
+    if (done != nullptr) cudaEventDestroy(done);
+  }
+  OpEvents(const OpEvents&) = delete;
+  OpEvents& operator=(const OpEvents&) = delete;
+  int device;
+  cudaEvent_t ready = nullptr, done = nullptr;
+};
+
+// The communicator, shared by the group and its ops: the first timeout aborts it (once), and the
+// group then must not destroy it again -- ncclCommAbort already freed it.
+struct Communicator {
+  ncclComm_t comm = nullptr;
+  std::atomic<bool> aborted{false};
+  void abort() {
+    if (!aborted.exchange(true)) (void)ncclCommAbort(comm);
+  }
+};
+
 // One NCCL call, ordered after the default stream's work (See Note [NCCL stream ordering]).
 class NcclOp final : public PendingOp {
  public:
   using Launch = std::function<void(cudaStream_t)>;
-  NcclOp(ncclComm_t comm, cudaStream_t stream, int device, std::vector<Tensor> keep, const Launch& launch)
-      : comm_(comm), device_(device), keep_(std::move(keep)) {
-    cuda::DeviceGuard guard(device_);
-    RG_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-    RG_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-    RG_CUDA_CHECK(cudaEventRecord(ready_, cudaStreamLegacy));
-    RG_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));
+  NcclOp(std::shared_ptr<Communicator> comm, cudaStream_t stream, int device, std::vector<Tensor> keep,
+         const Launch& launch)
+      : comm_(std::move(comm)), keep_(std::move(keep)), events_(device) {
+    cuda::DeviceGuard guard(device);
+    RG_CUDA_CHECK(cudaEventRecord(events_.ready, cudaStreamLegacy));
+    RG_CUDA_CHECK(cudaStreamWaitEvent(stream, events_.ready, 0));
     launch(stream);
-    RG_CUDA_CHECK(cudaEventRecord(done_, stream));
-  }
-  ~NcclOp() override {
-    cuda::DeviceGuard guard(device_);
-    cudaEventDestroy(ready_);
-    cudaEventDestroy(done_);
+    RG_CUDA_CHECK(cudaEventRecord(events_.done, stream));
   }
 
   bool poll() override {
-    cuda::DeviceGuard guard(device_);
-    const cudaError_t state = cudaEventQuery(done_);
+    cuda::DeviceGuard guard(events_.device);
+    const cudaError_t state = cudaEventQuery(events_.done);
     if (state == cudaSuccess) return true;
     if (state != cudaErrorNotReady) RG_CUDA_CHECK(state);
     ncclResult_t async = ncclSuccess;
-    RG_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    RG_NCCL_CHECK(ncclCommGetAsyncError(comm_->comm, &async));
     if (async != ncclSuccess && async != ncclInProgress)
       RG_FAIL("dist.nccl", "NCCL reported ", ncclGetErrorString(async), " while the collective ran (rank ",
               world().rank, "/", world().size, ")");
     return false;
   }
-  // After a timeout: stop the NCCL kernel, which would otherwise wait for the missing rank forever.
-  void abandon() override { (void)ncclCommAbort(comm_); }
+  // After a timeout or an error: stop the NCCL kernel, which would otherwise wait for the missing
+  // rank forever.
+  void abandon() override { comm_->abort(); }
 
  private:
-  ncclComm_t comm_;
-  int device_;
+  std::shared_ptr<Communicator> comm_;
   std::vector<Tensor> keep_;  // alive until the op is done
-  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  OpEvents events_;
 };
 
 class NcclGroup final : public GroupBase {
  public:
-  explicit NcclGroup(const GroupOptions& options)
-      : GroupBase("nccl", options), device_(parse_device("cuda", world().local_rank)) {
-    check_one_rank_per_gpu();
+  explicit NcclGroup(const GroupOptions& options) : GroupBase("nccl", options) {
+    device_ = choose_gpu();
     cuda::DeviceGuard guard(device_.index);
     ncclUniqueId id;
     if (rank_ == 0) RG_NCCL_CHECK(ncclGetUniqueId(&id));
     RG_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_));
-    RG_NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
+    RG_NCCL_CHECK(ncclCommInitRank(&comm_state_->comm, size_, id, rank_));
     RG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     set_native_device(device_);
   }
   ~NcclGroup() override {
     shutdown();  // queued ops still run (each bounded by the timeout)
     cuda::DeviceGuard guard(device_.index);
-    if (nccl_ != nullptr) (void)ncclCommDestroy(nccl_);  // after an abort this only frees
+    // After an abort the communicator is gone; destroying it again would free it twice.
+    if (comm_state_->comm != nullptr && !comm_state_->aborted) (void)ncclCommDestroy(comm_state_->comm);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -144,39 +168,56 @@ class NcclGroup final : public GroupBase {
   std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int /*tag*/) override {
     const ncclDataType_t type = nccl_type(t.dtype(), "dist.allreduce");
     return op_on({t}, [&](cudaStream_t s) {
-      RG_NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type, nccl_op(op), nccl_, s));
+      RG_NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type, nccl_op(op), comm(), s));
     });
   }
   std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int /*tag*/) override {
     return op_on({t}, [&](cudaStream_t s) {
-      RG_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, nccl_, s));
+      RG_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm(), s));
     });
   }
   std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int /*tag*/) override {
     return op_on({output, input}, [&](cudaStream_t s) {
-      RG_NCCL_CHECK(ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, nccl_, s));
+      RG_NCCL_CHECK(ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm(), s));
     });
   }
   std::unique_ptr<PendingOp> start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
                                                   int /*tag*/) override {
     const ncclDataType_t type = nccl_type(input.dtype(), "dist.reduce_scatter");
     return op_on({output, input}, [&](cudaStream_t s) {
-      RG_NCCL_CHECK(ncclReduceScatter(input.raw_data(), output.raw_data(), output.numel(), type, nccl_op(op), nccl_, s));
+      RG_NCCL_CHECK(
+          ncclReduceScatter(input.raw_data(), output.raw_data(), output.numel(), type, nccl_op(op), comm(), s));
     });
   }
 
  private:
+  ncclComm_t comm() const { return comm_state_->comm; }
   std::unique_ptr<PendingOp> op_on(std::vector<Tensor> keep, const NcclOp::Launch& launch) {
-    return std::make_unique<NcclOp>(nccl_, stream_, device_.index, std::move(keep), launch);
+    return std::make_unique<NcclOp>(comm_state_, stream_, device_.index, std::move(keep), launch);
+  }
+
+  // This rank's GPU: its local rank's. Every rank learns every other's answer first, so a rank
+  // without a GPU, or two ranks on one GPU, fail every rank alike -- none is left waiting in a
+  // collective the others never reach.
+  Device choose_gpu() const {
+    const int count = cuda::device_count();
+    std::vector<int> counts(static_cast<size_t>(size_));
+    RG_MPI_CHECK(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_));
+    for (int r = 0; r < size_; ++r)
+      RG_CHECK(counts[r] > 0, "dist.new_group", "backend 'nccl' needs a GPU on every rank, but rank ", r,
+               " sees none (rank ", rank_, "/", size_, "). Use an MPI backend (ring, tree, auto, mpi) for CPU tensors");
+    const Device device = parse_device("cuda", world().local_rank);
+    check_one_rank_per_gpu(device);
+    return device;
   }
 
   // Every rank's (host, GPU UUID); two equal ones mean two ranks would drive one GPU.
-  void check_one_rank_per_gpu() const {
+  void check_one_rank_per_gpu(Device device) const {
     constexpr size_t kHost = 64;
     std::array<char, kHost + 16> mine{};
     gethostname(mine.data(), kHost - 1);
     cudaDeviceProp props{};
-    RG_CUDA_CHECK(cudaGetDeviceProperties(&props, device_.index));
+    RG_CUDA_CHECK(cudaGetDeviceProperties(&props, device.index));
     std::memcpy(mine.data() + kHost, props.uuid.bytes, 16);
     std::vector<char> all(mine.size() * static_cast<size_t>(size_));
     RG_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, all.data(),
@@ -194,7 +235,7 @@ class NcclGroup final : public GroupBase {
   }
 
   Device device_;
-  ncclComm_t nccl_ = nullptr;
+  std::shared_ptr<Communicator> comm_state_ = std::make_shared<Communicator>();
   cudaStream_t stream_ = nullptr;
 };
 

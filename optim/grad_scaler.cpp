@@ -41,10 +41,12 @@ void GradScaler::unscale_(Optimizer& opt) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     if (g.device().is_cuda()) {
-      // Two device passes (scale, then a sum, which is inf or NaN exactly when some element is: it
-      // accumulates in a wider type than the gradient's) and one scalar read back per gradient.
+      // Scale in place, then one scalar back per gradient: the sum of g * 0, which is NaN exactly
+      // when some element is inf or NaN and can never overflow (a plain sum of an f16 gradient
+      // rounds to inf above 65504).
       native::unary_(UnaryOp::affine, g, {static_cast<double>(inv), 0.0});
-      bad |= !std::isfinite(native::reduce(ReduceOp::sum, g, {}, false).item());
+      const Tensor poisoned = native::unary(UnaryOp::affine, g, {0.0, 0.0});
+      bad |= !std::isfinite(native::reduce(ReduceOp::sum, poisoned, {}, false).item());
       continue;
     }
     RG_CHECK(g.is_contiguous(), "GradScaler", "gradient ", g.desc(), " must be dense");

@@ -32,11 +32,11 @@ inline std::string current_device_str() {
   return "cuda:" + std::to_string(device);
 }
 
-// The text after "[cuda] ... failed: <error>". The dist module will append the rank here
-// (" (rank r/N)") once it exists; every CUDA, cuBLAS (and later NCCL) error passes through this one
-// function, so that is the only place to change.
+// The text after "[cuda] ... failed: <error>": the device, the rank in a distributed job (set by
+// dist::init) and file:line. Every CUDA, cuBLAS, cuDNN and NCCL error passes through here.
 inline std::string error_location(const char* file, int line) {
-  return ringgrad::str_cat(" on ", current_device_str(), " at ", file, ":", line);
+  const std::string& rank = rank_label();
+  return ringgrad::str_cat(" on ", current_device_str(), rank.empty() ? "" : ", ", rank, " at ", file, ":", line);
 }
 
 [[noreturn]] inline void throw_cuda_error(const char* stmt, cudaError_t err, const char* file, int line) {

@@ -86,6 +86,7 @@ class ConvDescriptors {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnMathType_t math() const { return types_.math; }
 
  private:
   CudnnTypes types_;
@@ -104,22 +105,40 @@ struct Scaling {
 enum class Direction { forward, backward_data, backward_filter };
 using AlgoKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
-// The algorithm for one direction and shape: the first that cuDNN's heuristics rank as supported.
-int choose_algorithm(Direction direction, int device, DType dtype, const ConvShape& s, const ConvDescriptors& d) {
+// An algorithm and the math type it was ranked for (the descriptor must carry that math type).
+struct AlgoChoice {
+  int algo;
+  cudnnMathType_t math;
+};
+
+// The algorithm for one direction and shape: the first that cuDNN's heuristics rank as supported
+// with the math type asked for (FMA for f32: no TF32), else the first supported at all. The
+// descriptor is set to the chosen algorithm's math type.
+AlgoChoice choose_algorithm(Direction direction, int device, DType dtype, const ConvShape& s,
+                            const ConvDescriptors& d) {
   static std::mutex mutex;
-  static std::map<AlgoKey, int> cache;
+  static std::map<AlgoKey, AlgoChoice> cache;
   const AlgoKey key{static_cast<int>(direction), device * 16 + static_cast<int>(dtype), s.N, s.C, s.H, s.W, s.O,
                     s.KH, s.KW, s.stride, s.padding};
+  auto apply = [&](const AlgoChoice& choice) {
+    RG_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, choice.math));
+    return choice;
+  };
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    if (auto it = cache.find(key); it != cache.end()) return apply(it->second);
   }
   cudnnHandle_t handle = cudnn_handle(device);
   constexpr int kAsk = 8;
   int returned = 0, algo = -1;
+  cudnnMathType_t math = d.math();
   auto first_ok = [&](const auto* perf) {
-    for (int i = 0; i < returned && algo < 0; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS) algo = static_cast<int>(perf[i].algo);
+    for (int pass = 0; pass < 2 && algo < 0; ++pass)  // pass 0: the math type asked for; pass 1: any
+      for (int i = 0; i < returned && algo < 0; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && (pass == 1 || perf[i].mathType == d.math())) {
+          algo = static_cast<int>(perf[i].algo);
+          math = perf[i].mathType;
+        }
   };
   switch (direction) {
     case Direction::forward: {
@@ -146,9 +165,12 @@ int choose_algorithm(Direction direction, int device, DType dtype, const ConvSha
   RG_CHECK(algo >= 0, "conv2d", "cuDNN offers no algorithm for x (", s.N, ", ", s.C, ", ", s.H, ", ", s.W,
            "), weight (", s.O, ", ", s.C, ", ", s.KH, ", ", s.KW, "), stride ", s.stride, ", padding ", s.padding,
            ", dtype ", dtype_name(dtype), " on cuda:", device);
-  std::lock_guard<std::mutex> lock(mutex);
-  cache[key] = algo;
-  return algo;
+  const AlgoChoice choice{algo, math};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    cache[key] = choice;
+  }
+  return apply(choice);
 }
 
 // ---- max pooling: one thread per output --------------------------------------------------------------
@@ -178,7 +200,8 @@ void conv2d_forward(DType dtype, const ConvShape& s, const void* x, const void* 
   const int device = device_of(y);
   DeviceGuard guard(device);
   ConvDescriptors d(dtype, s);
-  const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(choose_algorithm(Direction::forward, device, dtype, s, d));
+  const auto algo =
+      static_cast<cudnnConvolutionFwdAlgo_t>(choose_algorithm(Direction::forward, device, dtype, s, d).algo);
   cudnnHandle_t handle = cudnn_handle(device);
   size_t bytes = 0;
   RG_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, d.x, d.w, d.conv, d.y, algo, &bytes));
@@ -193,7 +216,7 @@ void conv2d_backward_data(DType dtype, const ConvShape& s, const void* dy, const
   DeviceGuard guard(device);
   ConvDescriptors d(dtype, s);
   const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(
-      choose_algorithm(Direction::backward_data, device, dtype, s, d));
+      choose_algorithm(Direction::backward_data, device, dtype, s, d).algo);
   cudnnHandle_t handle = cudnn_handle(device);
   size_t bytes = 0;
   RG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w, d.y, d.conv, d.x, algo, &bytes));
@@ -208,7 +231,7 @@ void conv2d_backward_filter(DType dtype, const ConvShape& s, const void* x, cons
   DeviceGuard guard(device);
   ConvDescriptors d(dtype, s);
   const auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(
-      choose_algorithm(Direction::backward_filter, device, dtype, s, d));
+      choose_algorithm(Direction::backward_filter, device, dtype, s, d).algo);
   cudnnHandle_t handle = cudnn_handle(device);
   size_t bytes = 0;
   RG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x, d.y, d.conv, d.w, algo, &bytes));

@@ -206,6 +206,13 @@ TEST_CASE("GradScaler unscales CUDA gradients and finds an inf") {
   p.set_grad(from_vector(std::vector<float>{1, INFINITY, 0, 0}, {4}).to(kGpu));
   CHECK_FALSE(scaler.step(opt));  // skipped
   CHECK(p.to(Device::cpu()).to_vector() == std::vector<double>{-1, -2, 1, 0});
+  scaler.update();
+  // f16 gradients whose sum exceeds f16's range (1000 x 400 > 65504) are finite: not an overflow.
+  Tensor h = zeros({1000}, {.dtype = DType::f16, .device = kGpu}).requires_grad_();
+  optim::SGD opt16({h}, {.lr = 1e-3});
+  optim::GradScaler scaler16({.init_scale = 4.0});
+  h.set_grad(full({1000}, 1600.0, {.dtype = DType::f16, .device = kGpu}));
+  CHECK(scaler16.step(opt16));
 }
 
 TEST_CASE("a GPT-mini training step on CUDA matches the CPU") {

@@ -62,6 +62,8 @@ TEST_CASE("world: rank, size, local rank and local size") {
   CHECK(w.local_size == w.size);
   CHECK(w.local_rank == w.rank);
   CHECK(w.thread_multiple);
+  // Layers below dist/ (CUDA errors) name the rank through this label.
+  CHECK(rg::rank_label() == rg::str_cat("rank ", w.rank, "/", w.size));
 }
 
 TEST_CASE("allreduce: every backend x op x dtype x size") {

@@ -48,8 +48,16 @@ namespace cuda {
 RINGGRAD_BACKEND_KERNELS
 Allocator& allocator(int device);
 int device_count();
-// Copies bytes between any two of {host, device}; synchronous with respect to the host.
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+// Copies bytes between any two of {host, device}; synchronous with respect to the host, except a
+// host-to-device copy with non_blocking from pinned memory (src_pinned): that one is queued on the
+// default stream (before any kernel launched later) and returns at once.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+                bool non_blocking = false, bool src_pinned = false);
+// Page-locked host memory (core/cuda/pinned.cu): a released block is reused only after every copy
+// queued before its release has finished.
+void* pinned_allocate(size_t nbytes);
+void pinned_release(void* ptr, size_t nbytes);
+MemoryStats pinned_memory_stats();
 
 // ---- CUDA kernels whose CPU versions live in the op front ends (core/native/) ------------------------
 // Inputs are dense; `dtype` is the compute dtype, f32 or f64 (the front ends compute f16 / bf16 in

@@ -7,8 +7,8 @@ namespace ringgrad {
 Storage::Storage(size_t nbytes, Device device)
     : data_(allocator_for(device).allocate(nbytes)), nbytes_(nbytes), device_(device), from_allocator_(true) {}
 
-Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
-    : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
+Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter, bool pinned)
+    : data_(data), nbytes_(nbytes), device_(device), pinned_(pinned), deleter_(std::move(deleter)) {}
 
 Storage::~Storage() {
   if (from_allocator_) {

@@ -14,7 +14,9 @@ class Storage {
   // Allocates `nbytes` from the device's allocator (see core/allocator.h).
   Storage(size_t nbytes, Device device);
   // Wraps memory owned elsewhere; `deleter` (may be empty) runs when the last view goes away.
-  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  // `pinned`: page-locked host memory (core/cuda/pinned.cu), which copies to a GPU can read
+  // asynchronously.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter, bool pinned = false);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -22,12 +24,14 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   bool from_allocator_ = false;
+  bool pinned_ = false;
   std::function<void(void*)> deleter_;
 };
 

@@ -133,7 +133,13 @@ class Tensor {
 
   // ---- conversion -----------------------------------------------------------------------------
   Tensor to(DType dtype) const;    // self when already that dtype
-  Tensor to(Device device) const;  // self when already there
+  // Self when already there. non_blocking: a copy from pinned memory to a GPU returns at once
+  // (queued before any kernel launched later); see pin_memory().
+  Tensor to(Device device, bool non_blocking = false) const;
+  // A copy in page-locked host memory (self when already pinned), whose copies to a GPU can be
+  // asynchronous; CUDA builds only. The DataLoader pins its batches with DataLoaderOptions::pin_memory.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
   Tensor clone() const;
 
   // ---- in-place (for optimizers and initialisers; not recorded by autograd) -------------------

@@ -23,7 +23,12 @@ Example DataLoader::collate(int64_t batch) const {
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(indices_.size()));
   std::vector<int64_t> ids(indices_.begin() + begin, indices_.begin() + end);
   NoGradGuard no_grad;
-  return dataset_->get_batch(ids);
+  Example e = dataset_->get_batch(ids);
+  if (options_.pin_memory) {
+    e.input = e.input.pin_memory();
+    e.target = e.target.pin_memory();
+  }
+  return e;
 }
 
 void DataLoader::stop_worker() {

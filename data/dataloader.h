@@ -29,6 +29,9 @@ struct DataLoaderOptions {
   int64_t batch_size = 64;
   bool drop_last = false;  // drop a last, smaller batch
   int64_t prefetch = 2;    // batches prepared ahead; 0 collates on the calling thread
+  // Batches in page-locked memory (CUDA builds), so that batch.input.to(gpu, /*non_blocking=*/true)
+  // is an asynchronous copy. With prefetch, the pinning happens on the loader's thread.
+  bool pin_memory = false;
 };
 
 class DataLoader {

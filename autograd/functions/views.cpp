@@ -137,9 +137,13 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
-Tensor Tensor::to(Device target) const {
+// Not differentiable: a pinned copy is data staging, not a step of the computation.
+Tensor Tensor::pin_memory() const { return native::pin_memory(*this); }
+bool Tensor::is_pinned() const { return storage()->pinned(); }
+
+Tensor Tensor::to(Device target, bool non_blocking) const {
   if (target == device()) return *this;
-  Tensor out = native::to_device(*this, target);
+  Tensor out = native::to_device(*this, target, non_blocking);
   record("to_device", {out}, {*this}, [from = device()](const TensorList& g, const NeedsGrad&) {
     return TensorList{native::to_device(g[0], from)};
   });

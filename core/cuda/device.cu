@@ -47,16 +47,23 @@ int device_of(const void* ptr) {
   return attributes.device;
 }
 
-// Synchronous: when this returns, dst holds the bytes and src may be reused or freed. Copies to and
-// from pageable host memory are synchronous in CUDA already; device-to-device copies are not, hence
-// the explicit synchronisation.
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+// Synchronous unless asked otherwise: when this returns, dst holds the bytes and src may be reused
+// or freed. Copies to and from pageable host memory are synchronous in CUDA already; device-to-device
+// copies are not, hence the explicit synchronisation. The one asynchronous case: non_blocking from
+// pinned memory.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes, bool non_blocking,
+                bool src_pinned) {
   if (nbytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, nbytes);
     return;
   }
-  if (src_device.is_cpu()) {
+  if (src_device.is_cpu() && non_blocking && src_pinned) {
+    // DMA from pinned memory, queued on the default stream: kernels launched later read dst after
+    // it lands; the pinned block is kept until then (core/cuda/pinned.cu).
+    DeviceGuard guard(dst_device.index);
+    RG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, cudaStreamLegacy));
+  } else if (src_device.is_cpu()) {
     DeviceGuard guard(dst_device.index);
     RG_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice));
   } else if (dst_device.is_cpu()) {

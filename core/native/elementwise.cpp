@@ -154,7 +154,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-void copy_(const Tensor& dst, const Tensor& src) {
+void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
   RG_CHECK(dst.defined() && src.defined(), "copy_", "undefined tensor argument");
   if (dst.numel() == 0) return;
   if (dst.device() == src.device()) {
@@ -162,14 +162,18 @@ void copy_(const Tensor& dst, const Tensor& src) {
     return;
   }
 #ifdef RINGGRAD_WITH_CUDA
-  // Across devices: make a dense copy of src in dst's dtype and shape on src's device, move the bytes,
-  // then (if dst is strided) scatter them into place on dst's device.
-  Tensor staged = empty(dst.shape(), dst.dtype(), src.device());
-  copy_(staged, src);
+  // Across devices: a dense copy of src in dst's dtype and shape on src's device (src itself when it
+  // already is one -- which keeps a pinned source pinned), move the bytes, then (if dst is strided)
+  // scatter them into place on dst's device.
+  const bool src_ready = src.is_contiguous() && src.dtype() == dst.dtype() && src.shape() == dst.shape();
+  Tensor staged = src_ready ? src : empty(dst.shape(), dst.dtype(), src.device());
+  if (!src_ready) copy_(staged, src);
   Tensor landed = dst.is_contiguous() ? dst : empty(dst.shape(), dst.dtype(), dst.device());
-  cuda::copy_bytes(landed.raw_data(), dst.device(), staged.raw_data(), src.device(), staged.nbytes());
+  cuda::copy_bytes(landed.raw_data(), dst.device(), staged.raw_data(), src.device(), staged.nbytes(), non_blocking,
+                   staged.storage()->pinned());
   if (!landed.is_same(dst)) copy_(dst, landed);
 #else
+  (void)non_blocking;
   RG_FAIL("copy_", "cannot copy between ", src.desc(), " and ", dst.desc(), " in a build without CUDA");
 #endif
 }
@@ -180,10 +184,28 @@ Tensor cast(const Tensor& a, DType dtype) {
   return out;
 }
 
-Tensor to_device(const Tensor& a, Device device) {
+Tensor to_device(const Tensor& a, Device device, bool non_blocking) {
   Tensor out = empty(a.shape(), a.dtype(), device);
+  copy_(out, a, non_blocking);
+  return out;
+}
+
+Tensor pin_memory(const Tensor& a) {
+  RG_CHECK(a.defined() && a.device().is_cpu(), "pin_memory", "only CPU tensors can be pinned, got ",
+           a.defined() ? a.desc() : std::string("undefined"));
+#ifdef RINGGRAD_WITH_CUDA
+  if (a.storage()->pinned() && a.is_contiguous()) return a;
+  const size_t nbytes = static_cast<size_t>(a.numel()) * a.element_size();
+  void* block = cuda::pinned_allocate(nbytes);
+  auto storage = std::make_shared<Storage>(
+      block, nbytes, Device::cpu(), [nbytes](void* p) { cuda::pinned_release(p, nbytes); }, /*pinned=*/true);
+  Tensor out = make_view(storage, a.shape(), contiguous_strides(a.shape()), 0, a.dtype());
   copy_(out, a);
   return out;
+#else
+  RG_FAIL("pin_memory", "page-locked memory needs the CUDA backend, which this build does not have (", a.desc(),
+          ")");
+#endif
 }
 
 Tensor contiguous(const Tensor& a) { return a.is_contiguous() ? a : cast(a, a.dtype()); }

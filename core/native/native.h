@@ -40,9 +40,13 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);    // comparisons 
 void binary_(BinaryOp op, const Tensor& self, const Tensor& other);  // self = op(self, other)
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // dst = src, broadcasting src to dst's shape, converting dtype and crossing devices as needed.
-void copy_(const Tensor& dst, const Tensor& src);
+// non_blocking: a host-to-GPU copy from pinned memory is queued and returns at once (see
+// cuda::copy_bytes); otherwise, and for every other pair of devices, copies are synchronous.
+void copy_(const Tensor& dst, const Tensor& src, bool non_blocking = false);
 Tensor cast(const Tensor& a, DType dtype);      // new contiguous tensor
-Tensor to_device(const Tensor& a, Device device);  // new contiguous tensor
+Tensor to_device(const Tensor& a, Device device, bool non_blocking = false);  // new contiguous tensor
+// A contiguous copy in page-locked host memory (a itself when it already is one); CUDA builds only.
+Tensor pin_memory(const Tensor& a);
 Tensor contiguous(const Tensor& a);             // a itself when already contiguous
 
 // ---- reductions -----------------------------------------------------------------------------------

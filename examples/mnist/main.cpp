@@ -110,8 +110,8 @@ int run(Config& c, const dist::World& world) {
               c.data.c_str(), (long long)train->size(), (long long)mnist.test.images.size(0), seconds_since(t_load),
               mnist.mean, mnist.std);
 
-  // The model lives on one device; each batch is copied there as it is used (the loader's batches
-  // are in ordinary host memory: not pinned, so each copy is synchronous).
+  // The model lives on one device; each batch is copied there as it is used. For a GPU the loader
+  // pins its batches, so that copy is asynchronous (queued before the forward's kernels).
   const Device device = parse_device(c.device, world.local_rank);
   auto model = mnist::make_model(c.model);
   model->to(dtype);
@@ -134,7 +134,7 @@ int run(Config& c, const dist::World& world) {
   dist::sync_found_inf(scaler, group);  // one rank's overflow makes every rank skip the step
   // Each rank its own shard; the same permutation everywhere (seed + epoch).
   data::DistributedSampler sampler(train->size(), {.num_replicas = world.size, .rank = world.rank, .shuffle = true, .seed = c.seed});
-  data::DataLoader loader(train, sampler, {.batch_size = c.batch_size, .prefetch = 2});
+  data::DataLoader loader(train, sampler, {.batch_size = c.batch_size, .prefetch = 2, .pin_memory = device.is_cuda()});
   log("model: %s, %lld parameters, %s on %s; optimizer %s lr %g; %d threads per rank; optimizer state %.1f MiB\n",
       c.model.c_str(), (long long)model->parameter_count(), c.precision.c_str(), device.str().c_str(),
       opt->name().c_str(), c.lr, num_threads(), static_cast<double>(opt->state_bytes()) / (1 << 20));
@@ -194,8 +194,8 @@ int run(Config& c, const dist::World& world) {
       const int micro = static_cast<int>(step_in_epoch % c.accum);
       const bool last_micro = micro == c.accum - 1 || step_in_epoch + 1 == steps_per_epoch;
       if (micro == 0) opt->zero_grad();
-      Tensor logits = ddp(batch.input.to(device).to(dtype));
-      Tensor loss = nn::F::cross_entropy(logits, batch.target.to(device));
+      Tensor logits = ddp(batch.input.to(device, /*non_blocking=*/true).to(dtype));
+      Tensor loss = nn::F::cross_entropy(logits, batch.target.to(device, /*non_blocking=*/true));
       Tensor scaled = scaler.scale(loss * (1.0 / c.accum));
       if (last_micro) {
         scaled.backward();

@@ -146,3 +146,16 @@ TEST_CASE("parse_device reads cpu / cuda / cuda:N and says what is visible when 
     CHECK(parse_device("cuda", cuda_device_count() + 1) == Device::cuda(1 % cuda_device_count()));
   }
 }
+
+TEST_CASE("pin_memory without CUDA is a clear error, from the DataLoader's thread too") {
+  if (cuda_compiled()) return;  // pinned memory itself is tested in tests/cuda
+  auto pin = [] { ones({4}).pin_memory(); };
+  CHECK_ERROR(pin, "[pin_memory]", "needs the CUDA backend", "(4,) f32 cpu");
+  auto dataset = std::make_shared<data::TensorDataset>(zeros({6, 2}), zeros({6}, {.dtype = DType::i64}));
+  data::DistributedSampler sampler(6, {.num_replicas = 1, .rank = 0, .shuffle = false});
+  data::DataLoader loader(dataset, sampler, {.batch_size = 2, .prefetch = 1, .pin_memory = true});
+  auto iterate = [&] {
+    for (const data::Example& batch : loader) (void)batch;
+  };
+  CHECK_ERROR(iterate, "[pin_memory]", "needs the CUDA backend");
+}

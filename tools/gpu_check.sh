@@ -9,6 +9,8 @@
 #   tools/gpu_check.sh [extra cmake arguments...]
 #
 # Environment:
+#   RINGGRAD_DEPS_DEBS    a folder of .deb files (tools/gpu_deps.sh fetches them): each is unpacked
+#                         with dpkg -x into build-gpu-deps/, which then serves as RINGGRAD_DEPS_PREFIX
 #   RINGGRAD_DEPS_PREFIX  a folder where the Debian packages the build needs were unpacked with
 #                         `dpkg -x PACKAGE.deb "$RINGGRAD_DEPS_PREFIX"`, for a machine where they
 #                         cannot be installed (libopenblas0-pthread, libopenblas-pthread-dev,
@@ -32,6 +34,13 @@ step() { printf '\n==== %s\n' "$*"; }
 
 if [[ -z "$(command -v nvcc || true)" && -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH="/usr/local/cuda/bin:$PATH"
+fi
+
+if [[ -n "${RINGGRAD_DEPS_DEBS:-}" ]]; then
+  export RINGGRAD_DEPS_PREFIX="$PWD/build-gpu-deps"
+  step "unpacking $(ls "$RINGGRAD_DEPS_DEBS"/*.deb | wc -l) .deb files into $RINGGRAD_DEPS_PREFIX"
+  mkdir -p "$RINGGRAD_DEPS_PREFIX"
+  for deb in "$RINGGRAD_DEPS_DEBS"/*.deb; do dpkg -x "$deb" "$RINGGRAD_DEPS_PREFIX"; done
 fi
 
 # ---- dependencies unpacked under a prefix --------------------------------------------------------

@@ -162,12 +162,17 @@ std::string gemm_shape(const GemmCase& c) {
   return dims(c.m, c.k, c.a_transposed) + " @ " + dims(c.k, c.n, c.b_transposed);
 }
 
+// OpenBLAS alone, with its own threads at ringgrad's thread count: the peer of ringgrad's matmul and
+// the sgemm ceiling. (ringgrad itself keeps OpenBLAS single-threaded and splits GEMMs over its pool:
+// Note [GEMMs split over the pool] in core/cpu/gemm.cpp.)
 void cblas(const GemmCase& c, const float* a, const float* b, float* out) {
+  openblas_set_num_threads(rg::num_threads());
   cblas_sgemm(CblasRowMajor, c.a_transposed ? CblasTrans : CblasNoTrans,
               c.b_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(c.m),
               static_cast<int>(c.n), static_cast<int>(c.k), 1.0f, a,
               static_cast<int>(c.a_transposed ? c.m : c.k), b,
               static_cast<int>(c.b_transposed ? c.k : c.n), 0.0f, out, static_cast<int>(c.n));
+  openblas_set_num_threads(1);
 }
 
 void print_rule() {
@@ -240,8 +245,8 @@ int main(int argc, char** argv) {
   const Options opt = parse_options(argc, argv);
   try {
     if (opt.threads > 0) rg::set_num_threads(opt.threads);
-    std::printf("# micro_ops: threads %d, BLAS threads %d, repeat %d, warmup %d\n", rg::num_threads(),
-                openblas_get_num_threads(), opt.repeat, opt.warmup);
+    std::printf("# micro_ops: threads %d (cblas_sgemm below: OpenBLAS with as many threads), repeat %d, warmup %d\n",
+                rg::num_threads(), opt.repeat, opt.warmup);
     std::printf("# OpenBLAS: %s\n", openblas_get_config());
     rg::Generator gen(/*seed=*/1234);
 

@@ -132,7 +132,7 @@ ThreadPool& pool() {
   if (!g_pool) {
     const int n = default_num_threads();
     g_pool = std::make_unique<ThreadPool>(n);
-    openblas_set_num_threads(n);
+    openblas_set_num_threads(1);  // See Note [GEMMs split over the pool] in core/cpu/gemm.cpp
   }
   return *g_pool;
 }
@@ -157,7 +157,7 @@ void set_num_threads(int n) {
   if (g_pool && g_pool->size() == n) return;
   g_pool.reset();
   g_pool = std::make_unique<ThreadPool>(n);
-  openblas_set_num_threads(n);
+  openblas_set_num_threads(1);  // See Note [GEMMs split over the pool] in core/cpu/gemm.cpp
 }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
@@ -172,18 +172,6 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   const int64_t chunk = (n + max_chunks - 1) / max_chunks;
   const int chunks = static_cast<int>((n + chunk - 1) / chunk);
   if (!p.run(n, chunk, chunks, fn)) fn(0, n);
-}
-
-SerialBlasScope::SerialBlasScope() {
-  const int n = openblas_get_num_threads();
-  if (n > 1 && !t_inside_parallel_region) {
-    openblas_set_num_threads(1);
-    restore_ = n;
-  }
-}
-
-SerialBlasScope::~SerialBlasScope() {
-  if (restore_ > 0) openblas_set_num_threads(restore_);
 }
 
 }  // namespace ringgrad

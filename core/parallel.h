@@ -2,8 +2,9 @@
 //
 // One pool per process. Its size defaults to (cores / ranks on this node), read from the launcher's
 // environment (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE) or
-// RINGGRAD_NUM_THREADS when set, so that N ranks on one machine never run N x cores threads. BLAS
-// threads follow the same setting (set_num_threads also sizes OpenBLAS).
+// RINGGRAD_NUM_THREADS when set, so that N ranks on one machine never run N x cores threads. The BLAS
+// has no threads of its own: OpenBLAS runs single-threaded and large GEMMs are split over this pool
+// (Note [GEMMs split over the pool] in core/cpu/gemm.cpp).
 //
 // Idle workers sleep on a condition variable; they never spin. On a two-core machine a spinning
 // worker steals the core a BLAS thread or a second rank needs (PyTorch's OpenMP workers spinning next
@@ -18,26 +19,11 @@
 namespace ringgrad {
 
 int num_threads();
-void set_num_threads(int n);  // n >= 1; also sets the BLAS thread count
+void set_num_threads(int n);  // n >= 1
 int default_num_threads();    // hardware threads / ranks on this node, at least 1
 
 // Calls fn(begin, end) over disjoint chunks covering [0, n). Chunks hold at least `grain` items; with
 // n < 2 * grain (or one thread) fn(0, n) runs on the calling thread.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
-
-// While one is alive, BLAS calls run on the calling thread only. For kernels that spread many small
-// GEMMs over the pool (one per attention head): each pool thread calls the BLAS, and BLAS threads on
-// top of those would be cores x cores threads. Only the thread that drives compute may create one
-// (the BLAS thread count is process-wide); nesting is fine.
-class SerialBlasScope {
- public:
-  SerialBlasScope();
-  ~SerialBlasScope();
-  SerialBlasScope(const SerialBlasScope&) = delete;
-  SerialBlasScope& operator=(const SerialBlasScope&) = delete;
-
- private:
-  int restore_ = 0;  // the BLAS thread count to put back, 0 when nothing was changed
-};
 
 }  // namespace ringgrad

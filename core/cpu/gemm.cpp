@@ -1,13 +1,61 @@
 // GEMM on the CPU through CBLAS (OpenBLAS). Row-major throughout; transposed operands are passed as
 // transpose flags with their stored row stride, so transposed views are never copied.
+//
+// Note [GEMMs split over the pool]: OpenBLAS runs single-threaded (core/parallel.cpp), and a large
+// product is cut into one block of rows (or columns) of C per compute thread, each a serial BLAS call
+// on the pool. OpenBLAS's own worker threads spin (sched_yield) between calls for a time fixed when
+// the library loads; on two cores that spinning took the core from the pool's elementwise work and
+// from the other BLAS thread -- ~14% of a 2-thread MLP profile in sched_yield, and run-to-run swings
+// of 30%. Measured (docs/performance.md): MLP 2 threads 21.4k -> 23.3k samples/s with half the
+// spread, CNN 2 threads +21%, GPT-mini 2 threads +4%. Each block computes its elements exactly as the
+// whole product would (same K loop), so results do not depend on the thread count.
 #include <cblas.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 #include "core/kernels.h"
+#include "core/parallel.h"
 
 namespace ringgrad::cpu {
+namespace {
+
+void blas_gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+               int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc);
+
+// Below this many flops a product is not worth a hand-off to the pool.
+constexpr double kSplitFlops = 4e6;
+
+}  // namespace
 
 void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+          const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
+  const int threads = num_threads();
+  const size_t es = dtype == DType::f64 ? 8 : 4;  // element size
+  if (threads > 1 && 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= kSplitFlops) {
+    // See Note [GEMMs split over the pool]: C's rows (A's rows) or C's columns (B's columns), the
+    // longer side.
+    const char* A = static_cast<const char*>(a);
+    const char* B = static_cast<const char*>(b);
+    char* C = static_cast<char*>(c);
+    if (m >= n) {
+      parallel_for(m, std::max<int64_t>(16, (m + threads - 1) / threads), [&](int64_t lo, int64_t hi) {
+        const char* a_part = trans_a ? A + lo * es : A + lo * lda * es;
+        blas_gemm(dtype, trans_a, trans_b, hi - lo, n, k, alpha, a_part, lda, b, ldb, beta, C + lo * ldc * es, ldc);
+      });
+    } else {
+      parallel_for(n, std::max<int64_t>(16, (n + threads - 1) / threads), [&](int64_t lo, int64_t hi) {
+        const char* b_part = trans_b ? B + lo * ldb * es : B + lo * es;
+        blas_gemm(dtype, trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_part, ldb, beta, C + lo * es, ldc);
+      });
+    }
+    return;
+  }
+  blas_gemm(dtype, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+namespace {
+void blas_gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
           const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
@@ -21,5 +69,7 @@ void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     RG_FAIL("gemm", "the CPU GEMM takes f32 or f64, got ", dtype_name(dtype));
   }
 }
+
+}  // namespace
 
 }  // namespace ringgrad::cpu

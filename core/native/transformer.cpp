@@ -137,7 +137,7 @@ void causal_softmax_backward_rows(const T* g, const T* y, T* ds, int64_t mats, i
 // straight into its columns of (B, T, C) (leading dimension C) -- no split, no (B, H, T, D)
 // transposed copies, and none of their copies back in the backward (they were ~10% of a GPT-mini
 // step). One GEMM per head is small (T x T x D); the heads are spread over the compute threads, each
-// calling the BLAS single-threaded (SerialBlasScope).
+// calling the (single-threaded) BLAS; nested in that parallel_for, cpu::gemm does not split again.
 //
 // Causal blocks: query i sees keys 0..i only, so half of q k^T (and of p v, and of the backward's
 // products) would multiply masked zeros. Queries go in row blocks of kAttentionBlock: block [i0, i0 +
@@ -174,7 +174,6 @@ void attention_heads_forward(const T* qkv, T* y, T* att, int64_t B, int64_t n, i
   const int64_t D = C / H, ld = 3 * C;
   const DType dt = dtype_of<T>();
   const Device cpu = Device::cpu();
-  SerialBlasScope serial_blas;
   parallel_for(B * H, 1, [&](int64_t lo, int64_t hi) {
     std::vector<T> dropped(drop.rate > 0 ? static_cast<size_t>(kAttentionBlock * n) : 0);  // a row block of p'
     for (int64_t item = lo; item < hi; ++item) {
@@ -209,7 +208,6 @@ void attention_heads_backward(const T* dy, const T* qkv, const T* att, T* dqkv, 
   const int64_t D = C / H, ld = 3 * C;
   const DType dt = dtype_of<T>();
   const Device cpu = Device::cpu();
-  SerialBlasScope serial_blas;
   parallel_for(B * H, 1, [&](int64_t lo, int64_t hi) {
     std::vector<T> scratch(static_cast<size_t>(n * n));  // this thread's (n, n) ds
     std::vector<T> dropped(drop.rate > 0 ? static_cast<size_t>(n * n) : 0);  // p' = p with dropout

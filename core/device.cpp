@@ -1,5 +1,7 @@
 #include "core/device.h"
 
+#include <atomic>
+
 #include "core/error.h"
 
 namespace ringgrad {
@@ -9,6 +11,13 @@ namespace ringgrad {
 bool cuda_compiled() { return false; }
 int cuda_device_count() { return 0; }
 #endif
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 Device parse_device(const std::string& spec, int local_rank) {
   if (spec == "cpu") return Device::cpu();

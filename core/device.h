@@ -31,4 +31,11 @@ int cuda_device_count();
 // An unknown name, or a GPU that is not there, is an error saying what is visible.
 Device parse_device(const std::string& spec, int local_rank = 0);
 
+// Opt-in TF32 for f32 matrix products and convolutions on GPUs that have it (A100 and later): inputs
+// rounded to 10 mantissa bits on tensor cores, several times faster, ~1e-3 relative error. Off by
+// default (f32 means f32), like PyTorch's torch.backends.cuda.matmul.allow_tf32 since 1.12.
+// Process-wide; no effect on the CPU.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
 }  // namespace ringgrad

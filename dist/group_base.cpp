@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/native/native.h"
 #include "core/ops.h"
 #include "dist/mpi_check.h"
 #include "dist/requests.h"
@@ -56,12 +57,13 @@ SimulatedNetwork simulated_network_from(const GroupOptions& options) {
 }
 
 // Note [CUDA tensors through host staging]: the MPI backends move host memory, so a collective on a
-// GPU tensor copies it to a host tensor when it is submitted (on the caller's thread, which is the
-// moment its data must be final), runs on the copy, and copies the result back to the GPU on the
+// GPU tensor copies it to a pinned host tensor when it is submitted (on the caller's thread, which is
+// the moment its data must be final), runs on the copy, and copies the result back to the GPU on the
 // communication thread before its Work completes -- so after wait() the GPU tensor holds the result,
-// as for a CPU tensor. (The nccl backend works on its GPU and stages CPU tensors the other way.) Every copy is a synchronous cudaMemcpy on the legacy default stream, ordered
+// as for a CPU tensor. Every copy is a synchronous cudaMemcpy on the legacy default stream, ordered
 // with the kernels that produced and will read the tensor. It costs two copies per collective; the
-// nccl backend (GPU-resident) avoids them. This is what lets several ranks share one GPU in tests.
+// nccl backend (GPU-resident) avoids them, and stages CPU tensors the other way, through its GPU.
+// This is what lets several ranks share one GPU in tests.
 
 // An op on staged tensors: when it finishes, copies each staged result back to the caller's tensor.
 class StagedOp : public PendingOp {
@@ -267,16 +269,22 @@ void GroupBase::check_stageable(const char* op, const Tensor& t) const {
            target.str(), " (backend '", backend_, "', rank ", rank_, "/", size_, ")");
 }
 
+// A GPU tensor's host side lives in pinned memory: both copies are then DMA transfers, without the
+// driver's bounce buffer.
 Tensor GroupBase::stage_in(const char* op, const Tensor& t) const {
   if (t.device() == work_device()) return t;
   check_stageable(op, t);
-  return t.to(work_device());
+  if (!work_device().is_cpu()) return t.to(work_device());
+  Tensor host = native::empty_pinned(t.shape(), t.dtype());
+  native::copy_(host, t);
+  return host;
 }
 
 Tensor GroupBase::stage_out(const char* op, const Tensor& t) const {
   if (t.device() == work_device()) return t;
   check_stageable(op, t);
-  return empty(t.shape(), {.dtype = t.dtype(), .device = work_device()});
+  if (!work_device().is_cpu()) return empty(t.shape(), {.dtype = t.dtype(), .device = work_device()});
+  return native::empty_pinned(t.shape(), t.dtype());
 }
 
 void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) const {

@@ -7,7 +7,8 @@
 // asks for. Choices are cached per shape, since a training loop repeats the same few.
 //
 // Precision: f32 convolutions use FMA kernels only (CUDNN_FMA_MATH), the same stance as the cuBLAS
-// GEMM (no silent TF32); f16 / bf16 accumulate in f32 on tensor cores; f64 is f64.
+// GEMM (no silent TF32; set_allow_tf32(true) permits it); f16 / bf16 accumulate in f32 on tensor
+// cores; f64 is f64.
 //
 // Max pooling has its own kernel rather than cuDNN's: ringgrad's max_pool2d returns the position of
 // each maximum (the backward routes the gradient there, as on the CPU), which cuDNN does not expose.
@@ -43,7 +44,8 @@ struct CudnnTypes {
 };
 CudnnTypes cudnn_types(DType dtype) {
   switch (dtype) {
-    case DType::f32: return {CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_FMA_MATH};
+    case DType::f32:  // TF32 tensor cores only after set_allow_tf32(true) (core/device.h)
+      return {CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH};
     case DType::f64: return {CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE, CUDNN_FMA_MATH};
     case DType::f16: return {CUDNN_DATA_HALF, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH};
     case DType::bf16: return {CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH};
@@ -118,8 +120,8 @@ AlgoChoice choose_algorithm(Direction direction, int device, DType dtype, const 
                             const ConvDescriptors& d) {
   static std::mutex mutex;
   static std::map<AlgoKey, AlgoChoice> cache;
-  const AlgoKey key{static_cast<int>(direction), device * 16 + static_cast<int>(dtype), s.N, s.C, s.H, s.W, s.O,
-                    s.KH, s.KW, s.stride, s.padding};
+  const AlgoKey key{static_cast<int>(direction) + (d.math() == CUDNN_DEFAULT_MATH ? 8 : 0),
+                    device * 16 + static_cast<int>(dtype), s.N, s.C, s.H, s.W, s.O, s.KH, s.KW, s.stride, s.padding};
   auto apply = [&](const AlgoChoice& choice) {
     RG_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, choice.math));
     return choice;

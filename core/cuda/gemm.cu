@@ -7,7 +7,8 @@
 // passing B before A, with the same transpose flags and the dimensions m and n swapped. No data moves.
 //
 // f32 runs in true f32: cuBLAS uses TF32 tensor cores only when asked (CUBLAS_TF32_TENSOR_OP_MATH or
-// the NVIDIA_TF32_OVERRIDE environment variable), and ringgrad does not ask. f16/bf16 accumulate in
+// the NVIDIA_TF32_OVERRIDE environment variable), and ringgrad asks only after set_allow_tf32(true)
+// (core/device.h). f16/bf16 accumulate in
 // f32 (cublasGemmEx with CUBLAS_COMPUTE_32F), then round once to the output type.
 #include <algorithm>
 #include <climits>
@@ -31,6 +32,8 @@ cublasHandle_t handle_for(int device) {
   std::lock_guard<std::mutex> lock(mutex);
   cublasHandle_t& handle = handles->at(device);
   if (handle == nullptr) RG_CUBLAS_CHECK(cublasCreate(&handle));  // on the current device
+  // The math mode follows set_allow_tf32 at every call (a field write in the handle).
+  RG_CUBLAS_CHECK(cublasSetMathMode(handle, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return handle;
 }
 

@@ -190,22 +190,30 @@ Tensor to_device(const Tensor& a, Device device, bool non_blocking) {
   return out;
 }
 
-Tensor pin_memory(const Tensor& a) {
-  RG_CHECK(a.defined() && a.device().is_cpu(), "pin_memory", "only CPU tensors can be pinned, got ",
-           a.defined() ? a.desc() : std::string("undefined"));
+Tensor empty_pinned(const Shape& shape, DType dtype) {
 #ifdef RINGGRAD_WITH_CUDA
-  if (a.storage()->pinned() && a.is_contiguous()) return a;
-  const size_t nbytes = static_cast<size_t>(a.numel()) * a.element_size();
+  const size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   void* block = cuda::pinned_allocate(nbytes);
   auto storage = std::make_shared<Storage>(
       block, nbytes, Device::cpu(), [nbytes](void* p) { cuda::pinned_release(p, nbytes); }, /*pinned=*/true);
-  Tensor out = make_view(storage, a.shape(), contiguous_strides(a.shape()), 0, a.dtype());
-  copy_(out, a);
-  return out;
+  return make_view(storage, shape, contiguous_strides(shape), 0, dtype);
 #else
+  RG_FAIL("pin_memory", "page-locked memory needs the CUDA backend, which this build does not have (",
+          shape_str(shape), " ", dtype_name(dtype), ")");
+#endif
+}
+
+Tensor pin_memory(const Tensor& a) {
+  RG_CHECK(a.defined() && a.device().is_cpu(), "pin_memory", "only CPU tensors can be pinned, got ",
+           a.defined() ? a.desc() : std::string("undefined"));
+#ifndef RINGGRAD_WITH_CUDA
   RG_FAIL("pin_memory", "page-locked memory needs the CUDA backend, which this build does not have (", a.desc(),
           ")");
 #endif
+  if (a.storage()->pinned() && a.is_contiguous()) return a;
+  Tensor out = empty_pinned(a.shape(), a.dtype());
+  copy_(out, a);
+  return out;
 }
 
 Tensor contiguous(const Tensor& a) { return a.is_contiguous() ? a : cast(a, a.dtype()); }

@@ -47,6 +47,7 @@ Tensor cast(const Tensor& a, DType dtype);      // new contiguous tensor
 Tensor to_device(const Tensor& a, Device device, bool non_blocking = false);  // new contiguous tensor
 // A contiguous copy in page-locked host memory (a itself when it already is one); CUDA builds only.
 Tensor pin_memory(const Tensor& a);
+Tensor empty_pinned(const Shape& shape, DType dtype);  // uninitialised, page-locked, CPU
 Tensor contiguous(const Tensor& a);             // a itself when already contiguous
 
 // ---- reductions -----------------------------------------------------------------------------------

@@ -296,3 +296,16 @@ TEST_CASE("pinned memory: asynchronous copies land intact, freed blocks wait for
   }
   CHECK(batches == 3);
 }
+
+TEST_CASE("TF32 is opt-in: f32 products are f32 by default, TF32-rounded only after set_allow_tf32(true)") {
+  const Tensor a = randn_on_cpu({128, 512}, 90), b = randn_on_cpu({512, 64}, 91);
+  const Tensor exact = matmul(a, b);
+  const double f32_error = max_abs_diff(matmul(a.to(kGpu), b.to(kGpu)).to(Device::cpu()), exact);
+  set_allow_tf32(true);
+  const double tf32_error = max_abs_diff(matmul(a.to(kGpu), b.to(kGpu)).to(Device::cpu()), exact);
+  set_allow_tf32(false);
+  CHECK(f32_error < 1e-3);   // 512 products of size ~1, f32 rounding only
+  CHECK(tf32_error > 1e-3);  // 10-bit mantissas: errors of ~1e-2 on sums of size ~20
+  CHECK(tf32_error < 0.5);
+  CHECK(max_abs_diff(matmul(a.to(kGpu), b.to(kGpu)).to(Device::cpu()), exact) == doctest::Approx(f32_error));
+}

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "core/error.h"
+#include "core/kernels.h"
 
 namespace ringgrad {
 
@@ -24,13 +25,19 @@ Device parse_device(const std::string& spec, int local_rank) {
   const int count = cuda_device_count();
   const std::string visible = cuda_compiled() ? str_cat(count, " CUDA device(s) are visible")
                                               : std::string("this build has no CUDA backend (configure with RINGGRAD_CUDA=ON)");
+  int index = -1;
   if (spec == "cuda") {
     RG_CHECK(count > 0, "device", "'cuda' asked for, but ", visible);
-    return Device::cuda(local_rank % count);
-  }
-  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && spec.find_first_not_of("0123456789", 5) == std::string::npos) {
-    const int index = std::stoi(spec.substr(5));
+    index = local_rank % count;
+  } else if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 &&
+             spec.find_first_not_of("0123456789", 5) == std::string::npos) {
+    index = std::stoi(spec.substr(5));
     RG_CHECK(index < count, "device", "'", spec, "' asked for, but ", visible);
+  }
+  if (index >= 0) {
+#ifdef RINGGRAD_WITH_CUDA
+    cuda::set_home_device(index);  // host-side driver calls (pinned memory) use this GPU's context
+#endif
     return Device::cuda(index);
   }
   RG_FAIL("device", "unknown device '", spec, "' (expected cpu, cuda or cuda:N)");

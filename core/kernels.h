@@ -57,6 +57,9 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 // queued before its release has finished.
 void* pinned_allocate(size_t nbytes);
 void pinned_release(void* ptr, size_t nbytes);
+void pinned_note_use(const void* ptr, int device);  // an async copy from ptr was queued on `device`
+// The GPU whose context host-side driver calls (pinned allocation) use: the program's own device.
+void set_home_device(int device);
 MemoryStats pinned_memory_stats();
 
 // ---- CUDA kernels whose CPU versions live in the op front ends (core/native/) ------------------------

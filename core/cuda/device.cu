@@ -62,6 +62,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     // DMA from pinned memory, queued on the default stream: kernels launched later read dst after
     // it lands; the pinned block is kept until then (core/cuda/pinned.cu).
     DeviceGuard guard(dst_device.index);
+    pinned_note_use(src, dst_device.index);  // Note [Pinned blocks and their copies]
     RG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, cudaStreamLegacy));
   } else if (src_device.is_cpu()) {
     DeviceGuard guard(dst_device.index);

@@ -175,6 +175,20 @@ AlgoChoice choose_algorithm(Direction direction, int device, DType dtype, const 
   return apply(choice);
 }
 
+// What every direction of a convolution starts with: the output's device made current, the
+// descriptors, the algorithm (and its math type) chosen for this shape, the handle, alpha / beta.
+struct ConvCall {
+  ConvCall(Direction direction, DType dtype, const ConvShape& s, const void* out)
+      : device(device_of(out)), guard(device), d(dtype, s),
+        algo(choose_algorithm(direction, device, dtype, s, d).algo), handle(cudnn_handle(device)), scaling(dtype) {}
+  const int device;
+  DeviceGuard guard;
+  ConvDescriptors d;
+  const int algo;
+  const cudnnHandle_t handle;
+  const Scaling scaling;
+};
+
 // ---- max pooling: one thread per output --------------------------------------------------------------
 // The CPU's rule, from the same function (core/pool_math.h).
 template <class T>
@@ -199,48 +213,35 @@ __global__ void max_pool_backward_kernel(const T* dy, const int64_t* argmax, T* 
 }  // namespace
 
 void conv2d_forward(DType dtype, const ConvShape& s, const void* x, const void* w, void* y) {
-  const int device = device_of(y);
-  DeviceGuard guard(device);
-  ConvDescriptors d(dtype, s);
-  const auto algo =
-      static_cast<cudnnConvolutionFwdAlgo_t>(choose_algorithm(Direction::forward, device, dtype, s, d).algo);
-  cudnnHandle_t handle = cudnn_handle(device);
+  const ConvCall c(Direction::forward, dtype, s, y);
+  const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(c.algo);
   size_t bytes = 0;
-  RG_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, d.x, d.w, d.conv, d.y, algo, &bytes));
-  Scratch workspace(allocator(device), bytes);
-  const Scaling scaling(dtype);
-  RG_CUDNN_CHECK(cudnnConvolutionForward(handle, scaling.one(), d.x, x, d.w, w, d.conv, algo, workspace.as<void>(),
-                                         bytes, scaling.zero(), d.y, y));
+  RG_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(c.handle, c.d.x, c.d.w, c.d.conv, c.d.y, algo, &bytes));
+  Scratch workspace(allocator(c.device), bytes);
+  RG_CUDNN_CHECK(cudnnConvolutionForward(c.handle, c.scaling.one(), c.d.x, x, c.d.w, w, c.d.conv, algo,
+                                         workspace.as<void>(), bytes, c.scaling.zero(), c.d.y, y));
 }
 
 void conv2d_backward_data(DType dtype, const ConvShape& s, const void* dy, const void* w, void* dx) {
-  const int device = device_of(dx);
-  DeviceGuard guard(device);
-  ConvDescriptors d(dtype, s);
-  const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(
-      choose_algorithm(Direction::backward_data, device, dtype, s, d).algo);
-  cudnnHandle_t handle = cudnn_handle(device);
+  const ConvCall c(Direction::backward_data, dtype, s, dx);
+  const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo);
   size_t bytes = 0;
-  RG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w, d.y, d.conv, d.x, algo, &bytes));
-  Scratch workspace(allocator(device), bytes);
-  const Scaling scaling(dtype);
-  RG_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, scaling.one(), d.w, w, d.y, dy, d.conv, algo,
-                                              workspace.as<void>(), bytes, scaling.zero(), d.x, dx));
+  RG_CUDNN_CHECK(
+      cudnnGetConvolutionBackwardDataWorkspaceSize(c.handle, c.d.w, c.d.y, c.d.conv, c.d.x, algo, &bytes));
+  Scratch workspace(allocator(c.device), bytes);
+  RG_CUDNN_CHECK(cudnnConvolutionBackwardData(c.handle, c.scaling.one(), c.d.w, w, c.d.y, dy, c.d.conv, algo,
+                                              workspace.as<void>(), bytes, c.scaling.zero(), c.d.x, dx));
 }
 
 void conv2d_backward_filter(DType dtype, const ConvShape& s, const void* x, const void* dy, void* dw) {
-  const int device = device_of(dw);
-  DeviceGuard guard(device);
-  ConvDescriptors d(dtype, s);
-  const auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(
-      choose_algorithm(Direction::backward_filter, device, dtype, s, d).algo);
-  cudnnHandle_t handle = cudnn_handle(device);
+  const ConvCall c(Direction::backward_filter, dtype, s, dw);
+  const auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo);
   size_t bytes = 0;
-  RG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x, d.y, d.conv, d.w, algo, &bytes));
-  Scratch workspace(allocator(device), bytes);
-  const Scaling scaling(dtype);
-  RG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, scaling.one(), d.x, x, d.y, dy, d.conv, algo,
-                                                workspace.as<void>(), bytes, scaling.zero(), d.w, dw));
+  RG_CUDNN_CHECK(
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(c.handle, c.d.x, c.d.y, c.d.conv, c.d.w, algo, &bytes));
+  Scratch workspace(allocator(c.device), bytes);
+  RG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c.handle, c.scaling.one(), c.d.x, x, c.d.y, dy, c.d.conv, algo,
+                                                workspace.as<void>(), bytes, c.scaling.zero(), c.d.w, dw));
 }
 
 void max_pool2d(DType dtype, const void* x, void* y, int64_t* indices, int64_t planes, int64_t H, int64_t W,

@@ -189,13 +189,11 @@ __global__ void minus_one_hot_kernel(T* p, const int64_t* target, int64_t n, int
   }
 }
 
-int device_for(const void* ptr) { return device_of(ptr); }
-
 }  // namespace
 
 void softmax_rows(DType dtype, const void* x, void* y, int64_t rows, int64_t cols, bool log) {
   if (rows == 0 || cols == 0) return;
-  DeviceGuard guard(device_for(y));
+  DeviceGuard guard(device_of(y));
   dispatch_compute(log ? "log_softmax" : "softmax", dtype, [&](auto tag) {
     using T = decltype(tag);
     softmax_kernel<T><<<blocks_for_rows(rows), kThreads>>>(static_cast<const T*>(x), static_cast<T*>(y), rows,
@@ -206,7 +204,7 @@ void softmax_rows(DType dtype, const void* x, void* y, int64_t rows, int64_t col
 
 void causal_softmax_rows(DType dtype, const void* s, void* y, int64_t mats, int64_t n, double scale) {
   if (mats == 0 || n == 0) return;
-  DeviceGuard guard(device_for(y));
+  DeviceGuard guard(device_of(y));
   dispatch_compute("causal_softmax", dtype, [&](auto tag) {
     using T = decltype(tag);
     causal_softmax_kernel<T><<<blocks_for_rows(mats * n), kThreads>>>(static_cast<const T*>(s), static_cast<T*>(y),
@@ -218,7 +216,7 @@ void causal_softmax_rows(DType dtype, const void* s, void* y, int64_t mats, int6
 void causal_softmax_backward_rows(DType dtype, const void* g, const void* y, void* ds, int64_t mats, int64_t n,
                                   double scale) {
   if (mats == 0 || n == 0) return;
-  DeviceGuard guard(device_for(ds));
+  DeviceGuard guard(device_of(ds));
   dispatch_compute("causal_softmax_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
     causal_softmax_backward_kernel<T><<<blocks_for_rows(mats * n), kThreads>>>(
@@ -230,7 +228,7 @@ void causal_softmax_backward_rows(DType dtype, const void* g, const void* y, voi
 void dropout_flat(DType dtype, const void* in, void* out, int64_t count, double rate, uint64_t seed,
                   uint64_t offset) {
   if (count == 0) return;
-  DeviceGuard guard(device_for(out));
+  DeviceGuard guard(device_of(out));
   dispatch_compute("dropout", dtype, [&](auto tag) {
     using T = decltype(tag);
     dropout_kernel<T><<<blocks_for(count), kThreads>>>(static_cast<const T*>(in), static_cast<T*>(out), count,
@@ -243,7 +241,7 @@ void dropout_flat(DType dtype, const void* in, void* out, int64_t count, double 
 void layer_norm_rows(DType dtype, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd,
                      int64_t rows, int64_t C, double eps) {
   if (rows == 0 || C == 0) return;
-  DeviceGuard guard(device_for(y));
+  DeviceGuard guard(device_of(y));
   dispatch_compute("layer_norm", dtype, [&](auto tag) {
     using T = decltype(tag);
     layer_norm_kernel<T><<<blocks_for_rows(rows), kThreads>>>(
@@ -258,7 +256,7 @@ void layer_norm_backward_rows(DType dtype, const void* g, const void* x, const v
   if (C == 0) return;
   const void* any_out = dx ? dx : dw ? dw : db;
   if (any_out == nullptr) return;
-  const int device = device_for(any_out);
+  const int device = device_of(any_out);
   DeviceGuard guard(device);
   dispatch_compute("layer_norm_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -288,7 +286,7 @@ void layer_norm_backward_rows(DType dtype, const void* g, const void* x, const v
 void nll_pick(DType dtype, const void* logp, const int64_t* target, void* picked, int64_t n, int64_t c,
               int64_t ignore_index) {
   if (n == 0) return;
-  DeviceGuard guard(device_for(picked));
+  DeviceGuard guard(device_of(picked));
   dispatch_compute("cross_entropy", dtype, [&](auto tag) {
     using T = decltype(tag);
     nll_pick_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(logp), target, static_cast<T*>(picked), n,
@@ -300,7 +298,7 @@ void nll_pick(DType dtype, const void* logp, const int64_t* target, void* picked
 void softmax_minus_one_hot(DType dtype, void* p, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,
                            double scale) {
   if (n == 0 || c == 0) return;
-  DeviceGuard guard(device_for(p));
+  DeviceGuard guard(device_of(p));
   dispatch_compute("cross_entropy_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
     minus_one_hot_kernel<T><<<blocks_for(n * c), kThreads>>>(static_cast<T*>(p), target, n, c, ignore_index,

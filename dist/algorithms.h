@@ -101,8 +101,11 @@ std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tenso
 // input: S, output: (N, *S).
 std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch);
 std::unique_ptr<PendingOp> chain_broadcast(const Tensor& t, int root, Channel ch);
-// t: any shape, reduced in place by recursive doubling.
-std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch);
+class SharedSlots;  // dist/shared_memory.h
+// t: any shape, reduced in place by recursive doubling -- or, when `shared` is not null and t fits
+// its slots, through shared memory (Note [Shared-memory AllReduce] in dist/shared_memory.h).
+std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch,
+                                          SharedSlots* shared);
 
 // Cancels a posted receive, frees a posted send (See Note [After a timeout] in dist/comm_thread.h).
 inline void abandon_request(MPI_Request& r, bool is_receive) {

@@ -38,12 +38,14 @@ size_t threshold_from(const GroupOptions& options) {
 class AutoGroup final : public RingFamilyGroup {
  public:
   explicit AutoGroup(const GroupOptions& options)
-      : RingFamilyGroup("auto", options), threshold_(threshold_from(options)) {}
+      : RingFamilyGroup("auto", options), threshold_(threshold_from(options)) {
+    use_shared_memory(options);
+  }
   ~AutoGroup() override { shutdown(); }
 
  protected:
   std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    if (t.nbytes() < threshold_) return tree_allreduce(t, op, channel(tag), scratch_);
+    if (t.nbytes() < threshold_) return tree_allreduce(t, op, channel(tag), scratch_, shared_slots_.get());
     return RingFamilyGroup::start_allreduce(t, op, tag);
   }
 

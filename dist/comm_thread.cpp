@@ -69,7 +69,7 @@ std::shared_ptr<Work> CommThread::submit(OpInfo info, StartFn start) {
     Task task{std::move(info), std::move(start), work};
     auto running = std::make_unique<Running>();
     const auto began = Clock::now();
-    bool finished = !this->start(task, *running);
+    bool finished = !this->start(task, *running, began);
     // A tight loop: this is the caller's own core, and a yield would be a system call per poll.
     while (!finished && !(finished = advance(*running)) &&
            Clock::now() - began < std::chrono::microseconds(kStartHereMicroseconds)) {
@@ -151,7 +151,7 @@ void CommThread::loop() {
     for (Task& task : to_start) {
       auto running = std::make_unique<Running>();
       const bool p2p = task.info.p2p;
-      if (!start(task, *running)) {
+      if (!start(task, *running, Clock::now())) {
         (p2p ? p2p_done : collectives_done)++;
         continue;
       }
@@ -194,18 +194,18 @@ void CommThread::back_off(int& sleeps, Clock::time_point idle_since) const {
   }
 }
 
-bool CommThread::start(Task& task, Running& running) {
+bool CommThread::start(Task& task, Running& running, Clock::time_point now) {
   running.task = std::move(task);
-  running.start_us = trace_clock_us();
+  // trace_clock_us() is this clock's time in microseconds: one clock read serves both.
+  running.start_us = std::chrono::duration<double, std::micro>(now.time_since_epoch()).count();
   const OpInfo& info = running.task.info;
-  const std::string op = "dist." + info.name;
   if (!broken_.empty()) {
     complete(running, std::make_exception_ptr(
-        Error(str_cat("[", op, "] ", label(info), ": the process group is unusable: ", broken_,
+        Error(str_cat("[dist.", info.name, "] ", label(info), ": the process group is unusable: ", broken_,
                       ". Create a new process group (every rank must), or end the job."))));
     return false;
   }
-  running.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
+  running.deadline = now + std::chrono::duration_cast<Clock::duration>(timeout_);
   try {
     running.op = running.task.start(info.seq);
     return true;
@@ -221,7 +221,6 @@ bool CommThread::start(Task& task, Running& running) {
 
 bool CommThread::advance(Running& running) {
   const OpInfo& info = running.task.info;
-  const std::string op = "dist." + info.name;
   try {
     if (running.op->poll() && network_delay_passed(running)) {
       complete(running, nullptr);
@@ -236,7 +235,7 @@ bool CommThread::advance(Running& running) {
         : "Another rank probably did not issue this collective, or issued collectives in a different order (see "
           "Note [Collective order] in dist/process_group.h; RINGGRAD_DIST_DEBUG=1 checks it on every "
           "collective), or died.";
-    complete(running, std::make_exception_ptr(Error(str_cat("[", op, "] ", label(info), " timed out after ",
+    complete(running, std::make_exception_ptr(Error(str_cat("[dist.", info.name, "] ", label(info), " timed out after ",
                                                             timeout_.count(), " s. ", hint,
                                                             " If it is only slow, raise RINGGRAD_COLLECTIVE_TIMEOUT "
                                                             "(seconds)."))));

@@ -119,8 +119,8 @@ class CommThread {
     double start_us = 0;
   };
   void loop();
-  // Starts a task: false when it finished at once (failed to start, or the group is broken).
-  bool start(Task& task, Running& out);
+  // Starts a task at `now`: false when it finished at once (failed to start, or the group is broken).
+  bool start(Task& task, Running& out, Clock::time_point now);
   // Polls one running op: true once it finished (its Work is then completed).
   bool advance(Running& running);
   // Between polls of an op that made no progress; `sleeps` and `idle_since` carry the back-off.

@@ -212,6 +212,16 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
                                               trace, simulated_network_from(options));
 }
 
+void GroupBase::use_shared_memory(const GroupOptions& options) {
+  const char* env = std::getenv("RINGGRAD_DIST_SHM");
+  const bool wanted = options.shared_memory ? *options.shared_memory
+                                            : (env == nullptr || *env == '\0' || env_flag("RINGGRAD_DIST_SHM"));
+  // Every rank must take the same path (create() is collective): the least willing rank decides.
+  int mine = wanted, all = 0;
+  RG_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm_));
+  if (all) shared_slots_ = SharedSlots::create(comm_, rank_, size_);
+}
+
 GroupBase::~GroupBase() {
   comm_thread_->shutdown();
   if (!trace_path_.empty()) {

@@ -24,6 +24,7 @@
 #include "dist/algorithms.h"
 #include "dist/comm_thread.h"
 #include "dist/process_group.h"
+#include "dist/shared_memory.h"
 
 namespace ringgrad::dist::detail {
 
@@ -64,6 +65,9 @@ class GroupBase : public ProcessGroup {
   void shutdown() { comm_thread_->shutdown(); }
 
   Channel channel(int tag) const { return Channel{comm_, rank_, size_, tag}; }
+  // Maps shared_slots_ when options (or RINGGRAD_DIST_SHM) allow and every rank is on this machine.
+  // Collective: a backend's constructor calls it on every rank.
+  void use_shared_memory(const GroupOptions& options);
 
   // A backend that moves GPU memory itself (nccl) sets its device: collectives then take tensors on
   // that device as they are, instead of staging them through the host (Note [CUDA tensors through
@@ -74,6 +78,7 @@ class GroupBase : public ProcessGroup {
   int rank_ = 0, size_ = 1;
   Scratch scratch_;
   RingTuning ring_tuning_;
+  std::unique_ptr<SharedSlots> shared_slots_;  // null: small AllReduces go over MPI
 
  private:
   // detail: formats what the op works on, called only for messages (OpInfo).

@@ -85,6 +85,9 @@ struct GroupOptions {
   // file prefix; the group then writes PREFIX.rank<r>.g<k>-<backend>.json (k: the group's number in
   // this process) when destroyed.
   std::optional<bool> trace;
+  // tree, auto: small AllReduces through shared memory when every rank is on one machine (Note
+  // [Shared-memory AllReduce] in dist/shared_memory.h). Unset: RINGGRAD_DIST_SHM, else on.
+  std::optional<bool> shared_memory;
 };
 
 // The measured crossover of tree and ring on one machine (docs/dist.md, "auto").

@@ -31,6 +31,7 @@
 #include "dist/mpi_check.h"
 #include "dist/group_base.h"
 #include "dist/reduce_kernels.h"
+#include "dist/shared_memory.h"
 
 namespace ringgrad::dist::detail {
 namespace {
@@ -141,7 +142,9 @@ class TreeAllreduce : public PendingOp {
 
 }  // namespace
 
-std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch) {
+std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch,
+                                          SharedSlots* shared) {
+  if (shared != nullptr && SharedSlots::fits(t)) return shared->allreduce(t, op, ch.tag, scratch);
   return with_accumulator(scratch, t, std::max<int64_t>(t.numel(), 1),
                           [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
     return std::make_unique<TreeAllreduce<decltype(zero)>>(t, op, ch.tag, ch.comm, ch.rank, ch.size, work, recv);
@@ -152,12 +155,12 @@ namespace {
 
 class TreeGroup final : public GroupBase {
  public:
-  explicit TreeGroup(const GroupOptions& options) : GroupBase("tree", options) {}
+  explicit TreeGroup(const GroupOptions& options) : GroupBase("tree", options) { use_shared_memory(options); }
   ~TreeGroup() override { shutdown(); }
 
  protected:
   std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    return tree_allreduce(t, op, channel(tag), scratch_);
+    return tree_allreduce(t, op, channel(tag), scratch_, shared_slots_.get());
   }
 };
 

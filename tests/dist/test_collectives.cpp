@@ -17,7 +17,10 @@ const std::vector<rg::DType> kDtypes = {rg::DType::f32, rg::DType::f64, rg::DTyp
                                         rg::DType::bf16, rg::DType::i32, rg::DType::i64};
 // "ring/small-segments" is the ring with 256-byte segments, so that moderate sizes run many
 // pipeline segments per chunk; "hierarchical" declares nodes of 2 ranks (at np 4: 2 fake nodes of 2).
-const std::vector<std::string> kBackends = {"mpi", "ring", "ring/small-segments", "tree", "auto", "hierarchical"};
+// The tests run on one machine, so "tree" and "auto" reduce small tensors through shared memory;
+// "tree/p2p" and "auto/p2p" switch that off to test their MPI point-to-point path too.
+const std::vector<std::string> kBackends = {"mpi",  "ring",     "ring/small-segments", "tree",
+                                            "auto", "tree/p2p", "auto/p2p",            "hierarchical"};
 
 std::unique_ptr<dist::ProcessGroup> make_group(const std::string& name) {
   dist::GroupOptions options = test_options();
@@ -26,14 +29,20 @@ std::unique_ptr<dist::ProcessGroup> make_group(const std::string& name) {
     return dist::new_group("ring", options);
   }
   if (name == "hierarchical") options.ranks_per_node = 2;
+  const size_t slash = name.find('/');
+  if (slash != std::string::npos && name.substr(slash) == "/p2p") {
+    options.shared_memory = false;
+    return dist::new_group(name.substr(0, slash), options);
+  }
   return dist::new_group(name, options);
 }
 const std::vector<dist::ReduceOp> kOps = {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::max,
                                           dist::ReduceOp::min};
 
+// 16384 f32 (or f16, summed in f32) fill a shared-memory slot exactly; f64 and 16385 do not.
 std::vector<int64_t> sizes() {
   const int64_t N = dist::world().size;
-  return {0, 1, N - 1, N + 1, 1000, 1001, int64_t{1} << 20};
+  return {0, 1, N - 1, N + 1, 1000, 1001, 16384, 16385, int64_t{1} << 20};
 }
 
 double expected_reduce(dist::ReduceOp op, rg::DType dt, int64_t i) {
@@ -291,6 +300,46 @@ TEST_CASE("hierarchical: any node size gives the flat result") {
         CHECK(mismatch(t, [&](int64_t i) { return expected_reduce(op, dt, i); }) == "");
       }
   }
+}
+
+TEST_CASE("tree on shared memory: every rank ends with the rank-order sum; a mismatch fails at once") {
+  // Note [Shared-memory AllReduce]: every rank adds the slots in rank order 0, 1, ..., N-1, so the
+  // result is that f32 sum bit for bit on every rank, for any inputs.
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  auto pg = dist::new_group("tree", test_options());
+  const int64_t n = 3000;
+  auto input = [&](int rank) {
+    rg::Generator gen(100 + rank);
+    return rg::randn({n}, gen);
+  };
+  rg::Tensor t = input(r);
+  pg->allreduce(t)->wait();
+  std::vector<float> want(n, 0.0f);
+  for (int q = 0; q < N; ++q) {
+    const std::vector<double> v = input(q).to_vector();
+    for (int64_t i = 0; i < n; ++i) want[i] = q == 0 ? static_cast<float>(v[i]) : want[i] + static_cast<float>(v[i]);
+  }
+  const std::vector<double> got = t.to_vector();
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) differ += static_cast<float>(got[i]) != want[i];
+  CHECK(differ == 0);
+
+  // The last rank is off by one element. Over shared memory every rank sees the other's header at
+  // once and fails, naming both byte counts, instead of waiting out the 60 s timeout.
+  rg::Tensor u = rg::ones({r == N - 1 ? 999 : 1000});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pg->allreduce(u)->wait();
+    FAIL("the mismatch went unnoticed");
+  } catch (const rg::Error& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("is at another collective") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("3996 bytes") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("4000 bytes") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("allreduce #1") != std::string::npos, what);
+  }
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
 }
 
 TEST_CASE("debug mode: a size mismatch is reported with every rank's view") {

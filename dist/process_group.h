@@ -135,7 +135,8 @@ class ProcessGroup {
 // A process group over all ranks of the world, with the backend named at run time:
 //   "mpi"          the MPI library's nonblocking collectives (MPI_Iallreduce, ...)
 //   "ring"         pipelined ring reduce-scatter + all-gather over MPI point-to-point (dist/ring.cpp)
-//   "tree"         recursive-doubling AllReduce for small messages (dist/tree.cpp); the rest MPI's
+//   "tree"         AllReduce for small messages: through shared memory when every rank is on one
+//                  machine (dist/shared_memory.h), else recursive doubling (dist/tree.cpp); the rest MPI's
 //   "auto"         tree below GroupOptions::auto_threshold_bytes, ring above (dist/auto_backend.cpp)
 //   "hierarchical" reduce within each node, ring among node leaders, broadcast within each node
 //                  (dist/hierarchical.cpp)

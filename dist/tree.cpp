@@ -1,4 +1,6 @@
 // Backend "tree": AllReduce by recursive doubling, the latency-optimal algorithm for small messages.
+// (When every rank is on one machine, tensors that fit a slot go through shared memory instead:
+// Note [Shared-memory AllReduce] in dist/shared_memory.h. What follows is the path between machines.)
 //
 // With p the largest power of two <= N: in step k = 0 .. log2(p) - 1 rank r exchanges its whole
 // partial result with rank r XOR 2^k and adds what it receives. After log2(p) steps every rank

@@ -213,13 +213,27 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
 }
 
 void GroupBase::use_shared_memory(const GroupOptions& options) {
-  const char* env = std::getenv("RINGGRAD_DIST_SHM");
-  const bool wanted = options.shared_memory ? *options.shared_memory
-                                            : (env == nullptr || *env == '\0' || env_flag("RINGGRAD_DIST_SHM"));
   // Every rank must take the same path (create() is collective): the least willing rank decides.
-  int mine = wanted, all = 0;
+  // A malformed RINGGRAD_DIST_SHM votes -1 rather than throwing here, which would leave the other
+  // ranks waiting in the vote; after it, every rank throws.
+  const char* env = std::getenv("RINGGRAD_DIST_SHM");
+  std::exception_ptr env_error;
+  int mine = 1;
+  if (options.shared_memory) {
+    mine = *options.shared_memory;
+  } else if (env != nullptr && *env != '\0') {
+    try {
+      mine = env_flag("RINGGRAD_DIST_SHM");
+    } catch (const Error&) {
+      env_error = std::current_exception();
+      mine = -1;
+    }
+  }
+  int all = 0;
   RG_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm_));
-  if (all) shared_slots_ = SharedSlots::create(comm_, rank_, size_);
+  if (env_error) std::rethrow_exception(env_error);
+  RG_CHECK(all >= 0, "dist.new_group", "RINGGRAD_DIST_SHM is malformed on another rank than ", rank_);
+  if (all == 1) shared_slots_ = SharedSlots::create(comm_, rank_, size_);
 }
 
 GroupBase::~GroupBase() {

@@ -2,9 +2,13 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <random>
+#include <string>
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
@@ -19,13 +23,19 @@ namespace ringgrad::dist::detail {
 struct SharedSlots::Header {
   int64_t tag;     // the op's tag (its collective number mod 32768)
   uint64_t bytes;  // accumulation-type bytes of the data
+  int32_t dtype;   // the tensor's DType
+  int32_t op;      // the ReduceOp
 };
 
 namespace {
 
 constexpr size_t kLine = 64;  // one cache line: the posted counter never shares one with data
 constexpr size_t kParityBytes = kLine + kSharedSlotBytes;
+// Each rank's slot, page-aligned, after a first page that holds the segment's nonce.
 constexpr size_t kSlotBytes = (kLine + 2 * kParityBytes + 4095) / 4096 * 4096;
+constexpr size_t kFirstPage = 4096;
+// The counters are shared between processes: that needs atomics that are lock-free (address-free).
+static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 
 std::atomic_ref<uint64_t> posted(std::byte* slot) { return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot)); }
 std::byte* parity_of(std::byte* slot, uint64_t op) { return slot + kLine + (op % 2) * kParityBytes; }
@@ -36,12 +46,19 @@ size_t accumulation_bytes(const Tensor& t) {
   return half ? static_cast<size_t>(t.numel()) * sizeof(float) : t.nbytes();
 }
 
-// Rank 0 creates the segment; "" when it could not.
-std::string create_segment(size_t bytes, std::byte** base) {
+uint64_t& nonce_of(std::byte* base) { return *reinterpret_cast<uint64_t*>(base); }
+
+// Rank 0 creates the segment and writes `nonce` first in it; "" when it could not. A name taken
+// already (a killed job's leftover, another PID namespace's) is retried with the next number.
+std::string create_segment(size_t bytes, uint64_t nonce, std::byte** base) {
   static std::atomic<int> counter{0};
   char name[64];
-  std::snprintf(name, sizeof name, "/ringgrad-%d-%d", static_cast<int>(getpid()), counter++);
-  const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  int fd = -1;
+  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+    std::snprintf(name, sizeof name, "/ringgrad-%d-%d", static_cast<int>(getpid()), counter++);
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno != EEXIST) return "";
+  }
   if (fd < 0) return "";
   // posix_fallocate, not ftruncate: a full /dev/shm is an error here, not a SIGBUS at first touch.
   void* p = posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0
@@ -53,15 +70,28 @@ std::string create_segment(size_t bytes, std::byte** base) {
     return "";
   }
   *base = static_cast<std::byte*>(p);
+  nonce_of(*base) = nonce;
   return name;
 }
 
-std::byte* map_segment(const char* name, size_t bytes) {
+// Null unless the segment is rank 0's: large enough, and holding its nonce. A rank that sees
+// another /dev/shm than rank 0 (a container counted as the same node) finds no segment, or
+// someone else's, and the group falls back to MPI instead of reducing unrelated memory.
+std::byte* map_segment(const char* name, size_t bytes, uint64_t nonce) {
   const int fd = shm_open(name, O_RDWR, 0);
   if (fd < 0) return nullptr;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  struct stat st {};
+  void* p = fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= bytes
+                ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : MAP_FAILED;
   close(fd);
-  return p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+  if (p == MAP_FAILED) return nullptr;
+  auto* base = static_cast<std::byte*>(p);
+  if (nonce_of(base) != nonce) {
+    munmap(p, bytes);
+    return nullptr;
+  }
+  return base;
 }
 
 }  // namespace
@@ -75,12 +105,19 @@ std::unique_ptr<SharedSlots> SharedSlots::create(MPI_Comm comm, int rank, int si
   RG_MPI_CHECK(MPI_Comm_free(&local));
   if (local_size != size) return nullptr;  // the group spans machines: every rank sees that
 
-  const size_t bytes = kSlotBytes * static_cast<size_t>(size);
+  const size_t bytes = kFirstPage + kSlotBytes * static_cast<size_t>(size);
   std::byte* base = nullptr;
-  char name[64] = {};  // "" tells the others that rank 0 failed
-  if (rank == 0) std::snprintf(name, sizeof name, "%s", create_segment(bytes, &base).c_str());
-  RG_MPI_CHECK(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm));
-  if (rank != 0 && name[0] != '\0') base = map_segment(name, bytes);
+  struct {
+    char name[64] = {};  // "" tells the others that rank 0 failed
+    uint64_t nonce = 0;
+  } segment;
+  if (rank == 0) {
+    segment.nonce = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(getpid());
+    std::snprintf(segment.name, sizeof segment.name, "%s", create_segment(bytes, segment.nonce, &base).c_str());
+  }
+  RG_MPI_CHECK(MPI_Bcast(&segment, sizeof segment, MPI_BYTE, 0, comm));
+  const char* name = segment.name;
+  if (rank != 0 && name[0] != '\0') base = map_segment(name, bytes, segment.nonce);
   int mapped = base != nullptr, all_mapped = 0;
   RG_MPI_CHECK(MPI_Allreduce(&mapped, &all_mapped, 1, MPI_INT, MPI_MIN, comm));
   // Everyone who could map it has: the name can go, the memory stays until the last munmap.
@@ -93,11 +130,13 @@ std::unique_ptr<SharedSlots> SharedSlots::create(MPI_Comm comm, int rank, int si
 }
 
 SharedSlots::SharedSlots(std::byte* base, size_t bytes, int rank, int size)
-    : base_(base), bytes_(bytes), stride_(kSlotBytes), rank_(rank), size_(size) {}
+    : base_(base + kFirstPage), mapping_(base), bytes_(bytes), stride_(kSlotBytes), rank_(rank), size_(size) {
+  static_assert(sizeof(Header) <= kLine, "a parity's header must fit the line before its data");
+}
 
 // Local: the other ranks keep their own mappings (and a rank still waiting in an op that timed
 // out only ever reads its peers' slots through its own mapping).
-SharedSlots::~SharedSlots() { munmap(base_, bytes_); }
+SharedSlots::~SharedSlots() { munmap(mapping_, bytes_); }
 
 bool SharedSlots::fits(const Tensor& t) {
   const size_t bytes = accumulation_bytes(t);
@@ -112,11 +151,18 @@ class SharedAllreduce final : public PendingOp {
  public:
   SharedAllreduce(SharedSlots& slots, const Tensor& t, ReduceOp op, int tag, Acc* sum)
       : slots_(slots), tensor_(t), op_(op), n_(t.numel()), data_(static_cast<T*>(t.raw_data())), sum_(sum),
-        tag_(tag), op_number_(++slots.ops_) {
+        tag_(tag), op_number_(slots.ops_ + 1) {
+    // The two-parity argument of the Note needs the previous op finished before this one starts
+    // (the communication thread runs one collective at a time): check it rather than trust it.
+    RG_CHECK(slots_.finished_ == slots_.ops_, "dist.allreduce", "shared-memory op ", op_number_,
+             " started before op ", slots_.ops_, " finished (rank ", slots_.rank_, ")");
+    slots_.ops_ = op_number_;
     std::byte* mine = parity_of(slots_.slot_of(slots_.rank_), op_number_);
     auto* header = reinterpret_cast<SharedSlots::Header*>(mine);
     header->tag = tag_;
     header->bytes = static_cast<uint64_t>(n_) * sizeof(Acc);
+    header->dtype = static_cast<int32_t>(t.dtype());
+    header->op = static_cast<int32_t>(op);
     widen(reinterpret_cast<Acc*>(mine + kLine), data_, n_);
     posted(slots_.slot_of(slots_.rank_)).store(op_number_, std::memory_order_release);
   }
@@ -127,9 +173,10 @@ class SharedAllreduce final : public PendingOp {
     const SharedSlots::Header& mine = *header_of(slots_.rank_);
     for (int r = 0; r < slots_.size_; ++r) {
       const SharedSlots::Header& theirs = *header_of(r);
-      RG_CHECK(theirs.tag == mine.tag && theirs.bytes == mine.bytes, "dist.allreduce", "rank ", r,
-               " is at another collective (tag ", theirs.tag, ", ", theirs.bytes, " bytes) than rank ", slots_.rank_,
-               " (tag ", mine.tag, ", ", mine.bytes, " bytes): every rank must issue the same collectives in the same "
+      RG_CHECK(theirs.tag == mine.tag && theirs.bytes == mine.bytes && theirs.dtype == mine.dtype &&
+                   theirs.op == mine.op,
+               "dist.allreduce", "rank ", r, " is at another collective (", describe(theirs), ") than rank ",
+               slots_.rank_, " (", describe(mine), "): every rank must issue the same collectives in the same "
                "order (Note [Collective order] in dist/process_group.h; RINGGRAD_DIST_DEBUG=1 names the first that "
                "differs)");
     }
@@ -137,10 +184,16 @@ class SharedAllreduce final : public PendingOp {
     std::memcpy(sum_, data_of(0), static_cast<size_t>(n_) * sizeof(Acc));
     for (int r = 1; r < slots_.size_; ++r) reduce_into(sum_, data_of(r), n_, op_);
     if (!std::is_same_v<T, Acc> || op_ == ReduceOp::avg) finish_into(data_, sum_, n_, op_, slots_.size_);
+    slots_.finished_ = op_number_;
     return true;
   }
 
  private:
+  static std::string describe(const SharedSlots::Header& h) {
+    return str_cat("tag ", h.tag, ", ", dtype_name(static_cast<DType>(h.dtype)), " ",
+                   reduce_op_name(static_cast<ReduceOp>(h.op)), ", ", h.bytes, " bytes");
+  }
+
   const SharedSlots::Header* header_of(int r) const {
     return reinterpret_cast<const SharedSlots::Header*>(parity_of(slots_.slot_of(r), op_number_));
   }

@@ -10,7 +10,8 @@
 //   rank r:  [posted: the last op r published] [parity 0: header, data] [parity 1: header, data]
 //
 // Op s (counted per group, the same on every rank) is: copy the tensor, widened to the
-// accumulation type, into my slot of parity s % 2 with a header (the op's tag and byte count);
+// accumulation type, into my slot of parity s % 2 with a header (the op's tag, byte count, dtype
+// and reduce op);
 // publish s (a release store); wait until every rank has published s (acquire loads, polled by
 // the communication thread like any other op, so the group's timeout applies); check the headers
 // agree; then reduce all slots in rank order 0, 1, ..., N-1, so every rank computes the same sum in
@@ -21,13 +22,18 @@
 // had finished reading op s. So no slot is overwritten while someone still reads it, without any
 // "done reading" flag.
 //
-// A header that disagrees (another op tag or byte count) means the ranks are not issuing the same
-// collectives (Note [Collective order] in dist/process_group.h): every rank fails at once with both
-// views instead of waiting for the timeout. A rank that never arrives is caught by the timeout.
+// A header that disagrees means the ranks are not issuing the same collectives (Note [Collective
+// order] in dist/process_group.h): every rank fails at once with both views instead of waiting for
+// the timeout. Two cases still end in the timeout: a rank that never arrives, and sizes of which
+// one fits a slot and the other does not (one rank waits here, the other in MPI). After a timeout
+// the group is broken and writes nothing more; a rank that arrives late still finds its peers'
+// slots intact and completes that op, then times out on the next.
 //
 // The segment is POSIX shared memory that rank 0 creates and unlinks as soon as every rank has
-// mapped it: nothing is left behind in /dev/shm, even if the job is killed, and tearing a group
-// down is a local munmap, not a collective that a dead rank could hang.
+// mapped it: nothing is left behind in /dev/shm once the group exists, and tearing a group down is
+// a local munmap, not a collective that a dead rank could hang. Rank 0 writes a random nonce into
+// it; a rank that maps something else under that name (another /dev/shm, as in containers that MPI
+// counts as one node) votes no, and the whole group uses MPI point-to-point instead.
 #pragma once
 
 #include <mpi.h>
@@ -69,11 +75,13 @@ class SharedSlots {
   SharedSlots(std::byte* base, size_t bytes, int rank, int size);
   std::byte* slot_of(int rank) const { return base_ + static_cast<size_t>(rank) * stride_; }
 
-  std::byte* base_;
+  std::byte* base_;     // rank 0's slot
+  std::byte* mapping_;  // what mmap returned (the nonce's page, then the slots)
   size_t bytes_;
   size_t stride_;  // bytes per rank's slot
   int rank_, size_;
-  uint64_t ops_ = 0;  // shared-memory ops so far: the s of the Note
+  uint64_t ops_ = 0;       // shared-memory ops started: the s of the Note
+  uint64_t finished_ = 0;  // of which finished (the last one's s)
   template <class T>
   friend class SharedAllreduce;
 };

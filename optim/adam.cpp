@@ -37,12 +37,14 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Adam(std::move(groups), from_w(options), true) {}
 
 void Adam::step() {
+  FusedUpdates updates;
   for_each_param_with_grad([&](const ParamGroup& group, const Tensor& p, const Tensor& grad, size_t i) {
     State& s = state_[i];
     ++s.step;
-    adam_update(p, grad, s.master, s.exp_avg, s.exp_avg_sq,
-                {group.lr, options_.beta1, options_.beta2, options_.eps, group.weight_decay, decoupled_, s.step});
+    updates.adam(p, grad, s.master, s.exp_avg, s.exp_avg_sq,
+                 {group.lr, options_.beta1, options_.beta2, options_.eps, group.weight_decay, decoupled_, s.step});
   });
+  updates.run();
 }
 
 size_t Adam::state_bytes() const {

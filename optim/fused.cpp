@@ -80,4 +80,51 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& master, 
   });
 }
 
+void FusedUpdates::sgd(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
+                       const SgdHyper& h) {
+  if (!param.device().is_cuda()) return sgd_update(param, grad, master, momentum, h);
+  check_dense("sgd", param, grad);
+  check_state("sgd", param, {&master, &momentum});
+  queued_.push_back(Queued{param, grad, master, momentum, Tensor(), h, {}, false});
+}
+
+void FusedUpdates::adam(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& exp_avg,
+                        const Tensor& exp_avg_sq, const AdamHyper& h) {
+  if (!param.device().is_cuda()) return adam_update(param, grad, master, exp_avg, exp_avg_sq, h);
+  check_dense("adam", param, grad);
+  check_state("adam", param, {&master, &exp_avg, &exp_avg_sq});
+  queued_.push_back(Queued{param, grad, master, exp_avg, exp_avg_sq, {}, h, true});
+}
+
+void FusedUpdates::run() {
+#ifdef RINGGRAD_WITH_CUDA
+  // Groups of one (device, dtype, optimizer), in the order the parameters came.
+  std::vector<bool> done(queued_.size(), false);
+  for (size_t first = 0; first < queued_.size(); ++first) {
+    if (done[first]) continue;
+    const Queued& q0 = queued_[first];
+    std::vector<cuda::SgdArgs> sgd;
+    std::vector<cuda::AdamArgs> adam;
+    for (size_t i = first; i < queued_.size(); ++i) {
+      const Queued& q = queued_[i];
+      if (done[i] || q.param.device() != q0.param.device() || q.param.dtype() != q0.param.dtype() ||
+          q.is_adam != q0.is_adam)
+        continue;
+      done[i] = true;
+      if (q.is_adam)
+        adam.push_back({q.param.raw_data(), q.grad.raw_data(), maybe<void>(q.master), maybe<void>(q.state1),
+                        maybe<void>(q.state2), q.param.numel(), q.adam});
+      else
+        sgd.push_back({q.param.raw_data(), q.grad.raw_data(), maybe<void>(q.master), maybe<void>(q.state1),
+                       q.param.numel(), q.sgd});
+    }
+    if (q0.is_adam) cuda::adam_update_many(q0.param.dtype(), adam.data(), adam.size());
+    else cuda::sgd_update_many(q0.param.dtype(), sgd.data(), sgd.size());
+  }
+#else
+  RG_CHECK(queued_.empty(), "optimizer", "CUDA parameters in a build without CUDA");
+#endif
+  queued_.clear();
+}
+
 }  // namespace ringgrad::optim

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "optim/fused_math.h"
@@ -16,6 +17,32 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, c
                 const SgdHyper& h);
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& exp_avg,
                  const Tensor& exp_avg_sq, const AdamHyper& h);
+
+// One optimizer step's updates, added parameter by parameter. CPU parameters are updated when
+// added; CUDA ones are queued and launched by run() as multi-tensor kernels, one per group of
+// parameters of one device and dtype (Note [Multi-tensor updates] in core/cuda/optim.cu). The
+// queue holds the tensors, so a temporary gradient (a cast) lives until its update has launched.
+//
+//   FusedUpdates updates;
+//   for (...) updates.sgd(param, grad, master, momentum, hyper);
+//   updates.run();
+class FusedUpdates {
+ public:
+  void sgd(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
+           const SgdHyper& h);
+  void adam(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& exp_avg,
+            const Tensor& exp_avg_sq, const AdamHyper& h);
+  void run();  // launches what is queued (nothing to do on a CPU-only step)
+
+ private:
+  struct Queued {
+    Tensor param, grad, master, state1, state2;  // state1/2: momentum, or exp_avg / exp_avg_sq
+    SgdHyper sgd{};
+    AdamHyper adam{};
+    bool is_adam = false;
+  };
+  std::vector<Queued> queued_;
+};
 
 // The state dtype for a parameter dtype: f64 stays f64, everything else keeps f32 state.
 DType state_dtype(DType param_dtype);

@@ -39,6 +39,7 @@ struct SgdStep {
   S lr, mom, damp, wd;
   bool nesterov, first_step;
 
+  SgdStep() = default;  // an empty entry of the multi-tensor kernel's list (core/cuda/optim.cu)
   SgdStep(P* p, const P* g, S* m, S* b, const SgdHyper& h)
       : param(p), grad(g), master(m), buf(b), lr(S(h.lr)), mom(S(h.momentum)), damp(S(1 - h.dampening)),
         wd(S(h.weight_decay)), nesterov(h.nesterov), first_step(h.first_step) {}
@@ -69,6 +70,7 @@ struct AdamStep {
   S* v;
   S b1, b2, eps, step_size, bias2_sqrt, l2, decay;
 
+  AdamStep() = default;
   AdamStep(P* p, const P* g, S* master_, S* m_, S* v_, const AdamHyper& h)
       : param(p), grad(g), master(master_), m(m_), v(v_), b1(S(h.beta1)), b2(S(h.beta2)), eps(S(h.eps)),
         step_size(S(h.lr) / S(1 - std::pow(h.beta1, static_cast<double>(h.step)))),
@@ -107,6 +109,30 @@ void sgd_update(DType param_dtype, void* param, const void* grad, void* master, 
                 const SgdHyper& h);
 void adam_update(DType param_dtype, void* param, const void* grad, void* master, void* exp_avg, void* exp_avg_sq,
                  int64_t n, const AdamHyper& h);
+
+// One parameter's update for the multi-tensor launchers: its pointers (null where a state is
+// absent), element count and hyperparameters.
+struct SgdArgs {
+  void* param;
+  const void* grad;
+  void* master;
+  void* momentum;
+  int64_t n;
+  SgdHyper h;
+};
+struct AdamArgs {
+  void* param;
+  const void* grad;
+  void* master;
+  void* exp_avg;
+  void* exp_avg_sq;
+  int64_t n;
+  AdamHyper h;
+};
+// Every parameter of `args` on one device, of dtype param_dtype: one kernel launch per group of
+// up to a few dozen parameters (Note [Multi-tensor updates] in core/cuda/optim.cu).
+void sgd_update_many(DType param_dtype, const SgdArgs* args, size_t count);
+void adam_update_many(DType param_dtype, const AdamArgs* args, size_t count);
 }  // namespace cuda
 #endif
 

@@ -28,13 +28,15 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::mo
 }
 
 void SGD::step() {
+  FusedUpdates updates;
   for_each_param_with_grad([&](const ParamGroup& group, const Tensor& p, const Tensor& grad, size_t i) {
     State& s = state_[i];
     const bool first = !s.started;
     s.started = true;
-    sgd_update(p, grad, s.master, s.momentum,
-               {group.lr, options_.momentum, options_.dampening, group.weight_decay, options_.nesterov, first});
+    updates.sgd(p, grad, s.master, s.momentum,
+                {group.lr, options_.momentum, options_.dampening, group.weight_decay, options_.nesterov, first});
   });
+  updates.run();
 }
 
 size_t SGD::state_bytes() const {

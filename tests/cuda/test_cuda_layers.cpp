@@ -195,6 +195,52 @@ TEST_CASE("fused SGD and Adam updates match the CPU, f16 master weights included
   }
 }
 
+TEST_CASE("multi-tensor updates: many parameters of mixed sizes, dtypes and groups match the CPU") {
+  // Note [Multi-tensor updates]: one launch covers up to a few dozen parameters, each over whole
+  // blocks of 1024 elements. 90 parameters (more than one launch's list), sizes around the block
+  // size and empty ones, f32 and f16 mixed (so one step launches per dtype), two parameter groups
+  // with their own learning rates, and a parameter without a gradient (left alone).
+  const std::vector<int64_t> sizes = {0, 1, 7, 1023, 1024, 1025, 4096, 70000};
+  for (int which : {0, 1}) {
+    CAPTURE(which);
+    std::vector<Tensor> cpu_a, cpu_b, gpu_a, gpu_b;
+    for (int i = 0; i < 90; ++i) {
+      const DType dtype = i % 3 == 0 ? DType::f16 : DType::f32;
+      const Tensor start = randn_on_cpu({sizes[i % sizes.size()]}, 200 + i, dtype);
+      (i % 2 ? cpu_a : cpu_b).push_back(start.clone().requires_grad_());
+      (i % 2 ? gpu_a : gpu_b).push_back(start.to(kGpu).requires_grad_());
+    }
+    auto groups = [](std::vector<Tensor> a, std::vector<Tensor> b) {
+      return std::vector<optim::ParamGroup>{{std::move(a), 0.05, 1e-3}, {std::move(b), 0.01, 0.0}};
+    };
+    std::unique_ptr<optim::Optimizer> o_cpu, o_gpu;
+    if (which == 0) {
+      const optim::SGDOptions opt{.momentum = 0.9, .nesterov = true};
+      o_cpu = std::make_unique<optim::SGD>(groups(cpu_a, cpu_b), opt);
+      o_gpu = std::make_unique<optim::SGD>(groups(gpu_a, gpu_b), opt);
+    } else {
+      o_cpu = std::make_unique<optim::AdamW>(groups(cpu_a, cpu_b), optim::AdamWOptions{});
+      o_gpu = std::make_unique<optim::AdamW>(groups(gpu_a, gpu_b), optim::AdamWOptions{});
+    }
+    std::vector<Tensor> cpu = cpu_a, gpu = gpu_a;
+    cpu.insert(cpu.end(), cpu_b.begin(), cpu_b.end());
+    gpu.insert(gpu.end(), gpu_b.begin(), gpu_b.end());
+    for (int step = 0; step < 3; ++step) {
+      for (size_t i = 0; i + 1 < cpu.size(); ++i) {  // the last parameter never gets a gradient
+        const Tensor g = randn_on_cpu(cpu[i].shape(), 1000 * step + i, cpu[i].dtype());
+        cpu[i].set_grad(g.clone());
+        gpu[i].set_grad(g.to(kGpu));
+      }
+      o_cpu->step();
+      o_gpu->step();
+    }
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      CAPTURE(i);
+      check_close(gpu[i], cpu[i], cpu[i].dtype() == DType::f16 ? 1e-3 : 1e-6, 1e-6, which == 0 ? "SGD" : "AdamW");
+    }
+  }
+}
+
 TEST_CASE("GradScaler unscales CUDA gradients and finds an inf") {
   Tensor p = zeros({4}, {.device = kGpu}).requires_grad_();
   optim::SGD opt({p}, {.lr = 1.0});

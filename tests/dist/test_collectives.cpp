@@ -39,10 +39,11 @@ std::unique_ptr<dist::ProcessGroup> make_group(const std::string& name) {
 const std::vector<dist::ReduceOp> kOps = {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::max,
                                           dist::ReduceOp::min};
 
-// 16384 f32 (or f16, summed in f32) fill a shared-memory slot exactly; f64 and 16385 do not.
+// A shared-memory slot holds 64 KiB in the accumulation type: exactly 16384 f32 / i32 / f16 / bf16
+// (summed in f32) or 8192 f64 / i64; one element more goes over MPI.
 std::vector<int64_t> sizes() {
   const int64_t N = dist::world().size;
-  return {0, 1, N - 1, N + 1, 1000, 1001, 16384, 16385, int64_t{1} << 20};
+  return {0, 1, N - 1, N + 1, 1000, 1001, 8192, 8193, 16384, 16385, int64_t{1} << 20};
 }
 
 double expected_reduce(dist::ReduceOp op, rg::DType dt, int64_t i) {
@@ -211,6 +212,19 @@ TEST_CASE("collective timeout comes from RINGGRAD_COLLECTIVE_TIMEOUT") {
   CHECK(dist::default_collective_timeout() == 300.0);
 }
 
+TEST_CASE("RINGGRAD_DIST_SHM malformed on one rank fails group creation on every rank, without a hang") {
+  const int r = dist::world().rank;
+  if (r == 0) setenv("RINGGRAD_DIST_SHM", "maybe", 1);
+  const std::string expected = r == 0 ? "RINGGRAD_DIST_SHM='maybe' is not 0/1/true/false/on/off"
+                                      : "RINGGRAD_DIST_SHM is malformed on another rank than " + std::to_string(r);
+  CHECK_THROWS_WITH_AS(dist::new_group("tree", test_options()), doctest::Contains(expected.c_str()), rg::Error);
+  unsetenv("RINGGRAD_DIST_SHM");
+  auto pg = dist::new_group("tree", test_options());  // the ranks are still in step
+  rg::Tensor t = rg::ones({10});
+  pg->allreduce(t)->wait();
+  CHECK(t.to_vector()[0] == dist::world().size);
+}
+
 TEST_CASE("reduce_scatter: every backend x op x dtype x size") {
   const int N = dist::world().size, r = dist::world().rank;
   for (const auto& backend : kBackends) {
@@ -307,7 +321,9 @@ TEST_CASE("tree on shared memory: every rank ends with the rank-order sum; a mis
   // result is that f32 sum bit for bit on every rank, for any inputs.
   const int N = dist::world().size, r = dist::world().rank;
   if (N == 1) return;
-  auto pg = dist::new_group("tree", test_options());
+  dist::GroupOptions options = test_options();
+  options.shared_memory = true;  // whatever RINGGRAD_DIST_SHM says
+  auto pg = dist::new_group("tree", options);
   const int64_t n = 3000;
   auto input = [&](int rank) {
     rg::Generator gen(100 + rank);
@@ -335,11 +351,27 @@ TEST_CASE("tree on shared memory: every rank ends with the rank-order sum; a mis
   } catch (const rg::Error& e) {
     const std::string what = e.what();
     CHECK_MESSAGE(what.find("is at another collective") != std::string::npos, what);
-    CHECK_MESSAGE(what.find("3996 bytes") != std::string::npos, what);
-    CHECK_MESSAGE(what.find("4000 bytes") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("f32 sum, 3996 bytes") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("f32 sum, 4000 bytes") != std::string::npos, what);
     CHECK_MESSAGE(what.find("allreduce #1") != std::string::npos, what);
   }
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
+}
+
+TEST_CASE("tree on shared memory: same byte count but another dtype or reduce op fails at once") {
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  dist::GroupOptions options = test_options();
+  options.shared_memory = true;
+  for (int mismatch_kind : {0, 1}) {
+    CAPTURE(mismatch_kind);
+    auto pg = dist::new_group("tree", options);
+    const bool odd_one = r == N - 1;
+    // 1000 f32 and 1000 i32 are 4000 bytes each; sum and max move the same bytes.
+    rg::Tensor t = rg::ones({1000}, {.dtype = mismatch_kind == 0 && odd_one ? rg::DType::i32 : rg::DType::f32});
+    const dist::ReduceOp op = mismatch_kind == 1 && odd_one ? dist::ReduceOp::max : dist::ReduceOp::sum;
+    CHECK_THROWS_WITH_AS(pg->allreduce(t, op)->wait(), doctest::Contains("is at another collective"), rg::Error);
+  }
 }
 
 TEST_CASE("debug mode: a size mismatch is reported with every rank's view") {

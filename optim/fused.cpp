@@ -35,10 +35,17 @@ S* maybe(const Tensor& t) {
 }
 
 // Runs step(i) for every i < n on the CPU's threads.
+//
+// Each chunk runs a local copy of the functor. Through a reference, its fields (lr, the state
+// pointers, the flags) live in memory that a store to param[i] -- a float, like lr -- might alias, so
+// GCC reloads them every element and neither vectorises the loop nor moves the per-element
+// branches out of it; a copy whose address never escapes cannot be aliased. W1's momentum SGD went
+// from 9.9% of a step to 4.2% (docs/performance.md, change 9).
 template <class Step>
 void run_on_cpu(const Step& step, int64_t n) {
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) step(i);
+    const Step local = step;
+    for (int64_t i = b; i < e; ++i) local(i);
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <unordered_set>
 
 #include "core/parallel.h"
 
@@ -103,19 +104,29 @@ void FusedUpdates::adam(const Tensor& param, const Tensor& grad, const Tensor& m
   queued_.push_back(Queued{param, grad, master, exp_avg, exp_avg_sq, {}, h, true});
 }
 
+FusedUpdates::~FusedUpdates() {
+  if (queued_.empty()) return;
+  try {
+    run();
+  } catch (...) {
+  }
+}
+
 void FusedUpdates::run() {
 #ifdef RINGGRAD_WITH_CUDA
-  // Groups of one (device, dtype, optimizer), in the order the parameters came.
+  // Groups of one (device, dtype, optimizer), in the order the parameters came; a repeated
+  // parameter waits for a later group.
   std::vector<bool> done(queued_.size(), false);
   for (size_t first = 0; first < queued_.size(); ++first) {
     if (done[first]) continue;
     const Queued& q0 = queued_[first];
     std::vector<cuda::SgdArgs> sgd;
     std::vector<cuda::AdamArgs> adam;
+    std::unordered_set<const void*> in_group;
     for (size_t i = first; i < queued_.size(); ++i) {
       const Queued& q = queued_[i];
       if (done[i] || q.param.device() != q0.param.device() || q.param.dtype() != q0.param.dtype() ||
-          q.is_adam != q0.is_adam)
+          q.is_adam != q0.is_adam || !in_group.insert(q.param.raw_data()).second)
         continue;
       done[i] = true;
       if (q.is_adam)
@@ -125,13 +136,16 @@ void FusedUpdates::run() {
         sgd.push_back({q.param.raw_data(), q.grad.raw_data(), maybe<void>(q.master), maybe<void>(q.state1),
                        q.param.numel(), q.sgd});
     }
-    if (q0.is_adam) cuda::adam_update_many(q0.param.dtype(), adam.data(), adam.size());
-    else cuda::sgd_update_many(q0.param.dtype(), sgd.data(), sgd.size());
+    const int device = q0.param.device().index;
+    if (q0.is_adam) cuda::adam_update_many(device, q0.param.dtype(), adam.data(), adam.size());
+    else cuda::sgd_update_many(device, q0.param.dtype(), sgd.data(), sgd.size());
   }
-#else
-  RG_CHECK(queued_.empty(), "optimizer", "CUDA parameters in a build without CUDA");
-#endif
   queued_.clear();
+#else
+  const bool empty = queued_.empty();
+  queued_.clear();
+  RG_CHECK(empty, "optimizer", "CUDA parameters in a build without CUDA");
+#endif
 }
 
 }  // namespace ringgrad::optim

@@ -28,11 +28,20 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& master, 
 //   updates.run();
 class FusedUpdates {
  public:
+  FusedUpdates() = default;
+  // Launches what is still queued when a later parameter threw, so every parameter whose state the
+  // optimizer already advanced is updated too (its errors are dropped: a destructor must not throw).
+  ~FusedUpdates();
+  FusedUpdates(const FusedUpdates&) = delete;
+  FusedUpdates& operator=(const FusedUpdates&) = delete;
+
   void sgd(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
            const SgdHyper& h);
   void adam(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& exp_avg,
             const Tensor& exp_avg_sq, const AdamHyper& h);
-  void run();  // launches what is queued (nothing to do on a CPU-only step)
+  // Launches what is queued (nothing to do on a CPU-only step). A parameter queued twice (listed
+  // twice in an optimizer) gets its second update in a later launch, never racing with the first.
+  void run();
 
  private:
   struct Queued {

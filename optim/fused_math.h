@@ -129,10 +129,10 @@ struct AdamArgs {
   int64_t n;
   AdamHyper h;
 };
-// Every parameter of `args` on one device, of dtype param_dtype: one kernel launch per group of
-// up to a few dozen parameters (Note [Multi-tensor updates] in core/cuda/optim.cu).
-void sgd_update_many(DType param_dtype, const SgdArgs* args, size_t count);
-void adam_update_many(DType param_dtype, const AdamArgs* args, size_t count);
+// Every parameter of `args` on GPU `device`, of dtype param_dtype, each at most once: one kernel
+// launch per group of up to a few dozen parameters (Note [Multi-tensor updates] in core/cuda/optim.cu).
+void sgd_update_many(int device, DType param_dtype, const SgdArgs* args, size_t count);
+void adam_update_many(int device, DType param_dtype, const AdamArgs* args, size_t count);
 }  // namespace cuda
 #endif
 

@@ -88,9 +88,9 @@ void launch_many(const std::vector<Step>& steps, const std::vector<int64_t>& n) 
 
 // One functor per parameter, make(P{}, S{}, args[i]), all launched together.
 template <class Args, class Make>
-void update_many(DType param_dtype, const Args* args, size_t count, Make make) {
+void update_many(int device, DType param_dtype, const Args* args, size_t count, Make make) {
   if (count == 0) return;
-  ringgrad::cuda::DeviceGuard guard(ringgrad::cuda::device_of(args[0].param));
+  ringgrad::cuda::DeviceGuard guard(device);
   dispatch_param(param_dtype, [&](auto p, auto s) {
     std::vector<decltype(make(p, s, args[0]))> steps;
     std::vector<int64_t> n;
@@ -102,8 +102,8 @@ void update_many(DType param_dtype, const Args* args, size_t count, Make make) {
   });
 }
 
-void sgd_update_many(DType param_dtype, const SgdArgs* args, size_t count) {
-  update_many(param_dtype, args, count, [](auto p, auto s, const SgdArgs& a) {
+void sgd_update_many(int device, DType param_dtype, const SgdArgs* args, size_t count) {
+  update_many(device, param_dtype, args, count, [](auto p, auto s, const SgdArgs& a) {
     using P = decltype(p);
     using S = decltype(s);
     return SgdStep<P, S>(static_cast<P*>(a.param), static_cast<const P*>(a.grad), static_cast<S*>(a.master),
@@ -111,8 +111,8 @@ void sgd_update_many(DType param_dtype, const SgdArgs* args, size_t count) {
   });
 }
 
-void adam_update_many(DType param_dtype, const AdamArgs* args, size_t count) {
-  update_many(param_dtype, args, count, [](auto p, auto s, const AdamArgs& a) {
+void adam_update_many(int device, DType param_dtype, const AdamArgs* args, size_t count) {
+  update_many(device, param_dtype, args, count, [](auto p, auto s, const AdamArgs& a) {
     using P = decltype(p);
     using S = decltype(s);
     return AdamStep<P, S>(static_cast<P*>(a.param), static_cast<const P*>(a.grad), static_cast<S*>(a.master),

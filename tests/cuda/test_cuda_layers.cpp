@@ -197,14 +197,15 @@ TEST_CASE("fused SGD and Adam updates match the CPU, f16 master weights included
 
 TEST_CASE("multi-tensor updates: many parameters of mixed sizes, dtypes and groups match the CPU") {
   // Note [Multi-tensor updates]: one launch covers up to a few dozen parameters, each over whole
-  // blocks of 1024 elements. 90 parameters (more than one launch's list), sizes around the block
-  // size and empty ones, f32 and f16 mixed (so one step launches per dtype), two parameter groups
-  // with their own learning rates, and a parameter without a gradient (left alone).
+  // blocks of 1024 elements. 130 parameters (more than one launch's list for every optimizer and
+  // dtype), sizes around the block size and empty ones, f32 and f16 mixed (so one step launches per
+  // dtype), two parameter groups with their own learning rates, and a parameter without a gradient
+  // (left alone).
   const std::vector<int64_t> sizes = {0, 1, 7, 1023, 1024, 1025, 4096, 70000};
   for (int which : {0, 1}) {
     CAPTURE(which);
     std::vector<Tensor> cpu_a, cpu_b, gpu_a, gpu_b;
-    for (int i = 0; i < 90; ++i) {
+    for (int i = 0; i < 130; ++i) {
       const DType dtype = i % 3 == 0 ? DType::f16 : DType::f32;
       const Tensor start = randn_on_cpu({sizes[i % sizes.size()]}, 200 + i, dtype);
       (i % 2 ? cpu_a : cpu_b).push_back(start.clone().requires_grad_());
@@ -226,7 +227,8 @@ TEST_CASE("multi-tensor updates: many parameters of mixed sizes, dtypes and grou
     cpu.insert(cpu.end(), cpu_b.begin(), cpu_b.end());
     gpu.insert(gpu.end(), gpu_b.begin(), gpu_b.end());
     for (int step = 0; step < 3; ++step) {
-      for (size_t i = 0; i + 1 < cpu.size(); ++i) {  // the last parameter never gets a gradient
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        if (i == 5) continue;  // 1023 elements (original index 11) that never get a gradient
         const Tensor g = randn_on_cpu(cpu[i].shape(), 1000 * step + i, cpu[i].dtype());
         cpu[i].set_grad(g.clone());
         gpu[i].set_grad(g.to(kGpu));
@@ -239,6 +241,20 @@ TEST_CASE("multi-tensor updates: many parameters of mixed sizes, dtypes and grou
       check_close(gpu[i], cpu[i], cpu[i].dtype() == DType::f16 ? 1e-3 : 1e-6, 1e-6, which == 0 ? "SGD" : "AdamW");
     }
   }
+}
+
+TEST_CASE("multi-tensor updates: a parameter listed twice is updated twice, one after the other") {
+  // Both updates would land in one launch and race; FusedUpdates puts the second in a later one.
+  const Tensor start = randn_on_cpu({3000}, 77);
+  Tensor p_cpu = start.clone().requires_grad_(), p_gpu = start.to(kGpu).requires_grad_();
+  optim::SGD o_cpu(std::vector<Tensor>{p_cpu, p_cpu}, {.lr = 0.1});
+  optim::SGD o_gpu(std::vector<Tensor>{p_gpu, p_gpu}, {.lr = 0.1});
+  const Tensor g = randn_on_cpu({3000}, 78);
+  p_cpu.set_grad(g.clone());
+  p_gpu.set_grad(g.to(kGpu));
+  o_cpu.step();
+  o_gpu.step();
+  check_close(p_gpu, p_cpu, 1e-6, 1e-6, "SGD, parameter listed twice");
 }
 
 TEST_CASE("GradScaler unscales CUDA gradients and finds an inf") {

@@ -21,6 +21,37 @@ namespace {
 
 DType compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
+// Note [Sums in lanes]: a floating-point sum kept in one accumulator is a dependency chain that GCC
+// may not reorder (no -ffast-math), so it runs unvectorised at one add per add-latency. Eight
+// partial sums (maxima), combined in a fixed order at the end, vectorise. The result may differ from
+// the serial sum in the last bits, the same on every call.
+constexpr int kLanes = 8;
+
+template <class T, class Term>
+T sum_lanes(int64_t n, Term term) {
+  T acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += term(i + l);
+  T total = 0;
+  for (; i < n; ++i) total += term(i);
+  for (int l = 0; l < kLanes; ++l) total += acc[l];
+  return total;
+}
+
+template <class T, class Term>
+T max_lanes(int64_t n, Term term) {
+  T acc[kLanes];
+  for (T& a : acc) a = -std::numeric_limits<T>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] = std::max(acc[l], term(i + l));
+  T best = -std::numeric_limits<T>::infinity();
+  for (; i < n; ++i) best = std::max(best, term(i));
+  for (int l = 0; l < kLanes; ++l) best = std::max(best, acc[l]);
+  return best;
+}
+
 // x: (rows, C) dense. Writes y, and per row mean and rstd = 1 / sqrt(var + eps) (biased variance).
 template <class T>
 void layer_norm_rows(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C,
@@ -29,15 +60,17 @@ void layer_norm_rows(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * C;
       T* yr = y + r * C;
-      T sum = 0;
-      for (int64_t c = 0; c < C; ++c) sum += xr[c];
-      const T m = sum / static_cast<T>(C);
-      T sq = 0;
-      for (int64_t c = 0; c < C; ++c) sq += (xr[c] - m) * (xr[c] - m);
+      // Note [Sums in lanes]
+      const T m = sum_lanes<T>(C, [&](int64_t c) { return xr[c]; }) / static_cast<T>(C);
+      const T sq = sum_lanes<T>(C, [&](int64_t c) { return (xr[c] - m) * (xr[c] - m); });
       const T rs = T(1) / std::sqrt(sq / static_cast<T>(C) + static_cast<T>(eps));
-      for (int64_t c = 0; c < C; ++c) {
-        const T xhat = (xr[c] - m) * rs;
-        yr[c] = (w ? xhat * w[c] : xhat) + (b ? b[c] : T(0));
+      if (w != nullptr && b != nullptr) {
+        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+      } else {
+        for (int64_t c = 0; c < C; ++c) {
+          const T xhat = (xr[c] - m) * rs;
+          yr[c] = (w ? xhat * w[c] : xhat) + (b ? b[c] : T(0));
+        }
       }
       mean[r] = m;
       rstd[r] = rs;
@@ -56,19 +89,16 @@ void layer_norm_backward_rows(const T* g, const T* x, const T* w, const T* mean,
         const T* gr = g + r * C;
         const T* xr = x + r * C;
         T* dxr = dx + r * C;
-        T mean_d = 0, mean_dx = 0;
-        for (int64_t c = 0; c < C; ++c) {
-          const T d = w ? gr[c] * w[c] : gr[c];
-          mean_d += d;
-          mean_dx += d * (xr[c] - mean[r]) * rstd[r];
-        }
-        mean_d /= static_cast<T>(C);
-        mean_dx /= static_cast<T>(C);
-        for (int64_t c = 0; c < C; ++c) {
-          const T d = w ? gr[c] * w[c] : gr[c];
-          const T xhat = (xr[c] - mean[r]) * rstd[r];
-          dxr[c] = rstd[r] * (d - mean_d - xhat * mean_dx);
-        }
+        const T m = mean[r], rs = rstd[r];  // locals: a store to dxr cannot change them
+        // The same loops with and without a weight, so that neither tests w per element.
+        auto row = [&](auto d) {
+          // Note [Sums in lanes]
+          const T mean_d = sum_lanes<T>(C, d) / static_cast<T>(C);
+          const T mean_dx = sum_lanes<T>(C, [&](int64_t c) { return d(c) * (xr[c] - m) * rs; }) / static_cast<T>(C);
+          for (int64_t c = 0; c < C; ++c) dxr[c] = rs * (d(c) - mean_d - (xr[c] - m) * rs * mean_dx);
+        };
+        if (w != nullptr) row([&](int64_t c) { return gr[c] * w[c]; });
+        else row([&](int64_t c) { return gr[c]; });
       }
     });
   }
@@ -80,10 +110,11 @@ void layer_norm_backward_rows(const T* g, const T* x, const T* w, const T* mean,
     for (int64_t r = 0; r < rows; ++r) {
       const T* gr = g + r * C;
       const T* xr = x + r * C;
-      for (int64_t c = 0; c < C; ++c) {
-        if (dw) dw[c] += gr[c] * (xr[c] - mean[r]) * rstd[r];
-        if (db) db[c] += gr[c];
-      }
+      const T m = mean[r], rs = rstd[r];
+      if (dw)
+        for (int64_t c = 0; c < C; ++c) dw[c] += gr[c] * (xr[c] - m) * rs;
+      if (db)
+        for (int64_t c = 0; c < C; ++c) db[c] += gr[c];
     }
   }
 }
@@ -92,12 +123,10 @@ void layer_norm_backward_rows(const T* g, const T* x, const T* w, const T* mean,
 // = 0. y may be s (in place).
 template <class T>
 void causal_softmax_row(const T* s, T* y, int64_t i, int64_t n, T k) {
-  T max = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j <= i; ++j) max = std::max(max, k * s[j]);
-  for (int64_t j = 0; j <= i; ++j) y[j] = exp_of(k * s[j] - max);  // vectorises; the sum would not
-  T sum = 0;
-  for (int64_t j = 0; j <= i; ++j) sum += y[j];
-  const T inv = T(1) / sum;
+  // Note [Sums in lanes] for the max and the sum; the exponentials vectorise as they are.
+  const T max = max_lanes<T>(i + 1, [&](int64_t j) { return k * s[j]; });
+  for (int64_t j = 0; j <= i; ++j) y[j] = exp_of(k * s[j] - max);
+  const T inv = T(1) / sum_lanes<T>(i + 1, [&](int64_t j) { return y[j]; });
   for (int64_t j = 0; j <= i; ++j) y[j] *= inv;
   for (int64_t j = i + 1; j < n; ++j) y[j] = 0;
 }
@@ -106,8 +135,7 @@ void causal_softmax_row(const T* s, T* y, int64_t i, int64_t n, T k) {
 // ds may be g (in place).
 template <class T>
 void causal_softmax_backward_row(const T* g, const T* y, T* ds, int64_t i, int64_t n, T k) {
-  T dot = 0;
-  for (int64_t j = 0; j <= i; ++j) dot += g[j] * y[j];
+  const T dot = sum_lanes<T>(i + 1, [&](int64_t j) { return g[j] * y[j]; });  // Note [Sums in lanes]
   for (int64_t j = 0; j <= i; ++j) ds[j] = k * y[j] * (g[j] - dot);
   for (int64_t j = i + 1; j < n; ++j) ds[j] = 0;
 }

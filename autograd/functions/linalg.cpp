@@ -63,8 +63,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // because the composed backward is slow in two places: the weight gradient arrives as the transpose
 // of (x^T dy) -- a strided view that accumulating into the contiguous .grad must copy element by
 // element -- and the bias gradient as a separate sum_to. Here the batch dims fold into N rows and
-//   y = x W^T (+ b, added in place),   dx = dy W,   dW = dy^T x (row-major (out, in) directly, dy^T a
-//   transposed view the BLAS takes as is),   db = column sums of dy.
+//   y = x W^T (+ b),   dx = dy W,   dW = dy^T x (row-major (out, in) directly, dy^T a transposed view
+//   the BLAS takes as is),   db = column sums of dy.
+// With a bias, y starts as b in every row and the GEMM adds x W^T to it (beta = 1): OpenBLAS zeroes C
+// before a beta = 0 product (sgemm_beta, a pass over y), and adding b after would be another read and
+// write of y; this way y is written once before the GEMM. (CPU f16 / bf16, computed in f32 by mm,
+// keep the separate add.)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   RG_CHECK(weight.defined() && weight.dim() == 2, "linear", "weight must be (out, in), got ", weight.desc());
   RG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear", "input ", x.desc(),
@@ -75,8 +79,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   const Tensor x2 = native::view(native::contiguous(x), {-1, in});          // (N, in)
-  Tensor y2 = native::mm(x2, native::transpose(weight, 0, 1));              // (N, out)
-  if (bias.defined()) native::binary_(BinaryOp::add, y2, bias);            // each row += b
+  const Tensor wt = native::transpose(weight, 0, 1);                         // (in, out), a view
+  const bool half_on_cpu = x.device().is_cpu() && (x.dtype() == DType::f16 || x.dtype() == DType::bf16);
+  Tensor y2;                                                                 // (N, out)
+  if (bias.defined() && !half_on_cpu && bias.dtype() == x.dtype() && bias.device() == x.device() &&
+      x2.dtype() == weight.dtype()) {
+    y2 = native::empty({x2.size(0), out_features}, x.dtype(), x.device());
+    native::copy_(y2, native::expand(bias, {x2.size(0), out_features}));  // every row = b
+    native::addmm_(y2, x2, wt);                                             // += x W^T
+  } else {
+    y2 = native::mm(x2, wt);
+    if (bias.defined()) native::binary_(BinaryOp::add, y2, bias);          // each row += b
+  }
   Tensor y = native::view(y2, out_shape);
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);

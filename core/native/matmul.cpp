@@ -34,17 +34,18 @@ void check_matmul_args(const char* op, const Tensor& a, const Tensor& b, int64_t
            a.size(-1), " != ", b.size(-2));
 }
 
-// out(M, N) = a(M, K) @ b(K, N); all three 2-D views of one dtype the backend's GEMM takes.
-void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out) {
+// out(M, N) = a(M, K) @ b(K, N) (+ out when accumulate); all three 2-D views of one dtype the
+// backend's GEMM takes.
+void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    unary_(UnaryOp::fill, out, {0.0, 0.0});
+    if (!accumulate) unary_(UnaryOp::fill, out, {0.0, 0.0});
     return;
   }
   const BlasOperand pa = as_blas_operand(a), pb = as_blas_operand(b);
   backend_gemm(a.device(), a.dtype(), pa.transposed, pb.transposed, m, n, k, 1.0, pa.storage_view.raw_data(),
-               pa.ld, pb.storage_view.raw_data(), pb.ld, 0.0, out.raw_data(), out.stride(0));
+               pa.ld, pb.storage_view.raw_data(), pb.ld, accumulate ? 1.0 : 0.0, out.raw_data(), out.stride(0));
 }
 
 // The CPU BLAS has no f16/bf16 GEMM: compute those in f32 and round the result once.
@@ -60,6 +61,17 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   Tensor out = empty({a.size(0), b.size(1)}, a.dtype(), a.device());
   gemm_2d(a, b, out);
   return out;
+}
+
+void addmm_(const Tensor& out, const Tensor& a, const Tensor& b) {
+  check_matmul_args("addmm_", a, b, 2);
+  RG_CHECK(!needs_f32_compute(a), "addmm_", "CPU ", dtype_name(a.dtype()), " has no GEMM that accumulates; got a ",
+           a.desc());
+  RG_CHECK(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(1) && out.dtype() == a.dtype() &&
+               out.device() == a.device() && out.stride(1) == 1 && out.stride(0) >= std::max<int64_t>(1, out.size(1)),
+           "addmm_", "out ", out.desc(), " must be a row-major (", a.size(0), ", ", b.size(1), ") ",
+           dtype_name(a.dtype()), " matrix on ", a.device().str());
+  gemm_2d(a, b, out, /*accumulate=*/true);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {

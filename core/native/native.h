@@ -58,6 +58,9 @@ Tensor reduce(ReduceOp op, const Tensor& a, const Shape& dims, bool keepdim);
 
 // ---- matrix products ------------------------------------------------------------------------------
 Tensor mm(const Tensor& a, const Tensor& b);   // a: (M, K), b: (K, N) -> (M, N)
+// out += a @ b: out (M, N) dense, of a's dtype and device; a float dtype the backend's GEMM takes
+// directly (not CPU f16 / bf16). The GEMM accumulates into out (beta = 1).
+void addmm_(const Tensor& out, const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);  // a: (B, M, K), b: (B, K, N) -> (B, M, N)
 
 // ---- transformer kernels (core/native/transformer.cpp) ----------------------------------------------

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <initializer_list>
-#include <unordered_set>
+#include <map>
+#include <tuple>
+#include <unordered_map>
 
 #include "core/parallel.h"
 
@@ -114,33 +116,34 @@ FusedUpdates::~FusedUpdates() {
 
 void FusedUpdates::run() {
 #ifdef RINGGRAD_WITH_CUDA
-  // Groups of one (device, dtype, optimizer), in the order the parameters came; a repeated
-  // parameter waits for a later group.
-  std::vector<bool> done(queued_.size(), false);
-  for (size_t first = 0; first < queued_.size(); ++first) {
-    if (done[first]) continue;
-    const Queued& q0 = queued_[first];
-    std::vector<cuda::SgdArgs> sgd;
-    std::vector<cuda::AdamArgs> adam;
-    std::unordered_set<const void*> in_group;
-    for (size_t i = first; i < queued_.size(); ++i) {
-      const Queued& q = queued_[i];
-      if (done[i] || q.param.device() != q0.param.device() || q.param.dtype() != q0.param.dtype() ||
-          q.is_adam != q0.is_adam || !in_group.insert(q.param.raw_data()).second)
-        continue;
-      done[i] = true;
-      if (q.is_adam)
-        adam.push_back({q.param.raw_data(), q.grad.raw_data(), maybe<void>(q.master), maybe<void>(q.state1),
-                        maybe<void>(q.state2), q.param.numel(), q.adam});
-      else
-        sgd.push_back({q.param.raw_data(), q.grad.raw_data(), maybe<void>(q.master), maybe<void>(q.state1),
-                       q.param.numel(), q.sgd});
-    }
-    const int device = q0.param.device().index;
-    if (q0.is_adam) cuda::adam_update_many(device, q0.param.dtype(), adam.data(), adam.size());
-    else cuda::sgd_update_many(device, q0.param.dtype(), sgd.data(), sgd.size());
-  }
+  // One launch group per (repeat, device, dtype, optimizer), in one pass. `repeat` counts earlier
+  // entries of the same parameter, so a parameter listed twice lands in a group that launches after
+  // its first (the map iterates repeat 0 before repeat 1) instead of racing with it in one kernel.
+  // Taken out first: if a launch throws, the destructor must not launch the rest a second time.
+  const std::vector<Queued> queued = std::move(queued_);
   queued_.clear();
+  using Key = std::tuple<int, int, int, bool>;
+  std::map<Key, std::vector<const Queued*>> groups;
+  std::unordered_map<const void*, int> seen;
+  for (const Queued& q : queued)
+    groups[{seen[q.param.raw_data()]++, q.param.device().index, static_cast<int>(q.param.dtype()), q.is_adam}]
+        .push_back(&q);
+  for (const auto& [key, members] : groups) {
+    const auto& [repeat, device, dtype, is_adam] = key;
+    if (is_adam) {
+      std::vector<cuda::AdamArgs> args;
+      for (const Queued* q : members)
+        args.push_back({q->param.raw_data(), q->grad.raw_data(), maybe<void>(q->master), maybe<void>(q->state1),
+                        maybe<void>(q->state2), q->param.numel(), q->adam});
+      cuda::adam_update_many(device, static_cast<DType>(dtype), args.data(), args.size());
+    } else {
+      std::vector<cuda::SgdArgs> args;
+      for (const Queued* q : members)
+        args.push_back({q->param.raw_data(), q->grad.raw_data(), maybe<void>(q->master), maybe<void>(q->state1),
+                        q->param.numel(), q->sgd});
+      cuda::sgd_update_many(device, static_cast<DType>(dtype), args.data(), args.size());
+    }
+  }
 #else
   const bool empty = queued_.empty();
   queued_.clear();

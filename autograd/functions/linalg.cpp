@@ -80,10 +80,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   out_shape.back() = out_features;
   const Tensor x2 = native::view(native::contiguous(x), {-1, in});          // (N, in)
   const Tensor wt = native::transpose(weight, 0, 1);                         // (in, out), a view
-  const bool half_on_cpu = x.device().is_cpu() && (x.dtype() == DType::f16 || x.dtype() == DType::bf16);
   Tensor y2;                                                                 // (N, out)
-  if (bias.defined() && !half_on_cpu && bias.dtype() == x.dtype() && bias.device() == x.device() &&
-      x2.dtype() == weight.dtype()) {
+  if (bias.defined() && !native::needs_f32_compute(x2) && bias.dtype() == x.dtype() &&
+      bias.device() == x.device() && x2.dtype() == weight.dtype()) {
     y2 = native::empty({x2.size(0), out_features}, x.dtype(), x.device());
     native::copy_(y2, native::expand(bias, {x2.size(0), out_features}));  // every row = b
     native::addmm_(y2, x2, wt);                                             // += x W^T

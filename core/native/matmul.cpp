@@ -48,12 +48,12 @@ void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulat
                pa.ld, pb.storage_view.raw_data(), pb.ld, accumulate ? 1.0 : 0.0, out.raw_data(), out.stride(0));
 }
 
+}  // namespace
+
 // The CPU BLAS has no f16/bf16 GEMM: compute those in f32 and round the result once.
 bool needs_f32_compute(const Tensor& a) {
   return a.device().is_cpu() && (a.dtype() == DType::f16 || a.dtype() == DType::bf16);
 }
-
-}  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_matmul_args("mm", a, b, 2);

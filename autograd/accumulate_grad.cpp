@@ -1,8 +1,27 @@
 #include "autograd/accumulate_grad.h"
 
+#include "autograd/engine.h"
 #include "core/native/native.h"
 
 namespace ringgrad::autograd {
+namespace {
+
+bool same_memory(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.storage() == b.storage() && a.offset() == b.offset() &&
+         a.shape() == b.shape() && a.strides() == b.strides();
+}
+
+}  // namespace
+
+Tensor AccumulateGrad::claim_destination(const Shape& shape, DType dtype, Device device) {
+  Tensor leaf(leaf_);
+  const AutogradMeta& meta = autograd_meta(leaf);
+  const Tensor& d = meta.grad_destination;
+  if (!d.defined() || meta.grad.defined()) return {};
+  if (d.shape() != shape || d.dtype() != dtype || d.device() != device || !d.is_contiguous()) return {};
+  if (!detail::claim_in_this_backward(this)) return {};
+  return d;
+}
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
   Tensor incoming = std::move(grads[0]);
@@ -11,8 +30,14 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   AutogradMeta& meta = autograd_meta(leaf);
   RG_CHECK(incoming.shape() == leaf.shape(), "backward", "gradient ", incoming.desc(),
            " does not match the shape of the leaf ", leaf.desc());
-  if (meta.grad.defined()) {
+  const bool in_destination = same_memory(incoming, meta.grad_destination);
+  if (in_destination && !meta.grad.defined()) {
+    meta.grad = meta.grad_destination;  // Note [Gradient destinations]: written in place, no copy
+  } else if (meta.grad.defined()) {
     // In place, so a .grad that is a view into caller-owned storage (a DDP bucket) stays that view.
+    // (A gradient in the destination while .grad is set -- a hook set .grad meanwhile -- may share
+    // its memory, so it is copied first.)
+    if (in_destination) incoming = native::cast(incoming, incoming.dtype());
     native::binary_(BinaryOp::add, meta.grad, incoming.dtype() == leaf.dtype() ? incoming
                                                      : native::cast(incoming, leaf.dtype()));
   } else {

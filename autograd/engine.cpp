@@ -19,6 +19,7 @@ thread_local bool t_grad_enabled = true;
 // State of one backward() call; callbacks queued during it run at its end.
 struct GraphTask {
   std::vector<std::function<void()>> callbacks;
+  std::unordered_set<const void*> claimed_destinations;  // Note [Gradient destinations]
 };
 thread_local GraphTask* t_current_task = nullptr;
 
@@ -66,6 +67,22 @@ thread_local NodeObserver t_node_observer;
 }  // namespace
 
 void set_node_observer(NodeObserver observer) { t_node_observer = std::move(observer); }
+
+void set_grad_destination(const Tensor& leaf, const Tensor& destination) {
+  RG_CHECK(leaf.defined() && leaf.requires_grad() && !leaf.grad_fn(), "set_grad_destination",
+           "needs a leaf that requires grad, got ", leaf.defined() ? leaf.desc() : std::string("an undefined tensor"));
+  RG_CHECK(!destination.defined() || (destination.shape() == leaf.shape() && destination.dtype() == leaf.dtype() &&
+                                      destination.device() == leaf.device() && destination.is_contiguous()),
+           "set_grad_destination", "the destination ", destination.defined() ? destination.desc() : std::string(),
+           " must be a contiguous tensor of the leaf's shape, dtype and device: ", leaf.desc());
+  autograd_meta(leaf).grad_destination = destination;
+}
+
+namespace detail {
+bool claim_in_this_backward(const void* key) {
+  return t_current_task != nullptr && t_current_task->claimed_destinations.insert(key).second;
+}
+}  // namespace detail
 
 void queue_callback(std::function<void()> callback) {
   RG_CHECK(t_current_task != nullptr, "queue_callback",

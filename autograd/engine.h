@@ -29,6 +29,11 @@
 //   * If a node or hook throws, the remaining nodes and callbacks are skipped and backward() rethrows.
 //   * Calling queue_callback outside a backward is an error.
 //
+// Gradient destinations (set_grad_destination): a leaf whose .grad is empty may name the memory its
+// next gradient should be written into; a node that computes the leaf's whole gradient writes it
+// there, and .grad becomes that tensor with no copy (Note [Gradient destinations] in
+// autograd/accumulate_grad.h). Results are the same with or without one.
+//
 // retain_graph: without it, each node frees what it saved after it runs; a second backward through
 // the same graph is then an error that says to pass retain_graph = true.
 // ================================================================================================
@@ -46,6 +51,15 @@ namespace ringgrad::autograd {
 // empty list) means 1 for a one-element root and is an error for any other root.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
               bool retain_graph = false);
+
+// Gives the leaf `leaf` a gradient destination: a contiguous tensor of its shape, dtype and device
+// (an undefined tensor removes it). DDP points each parameter at its slot in a bucket.
+void set_grad_destination(const Tensor& leaf, const Tensor& destination);
+
+namespace detail {
+// True the first time `key` is claimed in the backward running on this thread (false outside one).
+bool claim_in_this_backward(const void* key);
+}  // namespace detail
 
 // Schedules `callback` to run once at the end of the backward now running (see the contract above).
 void queue_callback(std::function<void()> callback);

@@ -52,6 +52,12 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
+Tensor NeedsGrad::destination(size_t i, const Shape& shape, DType dtype, Device device) const {
+  const Edge& edge = (*edges_)[i];
+  auto* accumulator = dynamic_cast<AccumulateGrad*>(edge.node.get());
+  return accumulator ? accumulator->claim_destination(shape, dtype, device) : Tensor();
+}
+
 TensorList FunctionNode::apply(TensorList&& grads) {
   RG_CHECK(backward_ != nullptr, "backward",
            "trying to backward through the graph a second time (the saved tensors of ", name_,
@@ -62,8 +68,7 @@ TensorList FunctionNode::apply(TensorList&& grads) {
       grads[i] = zeros(o.shape, {.dtype = o.dtype, .device = o.device});
     }
   }
-  NeedsGrad needs(next_edges.size());
-  for (size_t i = 0; i < next_edges.size(); ++i) needs[i] = next_edges[i].valid();
+  const NeedsGrad needs(next_edges);
   TensorList result = backward_(grads, needs);
   RG_CHECK(result.size() == next_edges.size(), name_, "backward returned ", result.size(),
            " gradients for ", next_edges.size(), " inputs");

@@ -60,6 +60,9 @@ struct AutogradMeta {
   bool retains_grad = false;
   int next_hook_handle = 0;
   std::vector<std::pair<int, std::function<void(Tensor&)>>> post_accumulate_grad_hooks;
+  // Leaves: where the next gradient may be written when .grad is empty (set_grad_destination in
+  // autograd/engine.h; Note [Gradient destinations] in autograd/accumulate_grad.h).
+  Tensor grad_destination;
 };
 
 AutogradMeta& autograd_meta(const Tensor& t);  // creates the meta when missing
@@ -68,9 +71,23 @@ AutogradMeta& autograd_meta(const Tensor& t);  // creates the meta when missing
 // invalid edge when `t` does not require grad.
 Edge gradient_edge(const Tensor& t);
 
-// What a backward lambda needs to know: needs[i] is true when input i wants a gradient. A lambda may
-// return an undefined tensor for an input that does not (and should skip expensive work for it).
-using NeedsGrad = std::vector<bool>;
+// What a backward lambda is told about its inputs: needs[i] is true when input i wants a gradient (a
+// lambda may return an undefined tensor for an input that does not, and should skip expensive work
+// for it); destination(i, ...) offers memory to write input i's whole gradient into instead of
+// allocating it (Note [Gradient destinations] in autograd/accumulate_grad.h).
+class NeedsGrad {
+ public:
+  explicit NeedsGrad(const std::vector<Edge>& edges) : edges_(&edges) {}
+  bool operator[](size_t i) const { return (*edges_)[i].valid(); }
+  size_t size() const { return edges_->size(); }
+  // The buffer input i's gradient should be written into -- a contiguous tensor of exactly `shape`,
+  // `dtype` and `device` -- or an undefined tensor (the common case: allocate as usual). A lambda that
+  // takes it must fill all of it with the gradient and return it as that input's gradient.
+  Tensor destination(size_t i, const Shape& shape, DType dtype, Device device) const;
+
+ private:
+  const std::vector<Edge>* edges_;
+};
 
 // A node whose backward is a lambda. The lambda holds the saved tensors (always detached, so a node
 // never keeps its own output alive through a cycle); release_saved() drops it. Before the lambda

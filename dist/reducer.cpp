@@ -36,7 +36,10 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, std::
 }
 
 Reducer::~Reducer() {
-  for (Param& p : params_) p.tensor.remove_post_accumulate_grad_hook(p.hook_handle);
+  for (Param& p : params_) {
+    p.tensor.remove_post_accumulate_grad_hook(p.hook_handle);
+    autograd::set_grad_destination(p.tensor, Tensor());
+  }
   if (options_.trace) autograd::set_node_observer(nullptr);
 }
 
@@ -86,7 +89,12 @@ void Reducer::build_buckets(const std::vector<int>& order) {
     }
     bucket.grad.buffer = zeros({numel}, {.dtype = dtypes[b], .device = devices[b]});
   }
-  for (Param& p : params_) attach_view(p);  // copies each old value into the new buffer
+  for (Param& p : params_) {
+    attach_view(p);  // copies each old value into the new buffer
+    // After zero_grad(set_to_none), backward writes the gradient straight into the slot where it
+    // can (Note [Gradient destinations], autograd/accumulate_grad.h) instead of attach_view copying it.
+    autograd::set_grad_destination(p.tensor, slot(p));
+  }
 }
 
 Tensor Reducer::slot(const Param& p) const {

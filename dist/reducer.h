@@ -19,10 +19,12 @@
 // Note [Gradients are bucket views]: each parameter's .grad is a view into its bucket's buffer, so
 // backward accumulates straight into the buffer the AllReduce reads and writes, and the reduced
 // result is the .grad the optimizer reads. After zero_grad(set_to_none) -- the optimizers' default --
-// .grad is none, backward creates a fresh gradient, and the hook copies it into the bucket and makes
-// the view the .grad again: one copy, cheaper than re-attaching zeroed views before the forward
-// (a zero fill, then backward's read-add-write into them; measured ~10% of an MLP step). With
-// zero_grad(set_to_none = false), or across no_sync micro-batches, backward adds into the views.
+// .grad is none. Each parameter's slot is its gradient destination (Note [Gradient destinations],
+// autograd/accumulate_grad.h), so a linear layer's weight gradient is written by its GEMM straight
+// into the bucket; any other fresh gradient (biases, conv weights, embeddings) is copied into the
+// bucket by the hook, which makes the view the .grad again. (Re-attaching zeroed views before the
+// forward instead costs a zero fill plus backward's read-add-write into them, ~10% of an MLP step.)
+// With zero_grad(set_to_none = false), or across no_sync micro-batches, backward adds into the views.
 //
 // Note [no_sync]: whether a backward communicates is decided when its first gradient arrives, from
 // the guard in force then. A non-synchronising backward only accumulates into the bucket views;

@@ -97,8 +97,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
          [x2 = x2.detach(), w = weight.detach(), x_shape = x.shape(), has_bias = bias.defined(), out_features](
              const TensorList& g, const NeedsGrad& n) {
            const Tensor g2 = native::view(native::contiguous(g[0]), {-1, out_features});  // (N, out)
-           TensorList grads{n[0] ? native::view(native::mm(g2, w), x_shape) : Tensor(),
-                            n[1] ? native::mm(native::transpose(g2, 0, 1), x2) : Tensor()};
+           TensorList grads{n[0] ? native::view(native::mm(g2, w), x_shape) : Tensor(), Tensor()};
+           if (n[1]) {
+             // dW straight into the weight's gradient destination when it has one (a DDP bucket
+             // slot): Note [Gradient destinations] in autograd/accumulate_grad.h.
+             const Tensor dy_t = native::transpose(g2, 0, 1);  // (out, N)
+             grads[1] = n.destination(1, w.shape(), g2.dtype(), g2.device());
+             if (grads[1].defined()) native::mm_out(grads[1], dy_t, x2);
+             else grads[1] = native::mm(dy_t, x2);
+           }
            if (has_bias) grads.push_back(n[2] ? native::reduce(ReduceOp::sum, g2, {0}, false) : Tensor());
            return grads;
          });

@@ -63,15 +63,28 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+namespace {
+void check_matmul_out(const char* op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  RG_CHECK(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(1) && out.dtype() == a.dtype() &&
+               out.device() == a.device() && out.stride(1) == 1 && out.stride(0) >= std::max<int64_t>(1, out.size(1)),
+           op, "out ", out.desc(), " must be a row-major (", a.size(0), ", ", b.size(1), ") ",
+           dtype_name(a.dtype()), " matrix on ", a.device().str());
+}
+}  // namespace
+
 void addmm_(const Tensor& out, const Tensor& a, const Tensor& b) {
   check_matmul_args("addmm_", a, b, 2);
   RG_CHECK(!needs_f32_compute(a), "addmm_", "CPU ", dtype_name(a.dtype()), " has no GEMM that accumulates; got a ",
            a.desc());
-  RG_CHECK(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(1) && out.dtype() == a.dtype() &&
-               out.device() == a.device() && out.stride(1) == 1 && out.stride(0) >= std::max<int64_t>(1, out.size(1)),
-           "addmm_", "out ", out.desc(), " must be a row-major (", a.size(0), ", ", b.size(1), ") ",
-           dtype_name(a.dtype()), " matrix on ", a.device().str());
+  check_matmul_out("addmm_", out, a, b);
   gemm_2d(a, b, out, /*accumulate=*/true);
+}
+
+void mm_out(const Tensor& out, const Tensor& a, const Tensor& b) {
+  check_matmul_args("mm_out", a, b, 2);
+  check_matmul_out("mm_out", out, a, b);
+  if (needs_f32_compute(a)) copy_(out, mm(a, b));
+  else gemm_2d(a, b, out);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {

@@ -61,6 +61,8 @@ Tensor mm(const Tensor& a, const Tensor& b);   // a: (M, K), b: (K, N) -> (M, N)
 // out += a @ b: out (M, N) dense, of a's dtype and device; a float dtype the backend's GEMM takes
 // directly (not CPU f16 / bf16). The GEMM accumulates into out (beta = 1).
 void addmm_(const Tensor& out, const Tensor& a, const Tensor& b);
+// out = a @ b, written into out (M, N) dense, of a's dtype and device (any dtype mm takes).
+void mm_out(const Tensor& out, const Tensor& a, const Tensor& b);
 // Whether mm / bmm compute a's dtype through an f32 copy (CPU f16 / bf16: the BLAS has no GEMM for
 // them), so that addmm_ cannot take it.
 bool needs_f32_compute(const Tensor& a);

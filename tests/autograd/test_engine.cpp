@@ -438,3 +438,80 @@ TEST_CASE("a graph 100000 ops deep runs backward and is freed without deep recur
   run_with_small_stack(&build_run_and_free_a_deep_graph);
   CHECK(deep_graph_grad == 1.0);
 }
+
+// Note [Gradient destinations] (autograd/accumulate_grad.h): the reference is the same graph run
+// without a destination; the gradients must be identical, and only their memory may differ.
+namespace {
+
+struct LinearCase {
+  Tensor x, w, b, r;  // x: (5, 4), w: (3, 4), b: (3), r: (5, 3) weights the loss sum(r * y)
+};
+
+LinearCase linear_case() {
+  Generator gen(11);
+  LinearCase c{randn({5, 4}, gen), randn({3, 4}, gen), randn({3}, gen), randn({5, 3}, gen)};
+  c.w.requires_grad_(true);
+  c.b.requires_grad_(true);
+  return c;
+}
+
+Tensor reference_weight_grad(const LinearCase& c, int uses) {
+  Tensor w = c.w.detach().clone();
+  w.requires_grad_(true);
+  Tensor loss = (linear(c.x, w, c.b.detach()) * c.r).sum();
+  for (int i = 1; i < uses; ++i) loss = loss + (linear(c.x, w, c.b.detach()) * c.r).sum();
+  loss.backward();
+  return w.grad();
+}
+
+}  // namespace
+
+TEST_CASE("a gradient destination receives linear's weight gradient in place, with the same values") {
+  LinearCase c = linear_case();
+  const Tensor expected = reference_weight_grad(c, 1);
+  Tensor dest = full({3, 4}, 7.0);  // stale contents: the GEMM must overwrite every element
+  autograd::set_grad_destination(c.w, dest);
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    c.w.zero_grad();  // set_to_none: the destination is only used when .grad is empty
+    (linear(c.x, c.w, c.b) * c.r).sum().backward();
+    CHECK(c.w.grad().storage() == dest.storage());
+    CHECK(allclose(c.w.grad(), expected, 0, 0));
+    CHECK(c.b.grad().defined());  // the bias has no destination and gets its gradient as before
+  }
+
+  SUBCASE("a defined .grad is accumulated into, and the destination is left alone") {
+    Tensor before = c.w.grad().clone();
+    dest.fill_(7.0);
+    c.w.set_grad(before.clone());
+    (linear(c.x, c.w, c.b) * c.r).sum().backward();
+    CHECK(c.w.grad().storage() != dest.storage());
+    CHECK(allclose(c.w.grad(), before + expected, 1e-6, 1e-6));
+    CHECK(allclose(dest, full({3, 4}, 7.0), 0, 0));
+  }
+  SUBCASE("a leaf used twice gets the sum, written into the destination at most once") {
+    c.w.zero_grad();
+    Tensor loss = (linear(c.x, c.w, c.b) * c.r).sum() + (linear(c.x, c.w, c.b) * c.r).sum();
+    loss.backward();
+    CHECK(allclose(c.w.grad(), reference_weight_grad(c, 2), 1e-6, 1e-6));
+  }
+  SUBCASE("removing the destination restores fresh gradients") {
+    autograd::set_grad_destination(c.w, Tensor());
+    c.w.zero_grad();
+    (linear(c.x, c.w, c.b) * c.r).sum().backward();
+    CHECK(c.w.grad().storage() != dest.storage());
+    CHECK(allclose(c.w.grad(), expected, 0, 0));
+  }
+}
+
+TEST_CASE("set_grad_destination refuses a destination that does not match the leaf") {
+  LinearCase c = linear_case();
+  CHECK_THROWS_WITH(autograd::set_grad_destination(c.w, zeros({4, 3})),
+                    doctest::Contains("set_grad_destination"));
+  CHECK_THROWS_WITH(autograd::set_grad_destination(c.w, zeros({3, 4}, {.dtype = DType::f64})),
+                    doctest::Contains("contiguous tensor of the leaf's shape, dtype and device"));
+  CHECK_THROWS_WITH(autograd::set_grad_destination(zeros({4, 3}).t(), zeros({3, 4})),
+                    doctest::Contains("needs a leaf that requires grad"));
+  CHECK_THROWS_WITH(autograd::set_grad_destination(c.w, zeros({4, 3}).t()),
+                    doctest::Contains("contiguous"));
+}

@@ -4,6 +4,7 @@
 // examples; the DDP model (rank r initialised differently unless r == 0, to prove the broadcast)
 // trains on examples [r B, (r + 1) B). After each step the two must agree.
 #include <cstdio>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -118,6 +119,31 @@ TEST_CASE("ddp: N ranks x batch B == one process x batch N*B (MLP and CNN, SGD a
       }
       CHECK(ddp.stats().steps == 5);
     }
+}
+
+TEST_CASE("ddp: after zero_grad(set_to_none) linear weight gradients are written into their bucket, not copied") {
+  // Note [Gradient destinations]: a hook registered before DDP's runs first and sees .grad as
+  // AccumulateGrad left it. Were it copied into the bucket afterwards, its memory would change.
+  auto model = make_mlp(7);
+  std::map<std::string, const rg::Storage*> seen;
+  for (auto& [name, p] : model->named_parameters())
+    p.register_post_accumulate_grad_hook([&seen, name = name](rg::Tensor& t) { seen[name] = t.grad().storage().get(); });
+  dist::DistributedDataParallel ddp(model, group(), {});
+  optim::SGD opt(model->parameters(), {.lr = 0.1});
+  for (int step = 0; step < 3; ++step) {
+    const Batch mine = my_shard(global_batch(step, dist::world().size * kPerRank));
+    opt.zero_grad();
+    rg::cross_entropy(ddp(mine.x), mine.y).backward();
+    opt.step();
+    if (step == 0) continue;  // the first backward ends by rebuilding the buckets: new buffers
+    for (auto& [name, p] : model->named_parameters()) {
+      if (name.find("weight") == std::string::npos) continue;
+      CAPTURE(step);
+      CAPTURE(name);
+      CHECK(seen[name] == p.grad().storage().get());
+      CHECK(p.grad().storage() == model->parameters().front().grad().storage());  // one bucket (default cap)
+    }
+  }
 }
 
 TEST_CASE("ddp: K micro-batches under no_sync == one step with a K x batch, one reduction per bucket") {

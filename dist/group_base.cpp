@@ -311,12 +311,20 @@ Tensor GroupBase::stage_out(const char* op, const Tensor& t) const {
   return native::empty_pinned(t.shape(), t.dtype());
 }
 
+namespace {
+// Point-to-point runs over MPI on host memory whatever the group's backend (nccl's too), so a GPU
+// tensor is staged through pinned host memory: a send copies it in when submitted, a receive copies
+// the message back before its Work completes (Note [CUDA tensors through host staging]).
+Tensor p2p_host_side(const Tensor& t, bool copy_in) {
+  if (t.device().is_cpu()) return t;
+  Tensor host = native::empty_pinned(t.shape(), t.dtype());
+  if (copy_in) native::copy_(host, t);
+  return host;
+}
+}  // namespace
+
 void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) const {
   check_tensor(op, "tensor", t, rank_, size_);
-  // Collectives stage GPU tensors through the host; a receive would have to copy back on completion
-  // too, which is not done yet, so point-to-point stays host-only and says so.
-  RG_CHECK(t.device().is_cpu(), op, "tensor ", t.desc(), " must be on the cpu for send / recv (rank ", rank_, "/",
-           size_, "); copy it with .to(Device::cpu())");
   RG_CHECK(peer >= 0 && peer < size_ && peer != rank_, op, "peer rank ", peer, " must be another rank of this group of ",
            size_, " (rank ", rank_, ")");
   RG_CHECK(tag >= 0 && tag <= 32767, op, "tag ", tag, " must be in [0, 32767] (rank ", rank_, "/", size_, ")");
@@ -325,14 +333,15 @@ void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) c
 
 std::shared_ptr<Work> GroupBase::send(const Tensor& t, int dst, int tag) {
   check_peer("dist.send", dst, tag, t);
+  const Tensor host = p2p_host_side(t, /*copy_in=*/true);
   return submit_p2p("send", [t, dst, tag] { return str_cat("to rank ", dst, ", tag ", tag, ", ", t.desc()); },
                     t.nbytes(),
-                    [this, t, dst, tag] {
+                    [this, host, dst, tag] {
                       MPI_Request request;
-                      RG_MPI_CHECK(MPI_Isend(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, dst, tag,
+                      RG_MPI_CHECK(MPI_Isend(host.raw_data(), static_cast<int>(host.nbytes()), MPI_BYTE, dst, tag,
                                              p2p_comm_, &request));
                       return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr,
-                                                          std::vector<Tensor>{t});
+                                                          std::vector<Tensor>{host});
                     });
 }
 
@@ -340,7 +349,9 @@ std::shared_ptr<Work> GroupBase::recv(const Tensor& t, int src, int tag) {
   check_peer("dist.recv", src, tag, t);
   return submit_p2p("recv", [t, src, tag] { return str_cat("from rank ", src, ", tag ", tag, ", ", t.desc()); },
                     t.nbytes(),
-                    [this, t, src, tag] { return std::make_unique<RecvOp>(t, src, tag, p2p_comm_); });
+                    [this, t, host = p2p_host_side(t, /*copy_in=*/false), src, tag] {
+                      return staged(std::make_unique<RecvOp>(host, src, tag, p2p_comm_), t, host);
+                    });
 }
 
 std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {

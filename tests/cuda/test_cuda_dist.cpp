@@ -61,6 +61,29 @@ TEST_CASE("collectives on CUDA tensors give the closed-form results, on every MP
   }
 }
 
+TEST_CASE("send / recv of CUDA tensors through host staging, on an MPI backend and on nccl's point-to-point") {
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N < 2) return;
+  std::vector<std::string> backends{"ring"};
+  if (N <= cuda_device_count()) backends.push_back("nccl");  // its send / recv are MPI's too
+  for (const std::string& backend : backends) {
+    CAPTURE(backend);
+    auto pg = make_group(backend);
+    const Device mine = backend == "nccl" ? Device::cuda(dist::world().local_rank % cuda_device_count()) : kGpu;
+    // A ring of messages: rank r sends its values to r + 1 and receives r - 1's, f32 and i64.
+    for (const DType dt : {DType::f32, DType::i64}) {
+      CAPTURE(dtype_name(dt));
+      const Tensor out = rank_values(1001, r).to(dt).to(mine);
+      Tensor in = zeros({1001}, {.dtype = dt, .device = mine});
+      auto sent = pg->send(out, (r + 1) % N, 5);
+      pg->recv(in, (r + N - 1) % N, 5)->wait();
+      sent->wait();
+      CHECK(in.device() == mine);
+      CHECK(in.to(Device::cpu()).to_vector() == rank_values(1001, (r + N - 1) % N).to(Device::cpu()).to_vector());
+    }
+  }
+}
+
 TEST_CASE("nccl: collectives on this rank's GPU when each rank has one, else a clear error naming two ranks") {
   const int N = dist::world().size, r = dist::world().rank;
   if (N > cuda_device_count()) {  // e.g. 2 ranks, 1 GPU

@@ -208,6 +208,7 @@ bool CommThread::start(Task& task, Running& running, Clock::time_point now) {
   running.deadline = now + std::chrono::duration_cast<Clock::duration>(timeout_);
   try {
     running.op = running.task.start(info.seq);
+    if (auto enqueue_wait = running.op->device_wait()) running.task.work->set_device_wait(std::move(enqueue_wait));
     return true;
   } catch (const Error& e) {
     broken_ = str_cat(info.name, " #", info.seq, " failed");

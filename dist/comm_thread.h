@@ -70,6 +70,9 @@ class PendingOp {
   virtual ~PendingOp() = default;
   virtual bool poll() = 0;      // true once finished (may throw ringgrad::Error)
   virtual void abandon() {}     // after a timeout: cancel what can be cancelled
+  // For an op that completes on a GPU stream: enqueues a wait for it on the default stream (Note
+  // [Waiting on the device] in dist/work.h). Empty for ops that complete on the host.
+  virtual std::function<void()> device_wait() const { return nullptr; }
 };
 
 // What a collective is, for error messages. The detail is a function, called only when a message

@@ -15,7 +15,8 @@
 // so far, including the ones that produced its tensor) and makes the communication stream wait on
 // it -- a device-side wait, the host never blocks -- then records a second event after the NCCL
 // call. Work::wait() returns once that event has passed, so kernels the caller launches after
-// wait() run after the reduction. The tensors stay referenced by the op until it finishes, so the
+// wait() run after the reduction; Work::wait_on_device() (DDP's end of backward) instead makes the
+// default stream wait for that event and returns at once (Note [Waiting on the device], dist/work.h). The tensors stay referenced by the op until it finishes, so the
 // caching allocator cannot hand their memory to anyone else meanwhile.
 //
 // Faults: polling queries the done event and ncclCommGetAsyncError; an NCCL error fails the op with
@@ -114,17 +115,27 @@ class NcclOp final : public PendingOp {
   using Launch = std::function<void(cudaStream_t)>;
   NcclOp(std::shared_ptr<Communicator> comm, cudaStream_t stream, int device, std::vector<Tensor> keep,
          const Launch& launch)
-      : comm_(std::move(comm)), keep_(std::move(keep)), events_(device) {
+      : comm_(std::move(comm)), keep_(std::move(keep)), events_(std::make_shared<OpEvents>(device)) {
     cuda::DeviceGuard guard(device);
-    RG_CUDA_CHECK(cudaEventRecord(events_.ready, cudaStreamLegacy));
-    RG_CUDA_CHECK(cudaStreamWaitEvent(stream, events_.ready, 0));
+    RG_CUDA_CHECK(cudaEventRecord(events_->ready, cudaStreamLegacy));
+    RG_CUDA_CHECK(cudaStreamWaitEvent(stream, events_->ready, 0));
     launch(stream);
-    RG_CUDA_CHECK(cudaEventRecord(events_.done, stream));
+    RG_CUDA_CHECK(cudaEventRecord(events_->done, stream));
+  }
+
+  // The default stream waits for the done event. The closure shares the events, so they outlive this
+  // op if the Work is waited on after it finished (destroying an event a stream still waits for is
+  // allowed: CUDA releases it once the wait is over).
+  std::function<void()> device_wait() const override {
+    return [events = events_] {
+      cuda::DeviceGuard guard(events->device);
+      RG_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, events->done, 0));
+    };
   }
 
   bool poll() override {
-    cuda::DeviceGuard guard(events_.device);
-    const cudaError_t state = cudaEventQuery(events_.done);
+    cuda::DeviceGuard guard(events_->device);
+    const cudaError_t state = cudaEventQuery(events_->done);
     if (state == cudaSuccess) return true;
     if (state != cudaErrorNotReady) RG_CUDA_CHECK(state);
     ncclResult_t async = ncclSuccess;
@@ -141,7 +152,7 @@ class NcclOp final : public PendingOp {
  private:
   std::shared_ptr<Communicator> comm_;
   std::vector<Tensor> keep_;  // alive until the op is done
-  OpEvents events_;
+  std::shared_ptr<OpEvents> events_;
 };
 
 class NcclGroup final : public GroupBase {

@@ -118,6 +118,7 @@ void Reducer::attach_view(Param& p) {
 }
 
 void Reducer::before_forward() {
+  record_finished_steps(/*block=*/false);  // also raises a device-waited reduction's failure
   if (step_start_us_ < 0) step_start_us_ = trace_clock_us();
   if (options_.trace) {
     const int rank = group_->rank();
@@ -199,29 +200,50 @@ void Reducer::mark_unused_parameters() {
 void Reducer::finish_backward() {
   in_backward_ = false;
   if (!sync_this_backward_) return;
-  const double backward_end_us = trace_clock_us();
+  SyncedStep step{trace_clock_us(), step_start_us_, 0, {}};
+  step_start_us_ = -1;
   mark_unused_parameters();
   for (Bucket& b : buckets_) {
-    b.work.work->wait();  // throws the timeout's diagnosis if a rank never joined
+    // Throws the timeout's diagnosis if a rank never joined. GPU reductions (nccl) are waited for by
+    // the GPU: Note [Waiting on the device] in dist/work.h.
+    b.work.work->wait_on_device();
     if (b.work.then) b.work.then();
+    step.buckets.push_back({b.work.work, b.grad.index, b.grad.buffer.nbytes(), b.params.size()});
   }
-  record_step_times(backward_end_us, trace_clock_us());
+  step.host_done_us = trace_clock_us();
+  unrecorded_.push_back(std::move(step));
+  record_finished_steps(/*block=*/false);
   if (options_.rebuild_buckets && !rebuilt_) rebuild_buckets_from_observed_order();
 }
 
-void Reducer::record_step_times(double backward_end_us, double done_us) {
+void Reducer::record_finished_steps(bool block) {
+  while (!unrecorded_.empty()) {
+    const SyncedStep& step = unrecorded_.front();
+    for (const auto& b : step.buckets) {
+      if (!block && !b.work->is_completed()) return;  // a GPU reduction still running: later
+      b.work->wait();  // completed (or now waited for); rethrows a device-waited op's failure
+    }
+    record_step_times(step);
+    unrecorded_.erase(unrecorded_.begin());
+  }
+}
+
+void Reducer::record_step_times(const SyncedStep& step) {
   DDPStepTimes t;
   const int rank = group_->rank();
-  for (const Bucket& b : buckets_) {
-    const double start = b.work.work->start_us(), end = b.work.work->end_us();
+  double done_us = step.host_done_us;  // the host waited this long (all of it on the MPI backends)
+  for (const auto& b : step.buckets) {
+    const double start = b.work->start_us(), end = b.work->end_us();
+    done_us = std::max(done_us, end);  // a device-waited reduction may end after the host moved on
     t.comm_ms += (end - start) * 1e-3;
     if (options_.trace && events_.size() < kMaxTraceEvents)
-      events_.push_back(TraceEvent{str_cat("bucket ", b.grad.index), "comm", rank, "comm:" + group_->backend(), start,
+      events_.push_back(TraceEvent{str_cat("bucket ", b.index), "comm", rank, "comm:" + group_->backend(), start,
                                    end - start,
-                                   str_cat("\"bucket\": ", b.grad.index, ", \"bytes\": ", b.grad.buffer.nbytes(),
-                                           ", \"parameters\": ", b.params.size())});
+                                   str_cat("\"bucket\": ", b.index, ", \"bytes\": ", b.bytes,
+                                           ", \"parameters\": ", b.parameters)});
   }
-  t.compute_ms = step_start_us_ >= 0 ? (backward_end_us - step_start_us_) * 1e-3 : 0;
+  const double backward_end_us = step.backward_end_us;
+  t.compute_ms = step.start_us >= 0 ? (backward_end_us - step.start_us) * 1e-3 : 0;
   t.exposed_comm_ms = (done_us - backward_end_us) * 1e-3;
   if (options_.trace && events_.size() < kMaxTraceEvents)
     events_.push_back(TraceEvent{"wait for buckets", "compute", rank, "compute", backward_end_us,
@@ -231,7 +253,6 @@ void Reducer::record_step_times(double backward_end_us, double done_us) {
   stats_.total.comm_ms += t.comm_ms;
   stats_.total.exposed_comm_ms += t.exposed_comm_ms;
   ++stats_.steps;
-  step_start_us_ = -1;
 }
 
 void Reducer::rebuild_buckets_from_observed_order() {

@@ -51,8 +51,16 @@ class Reducer {
   bool require_sync() const { return require_sync_; }
   void set_comm_hook(CommHook hook) { hook_ = std::move(hook); }
 
-  const DDPStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = DDPStats{}; }
+  // Waits for the reductions of steps not yet recorded (GPU ones may still run: Note [Waiting on the
+  // device] in dist/work.h), so the figures cover every synchronised step.
+  const DDPStats& stats() {
+    record_finished_steps(/*block=*/true);
+    return stats_;
+  }
+  void reset_stats() {
+    unrecorded_.clear();
+    stats_ = DDPStats{};
+  }
   std::vector<BucketInfo> buckets() const;
   std::vector<TraceEvent> trace_events() const { return events_; }
   void add_trace_event(TraceEvent e) { events_.push_back(std::move(e)); }
@@ -85,7 +93,18 @@ class Reducer {
   void finish_backward();                // the end-of-backward callback
   void mark_unused_parameters();
   void rebuild_buckets_from_observed_order();
-  void record_step_times(double backward_end_us, double done_us);
+  // A synchronised backward's reductions, recorded in the stats once they have all completed.
+  struct SyncedStep {
+    double backward_end_us, start_us, host_done_us;  // trace_clock_us; start_us < 0: unknown
+    struct Reduction {
+      std::shared_ptr<Work> work;
+      int index;
+      size_t bytes, parameters;
+    };
+    std::vector<Reduction> buckets;
+  };
+  void record_finished_steps(bool block);  // oldest first; without `block`, up to a running one
+  void record_step_times(const SyncedStep& step);
 
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
@@ -102,6 +121,7 @@ class Reducer {
 
   // Step timing (trace_clock_us).
   double step_start_us_ = -1;
+  std::vector<SyncedStep> unrecorded_;
   DDPStats stats_;
   std::vector<TraceEvent> events_;
 };

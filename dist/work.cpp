@@ -8,6 +8,28 @@ void Work::wait() {
   if (error_) std::rethrow_exception(error_);
 }
 
+void Work::wait_on_device() {
+  std::function<void()> enqueue_wait;
+  {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, [&] { return done_ || device_wait_ != nullptr; });
+    if (done_) {
+      if (error_) std::rethrow_exception(error_);
+      return;  // finished: nothing left for the device to wait for
+    }
+    enqueue_wait = device_wait_;
+  }
+  enqueue_wait();
+}
+
+void Work::set_device_wait(std::function<void()> enqueue_wait) {
+  {
+    std::lock_guard lock(mutex_);
+    device_wait_ = std::move(enqueue_wait);
+  }
+  done_cv_.notify_all();
+}
+
 bool Work::wait(std::chrono::duration<double> timeout) {
   std::unique_lock lock(mutex_);
   if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) return false;

@@ -10,6 +10,15 @@
 //   collective throws, as in wait().
 // - is_completed() never blocks; it is true for failed collectives too (check error()).
 // - Waiting sleeps on a condition variable; it never spins.
+// - wait_on_device() is wait() for a GPU consumer (Note [Waiting on the device]).
+//
+// Note [Waiting on the device]: an op whose result a GPU stream produces (nccl) can be waited for
+// by the GPU instead of the host: wait_on_device() blocks only until the op has been launched, then
+// makes the default stream wait for the op's completion event (cudaStreamWaitEvent) and returns.
+// Kernels launched afterwards run after the op; the host goes on queueing them meanwhile. An op that
+// completes on the host (the MPI backends, staged tensors, CPU tensors) has no such event, and
+// wait_on_device() waits for it as wait() does. A failure of a device-waited op is reported by the
+// next wait() or is_completed() / error() on the Work -- DDP checks them before its next forward.
 #pragma once
 
 #include <chrono>
@@ -29,6 +38,7 @@ class Work {
 
   void wait();
   bool wait(std::chrono::duration<double> timeout);
+  void wait_on_device();  // Note [Waiting on the device]
   bool is_completed() const;
   bool is_success() const;          // completed without error
   std::exception_ptr error() const;  // null while running or after success
@@ -43,6 +53,9 @@ class Work {
 
   // Called once by the communication thread: the collective ended (error null on success).
   void finish(std::exception_ptr error = nullptr, double start_us = 0, double end_us = 0);
+  // Called by the communication thread when it launched an op that completes on a device: makes the
+  // default stream wait for it (Note [Waiting on the device]).
+  void set_device_wait(std::function<void()> enqueue_wait);
 
  private:
   const std::function<std::string()> describe_;
@@ -51,6 +64,7 @@ class Work {
   bool done_ = false;
   std::exception_ptr error_;
   double start_us_ = 0, end_us_ = 0;
+  std::function<void()> device_wait_;
 };
 
 }  // namespace ringgrad::dist

@@ -181,6 +181,11 @@ TEST_CASE("many outstanding async ops complete in submission order") {
       if (k % 8 != 7)
         CHECK(mismatch(tensors[k], [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
     }
+    // An op that completes on the host has no device event: wait_on_device() is wait() (Note
+    // [Waiting on the device]), so the last op's result is in place when it returns.
+    rg::Tensor last = filled(5000, rg::DType::f32, [&](int64_t i) { return (r + 1) + (i % 7); });
+    pg->allreduce(last, dist::ReduceOp::sum)->wait_on_device();
+    CHECK(mismatch(last, [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
     // Descriptions are built on demand (after the op, here), from what the op was given.
     const std::string d = works[3]->description();
     CHECK_MESSAGE(d.find("allreduce #3 (sum, (1004,) f32") != std::string::npos, d);

@@ -39,6 +39,7 @@ TEST_CASE("a skipped collective times out with a message instead of hanging") {
       CHECK(work->is_completed());
       CHECK_FALSE(work->is_success());
       CHECK(work->error() != nullptr);
+      CHECK_THROWS_WITH_AS(work->wait_on_device(), doctest::Contains(expected.c_str()), rg::Error);
       // The group is now unusable, and says why.
       CHECK_THROWS_WITH_AS(pg->barrier()->wait(), doctest::Contains("unusable: allreduce #1 timed out"), rg::Error);
     }

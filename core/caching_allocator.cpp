@@ -5,6 +5,7 @@ namespace ringgrad {
 void* CachingAllocator::allocate(size_t nbytes) {
   const size_t size = allocation_size_class(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
+  reclaim_deferred(/*wait=*/false);
   void* ptr = nullptr;
   auto it = free_blocks_.find(size);
   if (it != free_blocks_.end() && !it->second.empty()) {
@@ -25,7 +26,7 @@ void CachingAllocator::deallocate(void* ptr, size_t nbytes) {
   const size_t size = allocation_size_class(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.allocated -= size;
-  free_blocks_[size].push_back(ptr);
+  if (!defer_free(ptr, size)) free_blocks_[size].push_back(ptr);
 }
 
 MemoryStats CachingAllocator::stats() const {
@@ -42,6 +43,7 @@ void CachingAllocator::reset_peak_stats() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  reclaim_deferred(/*wait=*/true);
   release_cached();
 }
 

@@ -28,6 +28,14 @@ class CachingAllocator : public Allocator {
   void release_cached();
   // Called with the lock held, e.g. to describe the state in an out-of-memory message.
   const MemoryStats& locked_stats() const { return stats_; }
+  // Stream awareness (the CUDA allocator; Note [Streams and block reuse] in core/cuda/allocator.cu).
+  // A backend may keep a freed block out of the cache until the device is done with it: defer_free
+  // returns true when it takes the block, and the backend hands it back with make_reusable from
+  // reclaim_deferred, which runs before every allocation (wait = false: only what is done) and before
+  // the cache is emptied (wait = true). All three run with the lock held.
+  virtual bool defer_free(void* /*ptr*/, size_t /*size*/) { return false; }
+  virtual void reclaim_deferred(bool /*wait*/) {}
+  void make_reusable(void* ptr, size_t size) { free_blocks_[size].push_back(ptr); }
 
  private:
   mutable std::mutex mutex_;

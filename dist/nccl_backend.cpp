@@ -16,8 +16,10 @@
 // it -- a device-side wait, the host never blocks -- then records a second event after the NCCL
 // call. Work::wait() returns once that event has passed, so kernels the caller launches after
 // wait() run after the reduction; Work::wait_on_device() (DDP's end of backward) instead makes the
-// default stream wait for that event and returns at once (Note [Waiting on the device], dist/work.h). The tensors stay referenced by the op until it finishes, so the
-// caching allocator cannot hand their memory to anyone else meanwhile.
+// default stream wait for that event and returns at once (Note [Waiting on the device], dist/work.h).
+// The op records the communication stream's use of its tensors with the caching allocator
+// (cuda::record_stream, Note [Streams and block reuse]), so their memory is not handed to anyone
+// else before that stream is done with it, even if the host frees them first.
 //
 // Faults: polling queries the done event and ncclCommGetAsyncError; an NCCL error fails the op with
 // NCCL's message. When the op's timeout passes (a rank never joined), the communicator is aborted
@@ -39,6 +41,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/device.h"
+#include "core/cuda/streams.h"
 #include "core/kernels.h"
 #include "dist/backends.h"
 #include "dist/group_base.h"
@@ -113,13 +116,15 @@ struct Communicator {
 class NcclOp final : public PendingOp {
  public:
   using Launch = std::function<void(cudaStream_t)>;
-  NcclOp(std::shared_ptr<Communicator> comm, cudaStream_t stream, int device, std::vector<Tensor> keep,
+  NcclOp(std::shared_ptr<Communicator> comm, cudaStream_t stream, int device, const std::vector<Tensor>& tensors,
          const Launch& launch)
-      : comm_(std::move(comm)), keep_(std::move(keep)), events_(std::make_shared<OpEvents>(device)) {
+      : comm_(std::move(comm)), events_(std::make_shared<OpEvents>(device)) {
     cuda::DeviceGuard guard(device);
     RG_CUDA_CHECK(cudaEventRecord(events_->ready, cudaStreamLegacy));
     RG_CUDA_CHECK(cudaStreamWaitEvent(stream, events_->ready, 0));
     launch(stream);
+    // Their memory is not reused before this stream is done with it, whenever the host frees it.
+    for (const Tensor& t : tensors) cuda::record_stream(t, stream);
     RG_CUDA_CHECK(cudaEventRecord(events_->done, stream));
   }
 
@@ -151,7 +156,6 @@ class NcclOp final : public PendingOp {
 
  private:
   std::shared_ptr<Communicator> comm_;
-  std::vector<Tensor> keep_;  // alive until the op is done
   std::shared_ptr<OpEvents> events_;
 };
 
@@ -203,8 +207,8 @@ class NcclGroup final : public GroupBase {
 
  private:
   ncclComm_t comm() const { return comm_state_->comm; }
-  std::unique_ptr<PendingOp> op_on(std::vector<Tensor> keep, const NcclOp::Launch& launch) {
-    return std::make_unique<NcclOp>(comm_state_, stream_, device_.index, std::move(keep), launch);
+  std::unique_ptr<PendingOp> op_on(const std::vector<Tensor>& tensors, const NcclOp::Launch& launch) {
+    return std::make_unique<NcclOp>(comm_state_, stream_, device_.index, tensors, launch);
   }
 
   // This rank's GPU: its local rank's. Every rank learns every other's answer first, so a rank

@@ -3,17 +3,27 @@
 // allocates the same sizes every step stops calling them after its first step. The cache logic and
 // the stats are the CPU allocator's, so the two report comparable numbers.
 //
-// Not stream-aware yet: a freed block may be handed out again at once. That is safe only because
-// every kernel and copy of the CUDA backend runs on the legacy default stream, in issue order, so
-// the next user's kernels run after the previous user's. When work moves to other streams (e.g. a
-// communication stream), a block must remember the streams that used it and be reused only after
-// they have passed that point (PyTorch's recordStream), a later issue.
+// Note [Streams and block reuse]: a freed block is handed out again at once, to kernels the host
+// launches next -- safe on the legacy default stream, where every kernel and copy of the backend
+// runs in issue order, so the next user's kernels run after the previous user's. A block that
+// another stream used (the nccl group's communication stream) may still be read or written there
+// after the host frees it. record_stream(tensor, stream) says so (PyTorch's Tensor.record_stream):
+// when such a block is freed, an event is recorded on each stream that used it, and the block stays
+// out of the cache -- counted as reserved, not allocated -- until every event has passed. Pending
+// blocks are checked (cudaEventQuery, no waiting) before each allocation, and waited for before the
+// cache is emptied or when memory runs out.
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "core/caching_allocator.h"
 #include "core/cuda/check.h"
 #include "core/cuda/device.h"
+#include "core/cuda/streams.h"
 #include "core/kernels.h"
 
 namespace ringgrad::cuda {
@@ -22,6 +32,14 @@ namespace {
 class CachingCudaAllocator final : public CachingAllocator {
  public:
   explicit CachingCudaAllocator(int device) : device_(device) {}
+
+  // Note [Streams and block reuse]: `stream` uses the block at `block` (a pointer allocate returned).
+  void record_stream(void* block, cudaStream_t stream) {
+    if (stream == nullptr || stream == cudaStreamLegacy) return;  // the default stream: issue order suffices
+    std::lock_guard lock(uses_mutex_);
+    auto& streams = stream_uses_[block];
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+  }
 
  protected:
   // Blocks are 256-byte aligned (cudaMalloc's guarantee), more than the 64 bytes asked of allocators.
@@ -33,6 +51,7 @@ class CachingCudaAllocator final : public CachingAllocator {
     cudaError_t err = cudaMalloc(&ptr, size);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
+      reclaim_deferred(/*wait=*/true);
       release_cached();
       err = cudaMalloc(&ptr, size);
     }
@@ -54,13 +73,71 @@ class CachingCudaAllocator final : public CachingAllocator {
     RG_CUDA_CHECK(cudaFree(ptr));
   }
 
+  bool defer_free(void* ptr, size_t size) override {
+    std::vector<cudaStream_t> streams;
+    {
+      std::lock_guard lock(uses_mutex_);
+      auto it = stream_uses_.find(ptr);
+      if (it == stream_uses_.end()) return false;
+      streams = std::move(it->second);
+      stream_uses_.erase(it);
+    }
+    DeviceGuard guard(device_);
+    Deferred deferred{ptr, size, {}};
+    for (cudaStream_t stream : streams) {
+      cudaEvent_t event = nullptr;
+      RG_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+      deferred.events.push_back(event);  // destroyed in reclaim_deferred, even if the record fails
+      RG_CUDA_CHECK(cudaEventRecord(event, stream));
+    }
+    deferred_.push_back(std::move(deferred));
+    return true;
+  }
+
+  void reclaim_deferred(bool wait) override {
+    if (deferred_.empty()) return;
+    DeviceGuard guard(device_);
+    auto passed = [wait](cudaEvent_t event) {
+      const cudaError_t state = wait ? cudaEventSynchronize(event) : cudaEventQuery(event);
+      if (state == cudaErrorNotReady) return false;
+      RG_CUDA_CHECK(state);
+      return true;
+    };
+    std::erase_if(deferred_, [&](Deferred& d) {
+      if (!std::all_of(d.events.begin(), d.events.end(), passed)) return false;
+      for (cudaEvent_t event : d.events) (void)cudaEventDestroy(event);
+      make_reusable(d.ptr, d.size);
+      return true;
+    });
+  }
+
  private:
+  struct Deferred {
+    void* ptr;
+    size_t size;
+    std::vector<cudaEvent_t> events;  // one per stream that used the block, recorded when it was freed
+  };
   const int device_;
+  std::mutex uses_mutex_;  // record_stream runs without the cache's lock
+  std::unordered_map<void*, std::vector<cudaStream_t>> stream_uses_;  // live blocks other streams used
+  std::vector<Deferred> deferred_;  // freed, waiting for their streams (guarded by the cache's lock)
 };
+
+CachingCudaAllocator& caching_allocator(int device);
 
 }  // namespace
 
-Allocator& allocator(int device) {
+void record_stream(const Tensor& t, cudaStream_t stream) {
+  RG_CHECK(t.defined() && t.device().is_cuda(), "record_stream", "needs a CUDA tensor, got ",
+           t.defined() ? t.desc() : std::string("an undefined tensor"));
+  caching_allocator(t.device().index).record_stream(t.storage()->data(), stream);
+}
+
+Allocator& allocator(int device) { return caching_allocator(device); }
+
+namespace {
+
+CachingCudaAllocator& caching_allocator(int device) {
   const int count = device_count();
   RG_CHECK(device >= 0 && device < count, "cuda allocator", "device cuda:", device, " requested, but ",
            count, " CUDA device(s) are visible", count == 0 ? " (no driver or no GPU on this machine)" : "");
@@ -75,4 +152,5 @@ Allocator& allocator(int device) {
   return *(*allocators)[device];
 }
 
+}  // namespace
 }  // namespace ringgrad::cuda

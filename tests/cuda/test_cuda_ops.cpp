@@ -14,11 +14,17 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 #include <limits>
 #include <vector>
 
+#include "core/cuda/streams.h"
 #include "ringgrad.h"
 
 using namespace ringgrad;
@@ -226,6 +232,48 @@ TEST_CASE("f16 and bf16 matmul accumulate in f32") {
     const double rtol = dtype == DType::f16 ? 1e-3 : 8e-3;
     check_matches_cpu(on_gpu.to(DType::f32), expected, rtol, 1e-2);
   }
+}
+
+TEST_CASE("a block another stream used is reused only after that stream has passed its free") {
+  // Note [Streams and block reuse]: the side stream is held up by a host function until `release`
+  // is set, so work queued there before the tensor is freed cannot have finished.
+  cudaStream_t side = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess);
+  std::atomic<bool> release{false};
+  REQUIRE(cudaLaunchHostFunc(
+              side,
+              [](void* flag) {
+                while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+              },
+              &release) == cudaSuccess);
+  empty_cache(kCuda);
+  const Shape shape{int64_t{1} << 18};
+  const TensorOptions on_gpu{.dtype = DType::f32, .device = kCuda};
+  const MemoryStats before = memory_stats(kCuda);
+  void* used_by_side = nullptr;
+  {
+    const Tensor t = empty(shape, on_gpu);
+    used_by_side = t.storage()->data();
+    cuda::record_stream(t, side);
+  }
+  const MemoryStats freed = memory_stats(kCuda);
+  CHECK(freed.allocated == before.allocated);        // freed by the host...
+  CHECK(freed.reserved == before.reserved + allocation_size_class(shape[0] * 4));  // ...kept, not reusable
+  {
+    const Tensor other = empty(shape, on_gpu);  // the side stream has not passed the free: a new block
+    CHECK(other.storage()->data() != used_by_side);
+    CHECK(memory_stats(kCuda).os_allocations == before.os_allocations + 2);
+  }
+  release = true;
+  REQUIRE(cudaStreamSynchronize(side) == cudaSuccess);
+  {
+    // Both blocks are back in the cache: two tensors of that size need no new cudaMalloc.
+    const Tensor a = empty(shape, on_gpu), b = empty(shape, on_gpu);
+    CHECK((a.storage()->data() == used_by_side || b.storage()->data() == used_by_side));
+    CHECK(memory_stats(kCuda).os_allocations == before.os_allocations + 2);
+  }
+  CHECK(cudaStreamDestroy(side) == cudaSuccess);
+  CHECK_THROWS_WITH(cuda::record_stream(zeros({2}), side), doctest::Contains("needs a CUDA tensor"));
 }
 
 TEST_CASE("the CUDA caching allocator counts bytes and reuses blocks") {

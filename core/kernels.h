@@ -129,6 +129,13 @@ void max_pool2d(DType dtype, const void* x, void* y, int64_t* indices, int64_t p
                 int64_t OH, int64_t OW, int64_t kernel, int64_t stride, int64_t padding);
 void max_pool2d_backward(DType dtype, const void* dy, const int64_t* indices, void* dx, int64_t planes,
                          int64_t plane_in, int64_t plane_out);
+// cuDNN max pooling (Note [Max pooling on cuDNN], core/cuda/conv.cu): x (N, C, H, W) -> y (N, C, OH, OW)
+// in any floating dtype; the backward finds each window's maximum from x and y and overwrites dx.
+struct PoolShape {
+  int64_t N, C, H, W, OH, OW, kernel, stride, padding;
+};
+void max_pool2d_cudnn(DType dtype, const void* x, void* y, const PoolShape& s);
+void max_pool2d_cudnn_backward(DType dtype, const void* x, const void* y, const void* dy, void* dx, const PoolShape& s);
 }  // namespace cuda
 #endif
 

@@ -10,8 +10,14 @@
 // GEMM (no silent TF32; set_allow_tf32(true) permits it); f16 / bf16 accumulate in f32 on tensor
 // cores; f64 is f64.
 //
-// Max pooling has its own kernel rather than cuDNN's: ringgrad's max_pool2d returns the position of
-// each maximum (the backward routes the gradient there, as on the CPU), which cuDNN does not expose.
+// Note [Max pooling on cuDNN]: autograd's max_pool2d on a GPU runs cuDNN's max pooling, which
+// returns no argmax: its backward finds each window's maximum again from x and y, so the node saves
+// x and y (the CPU saves the argmax positions). Both are in the tensor's own dtype -- a maximum is
+// exact in any dtype, so y equals an element of x and the backward finds it; an f16 y rounded from
+// an f32 one would not. NaN propagates (CUDNN_PROPAGATE_NAN), as on the CPU, where NaN wins a
+// window. The one difference: on ties cuDNN's (deterministic) backward picks its own element where
+// the CPU picks the first; after a ReLU, tied zeros get no gradient either way. native::max_pool2d
+// with an `indices` output keeps its own kernel below, over the CPU's window function.
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -189,6 +195,35 @@ struct ConvCall {
   const Scaling scaling;
 };
 
+// The descriptors of one cuDNN max pooling, destroyed with it.
+class PoolDescriptors {
+ public:
+  PoolDescriptors(DType dtype, int64_t planes_n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                  int64_t kernel, int64_t stride, int64_t padding) {
+    const cudnnDataType_t data = cudnn_types(dtype).data;
+    RG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    RG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+    RG_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&pool));
+    RG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, data, to_int(planes_n), to_int(c), to_int(h),
+                                              to_int(w)));
+    RG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, data, to_int(planes_n), to_int(c), to_int(oh),
+                                              to_int(ow)));
+    RG_CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN,
+                                               to_int(kernel), to_int(kernel), to_int(padding), to_int(padding),
+                                               to_int(stride), to_int(stride)));
+  }
+  ~PoolDescriptors() {
+    cudnnDestroyPoolingDescriptor(pool);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(x);
+  }
+  PoolDescriptors(const PoolDescriptors&) = delete;
+  PoolDescriptors& operator=(const PoolDescriptors&) = delete;
+
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+};
+
 // ---- max pooling: one thread per output --------------------------------------------------------------
 // The CPU's rule, from the same function (core/pool_math.h).
 template <class T>
@@ -268,6 +303,30 @@ void max_pool2d_backward(DType dtype, const void* dy, const int64_t* indices, vo
         static_cast<const T*>(dy), indices, static_cast<T*>(dx), planes, plane_in, plane_out);
   });
   RG_CUDA_CHECK_LAUNCH();
+}
+
+// Note [Max pooling on cuDNN].
+void max_pool2d_cudnn(DType dtype, const void* x, void* y, const PoolShape& s) {
+  if (s.N * s.C * s.OH * s.OW == 0) return;
+  const int device = device_of(y);
+  DeviceGuard guard(device);
+  const PoolDescriptors d(dtype, s.N, s.C, s.H, s.W, s.OH, s.OW, s.kernel, s.stride, s.padding);
+  const Scaling scaling(dtype);
+  RG_CUDNN_CHECK(cudnnPoolingForward(cudnn_handle(device), d.pool, scaling.one(), d.x, x, scaling.zero(), d.y, y));
+}
+
+void max_pool2d_cudnn_backward(DType dtype, const void* x, const void* y, const void* dy, void* dx,
+                               const PoolShape& s) {
+  const int device = device_of(dx);
+  DeviceGuard guard(device);
+  if (s.N * s.C * s.OH * s.OW == 0) {  // nothing pooled: no gradient reaches x
+    RG_CUDA_CHECK(cudaMemset(dx, 0, dtype_size(dtype) * static_cast<size_t>(s.N * s.C * s.H * s.W)));
+    return;
+  }
+  const PoolDescriptors d(dtype, s.N, s.C, s.H, s.W, s.OH, s.OW, s.kernel, s.stride, s.padding);
+  const Scaling scaling(dtype);
+  RG_CUDNN_CHECK(cudnnPoolingBackward(cudnn_handle(device), d.pool, scaling.one(), d.y, y, d.y, dy, d.x, x,
+                                      scaling.zero(), d.x, dx));
 }
 
 }  // namespace ringgrad::cuda

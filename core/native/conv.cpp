@@ -251,16 +251,29 @@ void max_pool_forward(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t
 
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Tensor* indices) {
+namespace {
+// The output size of a max pooling, after checking its arguments (stride 0 means stride = kernel).
+struct PoolGeometry {
+  int64_t n, c, h, w, oh, ow, kernel, stride, padding;
+};
+PoolGeometry pool_geometry(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
   RG_CHECK(x.defined() && x.dim() == 4 && is_floating(x.dtype()), "max_pool2d",
            "expects a floating (N, C, H, W) tensor, got ", x.desc());
   if (stride == 0) stride = kernel;
   RG_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && 2 * padding <= kernel, "max_pool2d",
            "invalid kernel ", kernel, ", stride ", stride, ", padding ", padding,
            " (padding may be at most half the kernel)");
-  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t h = x.size(2), w = x.size(3);
   const int64_t oh = (h + 2 * padding - kernel) / stride + 1, ow = (w + 2 * padding - kernel) / stride + 1;
   RG_CHECK(oh > 0 && ow > 0, "max_pool2d", "kernel ", kernel, " is larger than the padded input ", x.desc());
+  return {x.size(0), x.size(1), h, w, oh, ow, kernel, stride, padding};
+}
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Tensor* indices) {
+  const PoolGeometry g = pool_geometry(x, kernel, stride, padding);
+  const int64_t n = g.n, c = g.c, h = g.h, w = g.w, oh = g.oh, ow = g.ow;
+  stride = g.stride;
   const DType ct = compute_dtype(x.dtype());
   Tensor xc = contiguous(x.dtype() == ct ? x : cast(x, ct));
   Tensor y = empty({n, c, oh, ow}, ct, x.device());
@@ -276,6 +289,35 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
     max_pool_forward(xc.data<float>(), y.data<float>(), idx.data<int64_t>(), n * c, h, w, oh, ow, kernel, stride, padding);
   if (indices) *indices = idx;
   return y.dtype() == x.dtype() ? y : cast(y, x.dtype());
+}
+
+Tensor max_pool2d_cudnn(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  const PoolGeometry g = pool_geometry(x, kernel, stride, padding);
+  RG_CHECK(x.device().is_cuda(), "max_pool2d", "the cuDNN path takes CUDA tensors, got ", x.desc());
+  const Tensor xc = contiguous(x);
+  Tensor y = empty({g.n, g.c, g.oh, g.ow}, x.dtype(), x.device());
+#ifdef RINGGRAD_WITH_CUDA
+  cuda::max_pool2d_cudnn(x.dtype(), xc.raw_data(), y.raw_data(),
+                         {g.n, g.c, g.h, g.w, g.oh, g.ow, g.kernel, g.stride, g.padding});
+#endif
+  return y;
+}
+
+Tensor max_pool2d_cudnn_backward(const Tensor& grad, const Tensor& x, const Tensor& y, int64_t kernel, int64_t stride,
+                                 int64_t padding) {
+  const PoolGeometry g = pool_geometry(x, kernel, stride, padding);
+  RG_CHECK(x.device().is_cuda() && grad.device() == x.device() && y.device() == x.device() &&
+               y.shape() == Shape({g.n, g.c, g.oh, g.ow}) && grad.shape() == y.shape() && y.dtype() == x.dtype(),
+           "max_pool2d backward", "expects x, y and grad on one CUDA device with y and grad (", g.n, ", ", g.c, ", ",
+           g.oh, ", ", g.ow, "), got x ", x.desc(), ", y ", y.desc(), ", grad ", grad.desc());
+  const Tensor xc = contiguous(x), yc = contiguous(y);
+  const Tensor gc = contiguous(grad.dtype() == x.dtype() ? grad : cast(grad, x.dtype()));
+  Tensor dx = empty(x.shape(), x.dtype(), x.device());
+#ifdef RINGGRAD_WITH_CUDA
+  cuda::max_pool2d_cudnn_backward(x.dtype(), xc.raw_data(), yc.raw_data(), gc.raw_data(), dx.raw_data(),
+                                  {g.n, g.c, g.h, g.w, g.oh, g.ow, g.kernel, g.stride, g.padding});
+#endif
+  return dx;
 }
 
 // Each output's gradient goes to the input position it took its maximum from.

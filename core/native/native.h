@@ -126,5 +126,10 @@ void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, 
 // flat position (row * W + col) of its maximum within its (H, W) plane.
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Tensor* indices);
 Tensor max_pool2d_backward(const Tensor& grad, const Shape& input_shape, const Tensor& indices);
+// CUDA tensors only: cuDNN's max pooling, in x's own dtype, and its backward from x and y (Note [Max
+// pooling on cuDNN], core/cuda/conv.cu). Same checks and output shape as max_pool2d.
+Tensor max_pool2d_cudnn(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding);
+Tensor max_pool2d_cudnn_backward(const Tensor& grad, const Tensor& x, const Tensor& y, int64_t kernel, int64_t stride,
+                                 int64_t padding);
 
 }  // namespace ringgrad::native

@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/native/native.h"
 #include "ringgrad.h"
 
 using namespace ringgrad;
@@ -164,6 +165,24 @@ TEST_CASE("conv2d (cuDNN) and max_pool2d match the CPU, gradients included") {
   // Overlapping windows (stride < kernel) with padding: gradients add where windows share a maximum.
   check_op_and_grads({x}, [](const auto& in) { return max_pool2d(in[0], 3, 2, 1); }, 1e-6, 1e-6,
                      "max_pool2d 3x3 stride 2 padding 1");
+  // On the GPU autograd pools through cuDNN (Note [Max pooling on cuDNN]), in the tensor's own dtype:
+  // f16 maxima are exact; overlapping gradients add in f16 there and in f32 on the CPU.
+  check_op_and_grads({x.to(DType::f16)}, [](const auto& in) { return max_pool2d(in[0], 3, 2, 1); }, 2e-3, 2e-3,
+                     "max_pool2d f16 3x3 stride 2 padding 1");
+  // A NaN wins its window on both devices; the other windows are untouched.
+  Tensor with_nan = full({1, 1, 4, 4}, 1.0);
+  with_nan.select(2, 1).select(2, 2).fill_(std::nan(""));
+  const std::vector<double> pooled = max_pool2d(with_nan.to(kGpu), 2).to(Device::cpu()).to_vector();
+  REQUIRE(pooled.size() == 4);
+  CHECK(pooled[0] == 1.0);
+  CHECK(std::isnan(pooled[1]));
+  CHECK(pooled[2] == 1.0);
+  CHECK(pooled[3] == 1.0);
+  // native::max_pool2d with an argmax output keeps its own kernel: the CPU's positions exactly.
+  Tensor idx_cpu, idx_gpu;
+  native::max_pool2d(x, 3, 2, 1, &idx_cpu);
+  native::max_pool2d(x.to(kGpu), 3, 2, 1, &idx_gpu);
+  CHECK(idx_gpu.to(Device::cpu()).to_vector() == idx_cpu.to_vector());
 }
 
 TEST_CASE("fused SGD and Adam updates match the CPU, f16 master weights included") {

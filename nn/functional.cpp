@@ -1,14 +1,22 @@
 #include "nn/functional.h"
 
 #include "autograd/engine.h"
+#include "core/native/native.h"
 
 namespace ringgrad::nn::functional {
 
+// The mask is drawn where x lives, from the generator's (seed, offset) -- on a GPU by the kernel itself,
+// with nothing copied from the host -- and never stored: the backward draws it again from the same
+// numbers (native::dropout, the rule attention dropout uses too).
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   RG_CHECK(p >= 0 && p < 1, "dropout", "p must be in [0, 1), got ", p);
   if (!training || p == 0) return x;
-  Tensor keep = bernoulli(x.shape(), 1.0 - p, gen, {.dtype = x.dtype(), .device = x.device()});
-  return x * (keep * (1.0 / (1.0 - p)));
+  const uint64_t seed = gen.seed(), offset = gen.advance((static_cast<uint64_t>(x.numel()) + 3) / 4);
+  Tensor out = native::dropout(x, p, seed, offset);
+  autograd::record("dropout", {out}, {x}, [p, seed, offset](const autograd::TensorList& g, const autograd::NeedsGrad&) {
+    return autograd::TensorList{native::dropout(g[0], p, seed, offset)};
+  });
+  return out;
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, default_generator()); }

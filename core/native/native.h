@@ -89,6 +89,10 @@ struct AttentionOutput {
 };
 // dropout > 0: attention dropout with a keep mask drawn from Philox (seed, offset): the backward,
 // given the same three numbers, recomputes the same mask.
+// out = x * keep(e) / (1 - rate), keep(e) = dropout_keep(seed, offset, e, rate) (core/random.h) for
+// element e of x in row-major order: the same mask on every device and thread count, and the same
+// function masks the gradient in the backward.
+Tensor dropout(const Tensor& x, double rate, uint64_t seed, uint64_t offset);
 AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout = 0, uint64_t seed = 0,
                                       uint64_t offset = 0);
 Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att, int64_t n_head,

@@ -465,6 +465,32 @@ Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale) {
   return dense(ds, y.dtype());
 }
 
+Tensor dropout(const Tensor& x, double rate, uint64_t seed, uint64_t offset) {
+  RG_CHECK(x.defined() && is_floating(x.dtype()), "dropout", "expects a floating-point tensor, got ",
+           x.defined() ? x.desc() : std::string("undefined"));
+  RG_CHECK(rate >= 0 && rate < 1, "dropout", "rate must be in [0, 1), got ", rate);
+  const DType ct = compute_dtype(x.dtype());
+  Tensor in = dense(x, ct);
+  Tensor out = empty(x.shape(), ct, x.device());
+  const AttentionDropout drop{rate, seed, offset};
+  const int64_t count = in.numel();
+  if (x.device().is_cuda()) {
+#ifdef RINGGRAD_WITH_CUDA
+    cuda::dropout_flat(ct, in.raw_data(), out.raw_data(), count, rate, seed, offset);
+#endif
+  } else {
+    // Element e's draw depends on e alone, so any split of the range gives the same mask.
+    auto run = [&](auto* from, auto* to) {
+      parallel_for(count, 16384, [&](int64_t lo, int64_t hi) {
+        apply_dropout(from + lo, to + lo, hi - lo, static_cast<uint64_t>(lo), drop);
+      });
+    };
+    if (ct == DType::f64) run(in.data<double>(), out.data<double>());
+    else run(in.data<float>(), out.data<float>());
+  }
+  return dense(out, x.dtype());
+}
+
 AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout, uint64_t seed,
                                       uint64_t offset) {
   RG_CHECK(qkv.defined() && is_floating(qkv.dtype()) && qkv.dim() == 3 && n_head > 0 &&

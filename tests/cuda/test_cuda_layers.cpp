@@ -185,6 +185,20 @@ TEST_CASE("conv2d (cuDNN) and max_pool2d match the CPU, gradients included") {
   CHECK(idx_gpu.to(Device::cpu()).to_vector() == idx_cpu.to_vector());
 }
 
+TEST_CASE("dropout draws its mask on the GPU, the CPU's mask exactly, forward and backward") {
+  const Tensor x = randn_on_cpu({37, 129}, 60);
+  for (DType dtype : {DType::f32, DType::f16}) {
+    CAPTURE(dtype_name(dtype));
+    check_op_and_grads({x.to(dtype)},
+                       [](const auto& in) {
+                         Generator gen(21);  // the same (seed, offset) on both devices
+                         gen.advance(5);
+                         return nn::F::dropout(in[0], 0.4, /*training=*/true, gen);
+                       },
+                       0, 0, "dropout");
+  }
+}
+
 TEST_CASE("fused SGD and Adam updates match the CPU, f16 master weights included") {
   for (DType dtype : {DType::f32, DType::f16}) {
     CAPTURE(dtype_name(dtype));

@@ -146,6 +146,41 @@ TEST_CASE("Dropout zeroes about p of the elements in training and is the identit
   CHECK(equal(drop.forward(x), x));
 }
 
+TEST_CASE("dropout's mask comes from the generator's seed and offset, and the backward reuses it") {
+  // 100000 elements: several chunks of the CPU loop, so a mask that depended on the split would show.
+  Generator data(4);
+  const Tensor x0 = add(rand({100000}, data), 1.0);  // in [1, 2): never zero, so a zero output means dropped
+  const int threads_before = num_threads();
+  auto run = [&](int threads, uint64_t seed) {
+    set_num_threads(threads);
+    Generator gen(seed);
+    Tensor x = x0.clone().requires_grad_();
+    Tensor y = nn::F::dropout(x, 0.3, /*training=*/true, gen);
+    y.backward(full({100000}, 2.0));
+    set_num_threads(threads_before);
+    return std::make_pair(y.to_vector(), x.grad().to_vector());
+  };
+  const auto [y, dx] = run(1, 11);
+  const std::vector<double> x = x0.to_vector();
+  int64_t dropped = 0;
+  bool consistent = true;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (y[i] == 0) {
+      ++dropped;
+      consistent &= dx[i] == 0;  // dropped forward, no gradient backward
+    } else {
+      consistent &= std::abs(y[i] - x[i] / 0.7) < 1e-5 && std::abs(dx[i] - 2.0 / 0.7) < 1e-5;
+    }
+  }
+  CHECK(consistent);
+  CHECK(std::abs(static_cast<double>(dropped) - 30000.0) < 5 * 145);  // Binomial(100000, 0.3): sd ~145
+  CHECK(run(2, 11).first == y);  // the same mask with two threads
+  CHECK(run(1, 12).first != y);  // another seed, another mask
+  // Each call takes fresh counters from the generator: two draws in a row differ.
+  Generator gen(11);
+  CHECK_FALSE(equal(nn::F::dropout(x0, 0.3, true, gen), nn::F::dropout(x0, 0.3, true, gen)));
+}
+
 TEST_CASE("functional losses and accuracy against hand-computed values") {
   Tensor a = from_vector(std::vector<double>{1, 2, 3}, {3}), b = from_vector(std::vector<double>{1, 0, 5}, {3});
   CHECK(nn::F::mse_loss(a, b).item() == doctest::Approx((0 + 4 + 4) / 3.0));

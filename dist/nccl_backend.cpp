@@ -176,7 +176,15 @@ class NcclGroup final : public GroupBase {
     cuda::DeviceGuard guard(device_.index);
     // After an abort the communicator is gone; destroying it again would free it twice.
     if (comm_state_->comm != nullptr && !comm_state_->aborted) (void)ncclCommDestroy(comm_state_->comm);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (stream_ != nullptr) {
+      // Tensors this group reduced may outlive it (a model's parameters): the allocator must not
+      // record events on the stream once it is gone (Note [Streams and block reuse]).
+      try {
+        cuda::forget_stream(device_.index, stream_);
+      } catch (const Error&) {  // a failed device: nothing sensible to add in a destructor
+      }
+      cudaStreamDestroy(stream_);
+    }
   }
 
  protected:

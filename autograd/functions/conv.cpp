@@ -32,7 +32,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 
 // y = max over each window;  dx = dy routed to each window's argmax
 Tensor max_pool2d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding) {
-  if (x.device().is_cuda()) {  // cuDNN, which returns no argmax: Note [Max pooling on cuDNN]
+  if (x.device().is_cuda() && x.dtype() != DType::bf16) {  // cuDNN, no argmax: Note [Max pooling on cuDNN]
     Tensor out = native::max_pool2d_cudnn(x, kernel_size, stride, padding);
     record("max_pool2d", {out}, {x},
            [x = x.detach(), y = out.detach(), kernel_size, stride, padding](const TensorList& g, const NeedsGrad&) {

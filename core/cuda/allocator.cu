@@ -11,7 +11,8 @@
 // when such a block is freed, an event is recorded on each stream that used it, and the block stays
 // out of the cache -- counted as reserved, not allocated -- until every event has passed. Pending
 // blocks are checked (cudaEventQuery, no waiting) before each allocation, and waited for before the
-// cache is emptied or when memory runs out.
+// cache is emptied or when memory runs out. A stream's owner calls forget_stream before destroying
+// it (tensors it touched may be freed later, and an event cannot be recorded on a dead stream).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -73,6 +74,8 @@ class CachingCudaAllocator final : public CachingAllocator {
     RG_CUDA_CHECK(cudaFree(ptr));
   }
 
+  // Runs inside deallocate (a Storage's destructor), so it never throws: if an event cannot be
+  // recorded, it waits for the streams instead and lets the block be cached at once.
   bool defer_free(void* ptr, size_t size) override {
     std::vector<cudaStream_t> streams;
     {
@@ -84,11 +87,24 @@ class CachingCudaAllocator final : public CachingAllocator {
     }
     DeviceGuard guard(device_);
     Deferred deferred{ptr, size, {}};
+    bool recorded = true;
     for (cudaStream_t stream : streams) {
       cudaEvent_t event = nullptr;
-      RG_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-      deferred.events.push_back(event);  // destroyed in reclaim_deferred, even if the record fails
-      RG_CUDA_CHECK(cudaEventRecord(event, stream));
+      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
+        recorded = false;
+        break;
+      }
+      deferred.events.push_back(event);
+      if (cudaEventRecord(event, stream) != cudaSuccess) {
+        recorded = false;
+        break;
+      }
+    }
+    if (!recorded) {
+      (void)cudaGetLastError();
+      for (cudaEvent_t event : deferred.events) (void)cudaEventDestroy(event);
+      for (cudaStream_t stream : streams) (void)cudaStreamSynchronize(stream);
+      return false;
     }
     deferred_.push_back(std::move(deferred));
     return true;
@@ -97,18 +113,42 @@ class CachingCudaAllocator final : public CachingAllocator {
   void reclaim_deferred(bool wait) override {
     if (deferred_.empty()) return;
     DeviceGuard guard(device_);
-    auto passed = [wait](cudaEvent_t event) {
-      const cudaError_t state = wait ? cudaEventSynchronize(event) : cudaEventQuery(event);
-      if (state == cudaErrorNotReady) return false;
-      RG_CUDA_CHECK(state);
-      return true;
-    };
-    std::erase_if(deferred_, [&](Deferred& d) {
-      if (!std::all_of(d.events.begin(), d.events.end(), passed)) return false;
-      for (cudaEvent_t event : d.events) (void)cudaEventDestroy(event);
-      make_reusable(d.ptr, d.size);
-      return true;
-    });
+    // Decide first, then move: nothing below throws once a block is being handed back.
+    std::vector<char> passed(deferred_.size(), 1);
+    for (size_t i = 0; i < deferred_.size(); ++i)
+      for (cudaEvent_t event : deferred_[i].events) {
+        const cudaError_t state = wait ? cudaEventSynchronize(event) : cudaEventQuery(event);
+        if (state == cudaErrorNotReady) {
+          passed[i] = 0;
+          break;
+        }
+        RG_CUDA_CHECK(state);
+      }
+    std::vector<Deferred> still_waiting;
+    for (size_t i = 0; i < deferred_.size(); ++i) {
+      if (!passed[i]) {
+        still_waiting.push_back(std::move(deferred_[i]));
+        continue;
+      }
+      for (cudaEvent_t event : deferred_[i].events) (void)cudaEventDestroy(event);
+      make_reusable(deferred_[i].ptr, deferred_[i].size);
+    }
+    deferred_ = std::move(still_waiting);
+  }
+
+ public:
+  // The stream is about to be destroyed: wait for it, then drop it from every live block's record,
+  // so no later free records an event on a dead stream.
+  void forget_stream(cudaStream_t stream) {
+    {
+      DeviceGuard guard(device_);
+      (void)cudaStreamSynchronize(stream);  // a failure here changes nothing below: drop it anyway
+    }
+    std::lock_guard lock(uses_mutex_);
+    for (auto it = stream_uses_.begin(); it != stream_uses_.end();) {
+      std::erase(it->second, stream);
+      it = it->second.empty() ? stream_uses_.erase(it) : std::next(it);
+    }
   }
 
  private:
@@ -132,6 +172,8 @@ void record_stream(const Tensor& t, cudaStream_t stream) {
            t.defined() ? t.desc() : std::string("an undefined tensor"));
   caching_allocator(t.device().index).record_stream(t.storage()->data(), stream);
 }
+
+void forget_stream(int device, cudaStream_t stream) { caching_allocator(device).forget_stream(stream); }
 
 Allocator& allocator(int device) { return caching_allocator(device); }
 

@@ -14,10 +14,13 @@
 // returns no argmax: its backward finds each window's maximum again from x and y, so the node saves
 // x and y (the CPU saves the argmax positions). Both are in the tensor's own dtype -- a maximum is
 // exact in any dtype, so y equals an element of x and the backward finds it; an f16 y rounded from
-// an f32 one would not. NaN propagates (CUDNN_PROPAGATE_NAN), as on the CPU, where NaN wins a
-// window. The one difference: on ties cuDNN's (deterministic) backward picks its own element where
-// the CPU picks the first; after a ReLU, tied zeros get no gradient either way. native::max_pool2d
-// with an `indices` output keeps its own kernel below, over the CPU's window function.
+// an f32 one would not. NaN propagates forward (CUDNN_PROPAGATE_NAN), as on the CPU, where NaN wins
+// a window. Two differences in the backward: on ties cuDNN's (deterministic) backward picks its own
+// element where the CPU picks the first (after a ReLU, tied zeros get no gradient either way), and a
+// window whose maximum is NaN likely sends its gradient nowhere (NaN equals no element of x) where
+// the CPU sends it to the NaN. bf16 -- not confirmed in cuDNN's legacy pooling -- and
+// native::max_pool2d with an `indices` output keep the own kernel below, over the CPU's window
+// function.
 #include <map>
 #include <mutex>
 #include <tuple>

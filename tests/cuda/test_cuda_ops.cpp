@@ -237,16 +237,24 @@ TEST_CASE("f16 and bf16 matmul accumulate in f32") {
 TEST_CASE("a block another stream used is reused only after that stream has passed its free") {
   // Note [Streams and block reuse]: the side stream is held up by a host function until `release`
   // is set, so work queued there before the tensor is freed cannot have finished.
+  empty_cache(kCuda);  // before the side stream is held: cudaFree waits for every stream
   cudaStream_t side = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess);
   std::atomic<bool> release{false};
+  struct Release {  // the host function must end even if a check below fails
+    std::atomic<bool>& flag;
+    cudaStream_t stream;
+    ~Release() {
+      flag = true;
+      (void)cudaStreamSynchronize(stream);
+    }
+  } release_on_exit{release, side};
   REQUIRE(cudaLaunchHostFunc(
               side,
               [](void* flag) {
                 while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
               },
               &release) == cudaSuccess);
-  empty_cache(kCuda);
   const Shape shape{int64_t{1} << 18};
   const TensorOptions on_gpu{.dtype = DType::f32, .device = kCuda};
   const MemoryStats before = memory_stats(kCuda);
@@ -272,7 +280,18 @@ TEST_CASE("a block another stream used is reused only after that stream has pass
     CHECK((a.storage()->data() == used_by_side || b.storage()->data() == used_by_side));
     CHECK(memory_stats(kCuda).os_allocations == before.os_allocations + 2);
   }
-  CHECK(cudaStreamDestroy(side) == cudaSuccess);
+  // A stream about to be destroyed is forgotten: a block it used is then cached at once when freed.
+  void* forgotten = nullptr;
+  {
+    const Tensor t = empty(shape, on_gpu);
+    forgotten = t.storage()->data();
+    cuda::record_stream(t, side);
+    cuda::forget_stream(kCuda.index, side);
+  }
+  {
+    const Tensor again = empty(shape, on_gpu);
+    CHECK(again.storage()->data() == forgotten);
+  }
   CHECK_THROWS_WITH(cuda::record_stream(zeros({2}), side), doctest::Contains("needs a CUDA tensor"));
 }
 

@@ -34,10 +34,12 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   if (in_destination && !meta.grad.defined()) {
     meta.grad = meta.grad_destination;  // Note [Gradient destinations]: written in place, no copy
   } else if (meta.grad.defined()) {
+    // .grad was empty when the producer took the destination; only a hook can have set it since.
+    // If that .grad is the destination's memory, its old value was overwritten by the gradient.
+    RG_CHECK(!(in_destination && meta.grad.storage() == meta.grad_destination.storage()), "backward",
+             "the .grad of leaf ", leaf.desc(), " was set to its gradient destination while backward was writing "
+             "the gradient there (from a hook); its previous value is lost. Do not set .grad during backward");
     // In place, so a .grad that is a view into caller-owned storage (a DDP bucket) stays that view.
-    // (A gradient in the destination while .grad is set -- a hook set .grad meanwhile -- may share
-    // its memory, so it is copied first.)
-    if (in_destination) incoming = native::cast(incoming, incoming.dtype());
     native::binary_(BinaryOp::add, meta.grad, incoming.dtype() == leaf.dtype() ? incoming
                                                      : native::cast(incoming, leaf.dtype()));
   } else {

@@ -69,11 +69,15 @@ thread_local NodeObserver t_node_observer;
 void set_node_observer(NodeObserver observer) { t_node_observer = std::move(observer); }
 
 void set_grad_destination(const Tensor& leaf, const Tensor& destination) {
+  if (!destination.defined()) {  // removing one never fails (DDP's destructor does it)
+    if (leaf.defined() && leaf.impl()->autograd) leaf.impl()->autograd->grad_destination = Tensor();
+    return;
+  }
   RG_CHECK(leaf.defined() && leaf.requires_grad() && !leaf.grad_fn(), "set_grad_destination",
            "needs a leaf that requires grad, got ", leaf.defined() ? leaf.desc() : std::string("an undefined tensor"));
-  RG_CHECK(!destination.defined() || (destination.shape() == leaf.shape() && destination.dtype() == leaf.dtype() &&
-                                      destination.device() == leaf.device() && destination.is_contiguous()),
-           "set_grad_destination", "the destination ", destination.defined() ? destination.desc() : std::string(),
+  RG_CHECK(destination.shape() == leaf.shape() && destination.dtype() == leaf.dtype() &&
+               destination.device() == leaf.device() && destination.is_contiguous(),
+           "set_grad_destination", "the destination ", destination.desc(),
            " must be a contiguous tensor of the leaf's shape, dtype and device: ", leaf.desc());
   autograd_meta(leaf).grad_destination = destination;
 }

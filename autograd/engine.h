@@ -32,7 +32,9 @@
 // Gradient destinations (set_grad_destination): a leaf whose .grad is empty may name the memory its
 // next gradient should be written into; a node that computes the leaf's whole gradient writes it
 // there, and .grad becomes that tensor with no copy (Note [Gradient destinations] in
-// autograd/accumulate_grad.h). Results are the same with or without one.
+// autograd/accumulate_grad.h). The gradient's values are the same with or without one; its memory
+// is not: a hook then sees the destination itself, which its owner (DDP: the bucket, averaged in
+// place, overwritten by the next backward) may change later.
 //
 // retain_graph: without it, each node frees what it saved after it runs; a second backward through
 // the same graph is then an error that says to pass retain_graph = true.

@@ -58,11 +58,14 @@ class Reducer {
     return stats_;
   }
   void reset_stats() {
-    unrecorded_.clear();
+    record_finished_steps(/*block=*/true);  // a failed reduction still raises its error
     stats_ = DDPStats{};
   }
   std::vector<BucketInfo> buckets() const;
-  std::vector<TraceEvent> trace_events() const { return events_; }
+  std::vector<TraceEvent> trace_events() {
+    record_finished_steps(/*block=*/true);  // the last steps' bucket events, on nccl
+    return events_;
+  }
   void add_trace_event(TraceEvent e) { events_.push_back(std::move(e)); }
 
  private:

@@ -494,6 +494,16 @@ TEST_CASE("a gradient destination receives linear's weight gradient in place, wi
     Tensor loss = (linear(c.x, c.w, c.b) * c.r).sum() + (linear(c.x, c.w, c.b) * c.r).sum();
     loss.backward();
     CHECK(allclose(c.w.grad(), reference_weight_grad(c, 2), 1e-6, 1e-6));
+    // The two contributions were summed out of place: .grad is that sum, not the destination.
+    CHECK(c.w.grad().storage() != dest.storage());
+  }
+  SUBCASE("removing a destination never fails, even from a leaf that no longer requires grad") {
+    c.w.requires_grad_(false);
+    autograd::set_grad_destination(c.w, Tensor());
+    c.w.requires_grad_(true);
+    c.w.zero_grad();
+    (linear(c.x, c.w, c.b) * c.r).sum().backward();
+    CHECK(c.w.grad().storage() != dest.storage());
   }
   SUBCASE("removing the destination restores fresh gradients") {
     autograd::set_grad_destination(c.w, Tensor());

@@ -176,6 +176,10 @@ TEST_CASE("dropout's mask comes from the generator's seed and offset, and the ba
   CHECK(std::abs(static_cast<double>(dropped) - 30000.0) < 5 * 145);  // Binomial(100000, 0.3): sd ~145
   CHECK(run(2, 11).first == y);  // the same mask with two threads
   CHECK(run(1, 12).first != y);  // another seed, another mask
+  // The mask follows the logical (row-major) index: a transposed view drops what its dense copy drops.
+  const Tensor square = x0.narrow(0, 0, 10000).reshape({100, 100});
+  Generator g1(13), g2(13);
+  CHECK(equal(nn::F::dropout(square.t(), 0.3, true, g1), nn::F::dropout(square.t().contiguous(), 0.3, true, g2)));
   // Each call takes fresh counters from the generator: two draws in a row differ.
   Generator gen(11);
   CHECK_FALSE(equal(nn::F::dropout(x0, 0.3, true, gen), nn::F::dropout(x0, 0.3, true, gen)));

@@ -221,7 +221,12 @@ void Reducer::record_finished_steps(bool block) {
     const SyncedStep& step = unrecorded_.front();
     for (const auto& b : step.buckets) {
       if (!block && !b.work->is_completed()) return;  // a GPU reduction still running: later
-      b.work->wait();  // completed (or now waited for); rethrows a device-waited op's failure
+      try {
+        b.work->wait();  // completed (or now waited for); rethrows a device-waited op's failure
+      } catch (...) {
+        unrecorded_.erase(unrecorded_.begin());  // raised once, not again by every later call
+        throw;
+      }
     }
     record_step_times(step);
     unrecorded_.erase(unrecorded_.begin());

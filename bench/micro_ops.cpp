@@ -2,8 +2,8 @@
 //
 //   micro_ops [--threads N] [--repeat N] [--warmup N] [--ceilings-only]
 //
-// GEMM   ringgrad::matmul on square products and on the W1 MLP shapes (784-512-512-10, batch 128;
-//        forward x @ w^T and the backward products), in GFLOP/s = 2·M·N·K / time. Beside each one,
+// GEMM   ringgrad::matmul on square products, on the W1 MLP shapes (784-512-512-10, batch 128;
+//        forward x @ w^T and the backward products) and on W3 GPT-mini's, in GFLOP/s = 2·M·N·K / time. Beside each one,
 //        cblas_sgemm called directly on the same operands (same transposes, same threads), and as the
 //        ceiling of the table cblas_sgemm on a 2048 x 2048 product.
 // memory add, mul, exp on 64 MiB f32 tensors through ringgrad ops, in GB/s = (bytes read + bytes
@@ -279,6 +279,14 @@ int main(int argc, char** argv) {
     gemms.push_back({"fc3 fwd", 128, 512, 10, false, true});    // h2 (128, 512) @ w3^T
     gemms.push_back({"fc2 dx", 128, 512, 512, false, false});   // dh2 (128, 512) @ w2
     gemms.push_back({"fc1 dw", 512, 128, 784, true, false});    // dh1^T (512, 128) @ x (128, 784)
+    // W3 GPT-mini (n_embd 128, 16 x 128 tokens, 4 heads of 32): products of K <= 384 run on
+    // ringgrad's own kernel (Note [Our own GEMM for short products]), the longer ones on OpenBLAS.
+    gemms.push_back({"attn fwd", 2048, 128, 384, false, true});    // x (2048, 128) @ w_attn^T
+    gemms.push_back({"mlp dx", 2048, 512, 128, false, false});     // dh (2048, 512) @ w_proj (512, 128)
+    gemms.push_back({"attn dx", 2048, 384, 128, false, false});    // dqkv (2048, 384) @ w_attn (384, 128)
+    gemms.push_back({"head q k^T", 128, 32, 128, false, true});    // q (128, 32) @ k^T
+    gemms.push_back({"head p v", 128, 128, 32, false, false});     // p (128, 128) @ v (128, 32)
+    gemms.push_back({"attn dw", 384, 2048, 128, true, false});     // dqkv^T (384, 2048) @ x: OpenBLAS
     for (const GemmCase& c : gemms) run_gemm(c, peak_gflops, gen, opt);
 
     // ---- elementwise, memory bound ----

@@ -1,0 +1,228 @@
+// Note [Our own GEMM for short products]
+// ---------------------------------------
+// Why: W3 (GPT-mini, n_embd 128) spends ~80% of a 1-thread step in OpenBLAS, but only ~58% in its
+// multiply kernel: ~19% goes to packing operands (`sgemm_*copy`) and ~6% to `sgemm_beta`, which
+// zeroes C before every beta = 0 product. Most of its products are short: K = 128 (x W^T, dY W
+// for 128-wide layers) or K = 32 / 128 per attention head (T = 128, head dim 32), so each packed
+// element is used only a few times and the zero pass over C costs as much as a sixteenth of the
+// multiply.
+//
+// What: the classic three-level blocking (Goto / BLIS) with a 6 x 16 register tile of C held in
+// twelve AVX2 registers, but packing only what pays:
+//   - B is packed into slivers of 16 columns (k-major, zero-padded past n), kKC x kNC at a time,
+//     and reused by every row of A. A transposed B (x W^T, the forward of every linear layer) is
+//     transposed while packing.
+//   - A is not packed: the kernel broadcasts A(i, k) straight from the caller's rows (row-major A)
+//     or columns (transposed A). Only a transposed A feeding many slivers (n >= 128) is packed,
+//     because then each k touches a new cache line of A for the same six values.
+//   - C is written once per K panel; the first panel stores alpha * AB (+ beta * C only when
+//     beta != 0), so there is no zero pass.
+//
+// When (tiled_sgemm_suits): K <= kKC, i.e. the product is one K panel. Measured one product at a
+// time against OpenBLAS 0.3.21 (1 thread, this 2-core AMD EPYC VM; `build/bench/micro_ops --threads 1`
+// prints such a table): GPT-mini's K = 128 / 384 products 1.0-1.16x, its attention products 1.2-1.3x, the MLP's
+// 10-wide layers 1.1-1.8x. Longer products (the weight gradients' K = batch x tokens = 2048, the
+// MLP's K = 784 and 512) stay with OpenBLAS, whose kernel wins there by 5-20%: there its packing is
+// amortised and its assembly micro-kernel is faster than this one. Measured end to end in
+// docs/performance.md (change 13).
+#include "core/cpu/tiled_sgemm.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define RINGGRAD_TILED_SGEMM 1
+#endif
+
+namespace ringgrad::cpu {
+
+#ifdef RINGGRAD_TILED_SGEMM
+namespace {
+
+constexpr int64_t kMR = 6;    // rows of one register tile of C
+constexpr int64_t kNR = 16;   // columns of one register tile (two 8-float vectors)
+constexpr int64_t kKC = 384;  // depth of one packed panel of B (a sliver: 384 x 16 floats = 24 KiB, in L1)
+constexpr int64_t kNC = 384;  // columns of one packed panel of B
+constexpr int64_t kMC = 120;  // rows of A swept per sliver of B (120 x 384 floats = 180 KiB, in L2)
+
+// Packs B(k0 : k0+kc, j0 : j0+nc) into slivers of kNR columns: sliver s holds, for each kk, the
+// values B(k0+kk, j0 + s*kNR + 0..15), zero past column n (so the kernel never branches on width).
+void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* out) {
+  for (int64_t s = 0; s * kNR < nc; ++s) {
+    const int64_t js = j0 + s * kNR;
+    const int64_t width = std::min(kNR, j0 + nc - js);
+    float* dst = out + s * kc * kNR;
+    if (!trans_b) {  // B(k, j) = b[k * ldb + j]: a sliver row is 16 contiguous floats
+      for (int64_t kk = 0; kk < kc; ++kk) {
+        const float* src = b + (k0 + kk) * ldb + js;
+        float* row = dst + kk * kNR;
+        if (width == kNR) {
+          _mm256_storeu_ps(row, _mm256_loadu_ps(src));
+          _mm256_storeu_ps(row + 8, _mm256_loadu_ps(src + 8));
+        } else {
+          for (int64_t j = 0; j < kNR; ++j) row[j] = j < width ? src[j] : 0.0f;
+        }
+      }
+    } else {  // B(k, j) = b[j * ldb + k]: a sliver column is a contiguous row of b
+      for (int64_t j = 0; j < kNR; ++j) {
+        const float* src = b + (js + j) * ldb + k0;
+        for (int64_t kk = 0; kk < kc; ++kk) dst[kk * kNR + j] = j < width ? src[kk] : 0.0f;
+      }
+    }
+  }
+}
+
+// Packs rows [i0, i0 + mc) of a transposed A (A(i, k) = a[k * lda + i]) for k in [k0, k0 + kc) into
+// slivers of kMR rows, k-major; rows past m repeat the last row (their results are never stored).
+void pack_a_transposed(const float* a, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* out) {
+  for (int64_t i = i0; i < i0 + mc; i += kMR) {
+    const int64_t rows = std::min(kMR, i0 + mc - i);
+    float* dst = out + (i - i0) * kc;
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      const float* src = a + (k0 + kk) * lda + i;
+      for (int64_t r = 0; r < kMR; ++r) dst[kk * kMR + r] = src[std::min(r, rows - 1)];
+    }
+  }
+}
+
+// One register tile: C(0:rows, 0:cols) = alpha * sum_kk A(r, kk) Bp(kk, :) + (first ? beta : 1) * C,
+// where A(r, kk) = a[row[r] + kk * kstep] (rows of a row-major A: row[r] = r * lda, kstep = 1;
+// columns of a transposed or packed A: row[r] = r, kstep = lda or kMR). When first and beta == 0,
+// C is written without being read.
+template <bool kFullTile>
+inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t kstep, const float* bp, float* c,
+                        int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta, bool first) {
+  __m256 acc[kMR][2];
+  for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const float* a_rows[kMR];
+  for (int r = 0; r < kMR; ++r) a_rows[r] = a + row[r];
+  int64_t idx = 0;
+  // Per k: two vectors of B, six broadcasts of A, twelve FMAs (fully unrolled, so acc and a_rows
+  // live in registers: 12 accumulators + 2 of B + 1 broadcast of the 16 ymm registers).
+#pragma GCC unroll 2
+  for (int64_t kk = 0; kk < kc; ++kk, idx += kstep, bp += kNR) {
+    const __m256 b0 = _mm256_loadu_ps(bp);
+    const __m256 b1 = _mm256_loadu_ps(bp + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < kMR; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a_rows[r] + idx);
+      acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+    }
+  }
+  const __m256 va = _mm256_set1_ps(alpha);
+  const bool overwrite = first && beta == 0.0f;
+  const float scale_c = first ? beta : 1.0f;
+  if constexpr (kFullTile) {
+    const __m256 vb = _mm256_set1_ps(scale_c);
+    for (int r = 0; r < kMR; ++r) {
+      float* cr = c + r * ldc;
+      if (overwrite) {
+        _mm256_storeu_ps(cr, _mm256_mul_ps(va, acc[r][0]));
+        _mm256_storeu_ps(cr + 8, _mm256_mul_ps(va, acc[r][1]));
+      } else {
+        _mm256_storeu_ps(cr, _mm256_fmadd_ps(va, acc[r][0], _mm256_mul_ps(vb, _mm256_loadu_ps(cr))));
+        _mm256_storeu_ps(cr + 8, _mm256_fmadd_ps(va, acc[r][1], _mm256_mul_ps(vb, _mm256_loadu_ps(cr + 8))));
+      }
+    }
+  } else {  // an edge tile: through a buffer, storing only the rows and columns inside C
+    alignas(32) float tile[kMR][kNR];
+    for (int r = 0; r < kMR; ++r) {
+      _mm256_store_ps(tile[r], _mm256_mul_ps(va, acc[r][0]));
+      _mm256_store_ps(tile[r] + 8, _mm256_mul_ps(va, acc[r][1]));
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      float* cr = c + r * ldc;
+      for (int64_t j = 0; j < cols; ++j) cr[j] = overwrite ? tile[r][j] : tile[r][j] + scale_c * cr[j];
+    }
+  }
+}
+
+}  // namespace
+
+bool tiled_sgemm_available() { return true; }
+
+void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // C = beta * C; BLAS semantics: beta == 0 overwrites (NaN included)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  // Per thread (cpu::gemm runs blocks of one product on several pool threads at once), grown once.
+  thread_local std::vector<float> packed_b;
+  thread_local std::vector<float> packed_a;
+  const int64_t kc_max = std::min(kKC, k);
+  const int64_t nc_max = std::min(kNC, (n + kNR - 1) / kNR * kNR);
+  if (static_cast<int64_t>(packed_b.size()) < kc_max * nc_max) packed_b.resize(kc_max * nc_max);
+  const bool pack_a = trans_a && n >= 128;
+  if (pack_a && static_cast<int64_t>(packed_a.size()) < (kMC + kMR) * kc_max) packed_a.resize((kMC + kMR) * kc_max);
+
+  // A(i, kk) = a[i * a_row_step + kk * a_k_step]
+  const int64_t a_row_step = trans_a ? 1 : lda;
+  const int64_t a_k_step = trans_a ? lda : 1;
+  for (int64_t j0 = 0; j0 < n; j0 += kNC) {
+    const int64_t nc = std::min(kNC, n - j0);
+    for (int64_t k0 = 0; k0 < k; k0 += kKC) {
+      const int64_t kc = std::min(kKC, k - k0);
+      const bool first = k0 == 0;
+      pack_b(trans_b, b, ldb, k0, kc, j0, nc, packed_b.data());
+      for (int64_t i0 = 0; i0 < m; i0 += kMC) {
+        const int64_t mc = std::min(kMC, m - i0);
+        if (pack_a) pack_a_transposed(a, lda, i0, mc, k0, kc, packed_a.data());
+        for (int64_t s = 0; s * kNR < nc; ++s) {
+          const float* bp = packed_b.data() + s * kc * kNR;
+          const int64_t cols = std::min(kNR, nc - s * kNR);
+          float* c_cols = c + j0 + s * kNR;
+          for (int64_t i = i0; i < i0 + mc; i += kMR) {
+            const int64_t rows = std::min(kMR, i0 + mc - i);
+            int64_t row[kMR];
+            const float* a_base;
+            int64_t k_step;
+            if (pack_a) {
+              a_base = packed_a.data() + (i - i0) * kc;
+              k_step = kMR;
+              for (int64_t r = 0; r < kMR; ++r) row[r] = r;
+            } else {
+              a_base = a + k0 * a_k_step;
+              k_step = a_k_step;
+              // rows past m read row m - 1 again (in bounds); their results are not stored
+              for (int64_t r = 0; r < kMR; ++r) row[r] = (i + std::min(r, rows - 1)) * a_row_step;
+            }
+            if (rows == kMR && cols == kNR)
+              tile_kernel<true>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta, first);
+            else
+              tile_kernel<false>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta, first);
+          }
+        }
+      }
+    }
+  }
+}
+
+bool tiled_sgemm_suits(bool /*trans_a*/, int64_t /*m*/, int64_t /*n*/, int64_t k) {
+  static const bool forced_off = [] {
+    const char* v = std::getenv("RINGGRAD_GEMM");
+    return v != nullptr && std::strcmp(v, "openblas") == 0;
+  }();
+  return !forced_off && k <= kKC;
+}
+
+#else  // built without AVX2 + FMA: OpenBLAS takes every product
+
+bool tiled_sgemm_available() { return false; }
+void tiled_sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                 float*, int64_t) {
+  RG_FAIL("tiled_sgemm", "this build has no AVX2 + FMA (RINGGRAD_ISA_FLAGS); use cpu::gemm, which falls back to OpenBLAS");
+}
+bool tiled_sgemm_suits(bool, int64_t, int64_t, int64_t) { return false; }
+
+#endif
+
+}  // namespace ringgrad::cpu

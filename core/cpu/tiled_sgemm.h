@@ -1,0 +1,23 @@
+// ringgrad's own single-threaded f32 GEMM for the small shapes of training steps (AVX2 + FMA).
+// See Note [Our own GEMM for short products] in tiled_sgemm.cpp for why it exists and when
+// cpu::gemm uses it instead of OpenBLAS.
+#pragma once
+
+#include <cstdint>
+
+namespace ringgrad::cpu {
+
+// True when this build has the kernel (compiled for AVX2 + FMA, the default -march=x86-64-v3).
+bool tiled_sgemm_available();
+
+// Row-major C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, with the CBLAS meaning of the
+// arguments (lda, ldb, ldc: row strides as stored). beta == 0 never reads C (NaN in C is dropped),
+// as in BLAS. Correct for every shape; fast where Note [Our own GEMM for short products] says.
+void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Whether cpu::gemm hands an f32 product of this shape to tiled_sgemm (otherwise OpenBLAS takes it).
+// RINGGRAD_GEMM=openblas in the environment sends everything to OpenBLAS (for A/B measurements).
+bool tiled_sgemm_suits(bool trans_a, int64_t m, int64_t n, int64_t k);
+
+}  // namespace ringgrad::cpu

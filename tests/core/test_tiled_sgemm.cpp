@@ -1,0 +1,147 @@
+// ringgrad's own f32 GEMM (core/cpu/tiled_sgemm.cpp) against a triple loop in double precision.
+//
+// The shapes cross every blocking edge of the kernel: m around the 6-row tile and the 120-row A
+// block, n around the 16-column sliver and the 384-column B panel, k around the 384-deep panel (so C
+// is revisited), with all four transpose combinations, row strides wider than the matrices, and
+// alpha / beta including beta = 0 over a C full of NaN (BLAS: C is not read).
+//
+// Tolerance: f32 accumulation of k products of entries in [-1, 1]; the error of a sum of k terms is
+// at most ~k·ε·Σ|a·b| and in practice ~sqrt(k)·ε·Σ|a·b|, so |got - want| <= 4e-7·k·Σ|a·b| + 1e-6
+// accepts rounding and rejects any missing, doubled or misplaced term (each term is ~1/k of Σ).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "../core/test_util.h"
+#include "core/cpu/tiled_sgemm.h"
+#include "core/kernels.h"
+
+namespace {
+
+using rgtest::TestRng;
+
+struct Case {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  int64_t pad;  // extra columns in every stored row (lda, ldb, ldc wider than the matrices)
+  float alpha, beta;
+};
+
+// Runs one product through `gemm` and compares every element of C, including the padding columns,
+// which must keep their values.
+template <class Gemm>
+void check(const Case& c, Gemm gemm) {
+  TestRng rng(static_cast<uint64_t>(c.m * 1000003 + c.n * 1009 + c.k * 7 + c.trans_a * 2 + c.trans_b));
+  const int64_t a_rows = c.trans_a ? c.k : c.m, a_cols = c.trans_a ? c.m : c.k;
+  const int64_t b_rows = c.trans_b ? c.n : c.k, b_cols = c.trans_b ? c.k : c.n;
+  const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.n + c.pad;
+  std::vector<float> a(static_cast<size_t>(a_rows * lda)), b(static_cast<size_t>(b_rows * ldb));
+  std::vector<float> out(static_cast<size_t>(c.m * ldc));
+  for (float& x : a) x = static_cast<float>(rng.uniform(-1, 1));
+  for (float& x : b) x = static_cast<float>(rng.uniform(-1, 1));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (float& x : out) x = c.beta == 0.0f ? nan : static_cast<float>(rng.uniform(-1, 1));
+  const std::vector<float> before = out;
+  auto A = [&](int64_t i, int64_t p) { return double(c.trans_a ? a[p * lda + i] : a[i * lda + p]); };
+  auto B = [&](int64_t p, int64_t j) { return double(c.trans_b ? b[j * ldb + p] : b[p * ldb + j]); };
+
+  gemm(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, a.data(), lda, b.data(), ldb, c.beta, out.data(), ldc);
+
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float got = out[i * ldc + j];
+      if (j >= c.n) {  // padding: untouched (NaN stays NaN)
+        const float was = before[i * ldc + j];
+        if (!(got == was || (std::isnan(got) && std::isnan(was)))) ++wrong;
+        continue;
+      }
+      double sum = 0, magnitude = 0;
+      for (int64_t p = 0; p < c.k; ++p) {
+        sum += A(i, p) * B(p, j);
+        magnitude += std::fabs(A(i, p) * B(p, j));
+      }
+      double want = c.alpha * sum;
+      if (c.beta != 0.0f) want += double(c.beta) * before[i * ldc + j];
+      const double tol = 4e-7 * double(c.k) * std::fabs(c.alpha) * magnitude + 1e-6;
+      if (!(std::fabs(got - want) <= tol)) {
+        if (wrong < 3)
+          MESSAGE("C(" << i << ", " << j << ") = " << got << ", want " << want << " (m " << c.m << " n " << c.n
+                       << " k " << c.k << " ta " << c.trans_a << " tb " << c.trans_b << " beta " << c.beta << ")");
+        ++wrong;
+      }
+    }
+  }
+  CHECK(wrong == 0);
+}
+
+std::vector<Case> edge_cases() {
+  std::vector<Case> cases;
+  const int64_t ms[] = {1, 5, 6, 7, 121, 245};
+  const int64_t ns[] = {1, 15, 16, 17, 130, 400};
+  const int64_t ks[] = {1, 32, 384, 385, 800};
+  int i = 0;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t m : ms)
+        for (int64_t n : ns)
+          for (int64_t k : ks) {
+            ++i;
+            if (i % 3 != 0 && !(m == 245 && n == 400)) continue;  // a third of the grid, and every largest case
+            const float beta = (i % 4 == 0) ? 0.0f : (i % 4 == 1) ? 1.0f : 0.5f;
+            cases.push_back({ta, tb, m, n, k, i % 2 == 0 ? 0 : 3, i % 5 == 0 ? -1.5f : 1.0f, beta});
+          }
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("tiled_sgemm matches a double-precision triple loop across every blocking edge") {
+  if (!ringgrad::cpu::tiled_sgemm_available()) {
+    MESSAGE("this build has no AVX2 + FMA: tiled_sgemm is not compiled in");
+    return;
+  }
+  for (const Case& c : edge_cases()) check(c, ringgrad::cpu::tiled_sgemm);
+}
+
+TEST_CASE("tiled_sgemm: empty shapes and k = 0 follow BLAS") {
+  if (!ringgrad::cpu::tiled_sgemm_available()) return;
+  // k = 0: C = beta * C; with beta = 0 the NaN in C is overwritten by 0.
+  check({false, false, 4, 5, 0, 1, 1.0f, 0.0f}, ringgrad::cpu::tiled_sgemm);
+  check({true, true, 4, 5, 0, 0, 1.0f, 0.5f}, ringgrad::cpu::tiled_sgemm);
+  // m = 0 or n = 0: nothing is touched.
+  float c = 7.0f;
+  const float a = 1.0f, b = 2.0f;
+  ringgrad::cpu::tiled_sgemm(false, false, 0, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
+  ringgrad::cpu::tiled_sgemm(false, false, 1, 0, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
+  CHECK(c == 7.0f);
+}
+
+TEST_CASE("cpu::gemm gives the same products on the tiled path and on OpenBLAS's") {
+  // cpu::gemm hands short products (k <= 384) to tiled_sgemm and long ones to OpenBLAS; both
+  // sides of that line, and the GPT-mini shapes that motivated the kernel, through the dispatcher.
+  const Case cases[] = {
+      {false, true, 256, 384, 128, 0, 1.0f, 0.0f},   // x W^T of c_attn (tokens, 3C)
+      {false, false, 256, 128, 384, 0, 1.0f, 0.0f},  // dY W of c_attn
+      {true, false, 384, 128, 256, 0, 1.0f, 1.0f},   // dY^T x, accumulated into .grad
+      {false, true, 128, 128, 32, 352, 0.125f, 0.0f},  // one head's q k^T, rows of width 3C
+      {false, true, 64, 512, 784, 0, 1.0f, 0.0f},    // W1's first layer: OpenBLAS
+      {true, false, 96, 40, 1000, 2, 1.0f, 0.5f},    // a long product: OpenBLAS
+  };
+  for (const Case& c : cases) {
+    check(c, [](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* out, int64_t ldc) {
+      ringgrad::cpu::gemm(ringgrad::DType::f32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc);
+    });
+  }
+}
+
+TEST_CASE("tiled_sgemm takes exactly the one-panel products") {
+  if (!ringgrad::cpu::tiled_sgemm_available()) return;
+  CHECK(ringgrad::cpu::tiled_sgemm_suits(false, 2048, 384, 128));
+  CHECK(ringgrad::cpu::tiled_sgemm_suits(true, 128, 32, 384));
+  CHECK_FALSE(ringgrad::cpu::tiled_sgemm_suits(true, 384, 128, 2048));
+  CHECK_FALSE(ringgrad::cpu::tiled_sgemm_suits(false, 128, 512, 785));
+}

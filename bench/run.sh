@@ -17,7 +17,8 @@
 #               (full mode only).
 #
 # Needs the build (scripts/setup.sh, then scripts/test.sh, which builds build/) and Debian's PyTorch
-# for /usr/bin/python3 (apt-get install python3-torch); the chart wants python3-matplotlib or gnuplot.
+# for /usr/bin/python3; the chart wants python3-matplotlib or gnuplot. `scripts/setup.sh --bench`
+# installs both.
 #
 # What runs. First the ceilings: build/bench/micro_ops --ceilings-only with 1 and with 2 threads (the
 # sgemm peak per thread count, one core's memcpy bandwidth), so each figure is set against a ceiling
@@ -107,16 +108,16 @@ for d in /usr/share/datasets/fashion-mnist /usr/share/games/fortunes; do
 done
 command -v mpirun >/dev/null || missing+=(mpirun)
 if ((${#missing[@]})); then
-  echo "run.sh: missing ${missing[*]}: run scripts/setup.sh, then scripts/test.sh (it builds build/)" >&2
+  echo "run.sh: missing ${missing[*]}: run scripts/setup.sh --bench, then scripts/test.sh (it builds build/)" >&2
   exit 1
 fi
 if ! torch_version=$(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null); then
-  echo "run.sh: /usr/bin/python3 cannot import torch, the peer of every workload: apt-get install python3-torch" >&2
+  echo "run.sh: /usr/bin/python3 cannot import torch, the peer of every workload: scripts/setup.sh --bench (installs python3-torch)" >&2
   exit 1
 fi
 if ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null && ! command -v gnuplot >/dev/null; then
   echo "run.sh: note: no plotter, so no chart (the table and JSON are still written):" \
-    "apt-get install python3-matplotlib gnuplot" >&2
+    "scripts/setup.sh --bench (installs python3-matplotlib)" >&2
 fi
 
 # OpenMPI refuses to start as root unless told it is intended.

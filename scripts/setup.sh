@@ -2,7 +2,9 @@
 # Installs the Debian packages ringgrad builds against. Idempotent: when every package is already
 # installed it touches nothing (no apt-get update, no network). Uses sudo only when not root.
 #
-#   scripts/setup.sh
+#   scripts/setup.sh            what the build, the tests and the examples need
+#   scripts/setup.sh --bench    also the benchmark suite's peer and chart (bench/run.sh):
+#                               python3-torch (PyTorch 1.13, CPU) and python3-matplotlib
 #
 # The CUDA toolkit is not a Debian package here; the build finds it at /usr/local/cuda when present
 # (RINGGRAD_CUDA=AUTO) and builds without it otherwise.
@@ -23,6 +25,12 @@ packages=(
   fortunes               # the GPT-mini corpus (/usr/share/games/fortunes)
 )
 
+case "${1:-}" in
+  "") ;;
+  --bench) packages+=(python3-torch python3-matplotlib) ;;
+  *) echo "usage: scripts/setup.sh [--bench]" >&2; exit 2 ;;
+esac
+
 missing=()
 for pkg in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
@@ -32,7 +40,7 @@ for pkg in "${packages[@]}"; do
 done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "setup: all ${#packages[@]} build dependencies are installed"
+  echo "setup: all ${#packages[@]} packages are installed"
   exit 0
 fi
 

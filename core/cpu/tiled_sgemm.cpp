@@ -30,6 +30,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -50,6 +51,26 @@ constexpr int64_t kKC = 384;  // depth of one packed panel of B (a sliver: 384 x
 constexpr int64_t kNC = 384;  // columns of one packed panel of B
 constexpr int64_t kMC = 120;  // rows of A swept per sliver of B (120 x 384 floats = 180 KiB, in L2)
 
+// Transposes the 8 x 8 block held in r[0..7] (r[i] = row i) in place: r[i] becomes column i.
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
 // Packs B(k0 : k0+kc, j0 : j0+nc) into slivers of kNR columns: sliver s holds, for each kk, the
 // values B(k0+kk, j0 + s*kNR + 0..15), zero past column n (so the kernel never branches on width).
 void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* out) {
@@ -68,10 +89,27 @@ void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t k0, int64_t kc, i
           for (int64_t j = 0; j < kNR; ++j) row[j] = j < width ? src[j] : 0.0f;
         }
       }
-    } else {  // B(k, j) = b[j * ldb + k]: a sliver column is a contiguous row of b
+    } else if (width == kNR) {  // B(k, j) = b[j * ldb + k]: transposed 8 x 8 blocks at a time
+      for (int64_t half = 0; half < 2; ++half) {
+        const float* src = b + (js + 8 * half) * ldb + k0;
+        int64_t kk = 0;
+        for (; kk + 8 <= kc; kk += 8) {
+          __m256 block[8];
+          for (int t = 0; t < 8; ++t) block[t] = _mm256_loadu_ps(src + t * ldb + kk);
+          transpose8(block);
+          for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + (kk + t) * kNR + 8 * half, block[t]);
+        }
+        for (; kk < kc; ++kk)
+          for (int64_t t = 0; t < 8; ++t) dst[kk * kNR + 8 * half + t] = src[t * ldb + kk];
+      }
+    } else {  // an edge sliver of a transposed B, element by element
       for (int64_t j = 0; j < kNR; ++j) {
+        if (j >= width) {  // past column n: zeros (and no pointer formed past the end of b)
+          for (int64_t kk = 0; kk < kc; ++kk) dst[kk * kNR + j] = 0.0f;
+          continue;
+        }
         const float* src = b + (js + j) * ldb + k0;
-        for (int64_t kk = 0; kk < kc; ++kk) dst[kk * kNR + j] = j < width ? src[kk] : 0.0f;
+        for (int64_t kk = 0; kk < kc; ++kk) dst[kk * kNR + j] = src[kk];
       }
     }
   }
@@ -83,6 +121,14 @@ void pack_a_transposed(const float* a, int64_t lda, int64_t i0, int64_t mc, int6
   for (int64_t i = i0; i < i0 + mc; i += kMR) {
     const int64_t rows = std::min(kMR, i0 + mc - i);
     float* dst = out + (i - i0) * kc;
+    if (rows == kMR) {
+      // Six contiguous floats per k: a masked 8-float load (lanes 6, 7 unread, so no read past a)
+      // and an 8-float store whose last two lanes the next k overwrites (`out` has 8 floats of slack).
+      const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+      for (int64_t kk = 0; kk < kc; ++kk)
+        _mm256_storeu_ps(dst + kk * kMR, _mm256_maskload_ps(a + (k0 + kk) * lda + i, six));
+      continue;
+    }
     for (int64_t kk = 0; kk < kc; ++kk) {
       const float* src = a + (k0 + kk) * lda + i;
       for (int64_t r = 0; r < kMR; ++r) dst[kk * kMR + r] = src[std::min(r, rows - 1)];
@@ -130,16 +176,21 @@ inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t 
         _mm256_storeu_ps(cr + 8, _mm256_fmadd_ps(va, acc[r][1], _mm256_mul_ps(vb, _mm256_loadu_ps(cr + 8))));
       }
     }
-  } else {  // an edge tile: through a buffer, storing only the rows and columns inside C
-    alignas(32) float tile[kMR][kNR];
+  } else {  // an edge tile: through a buffer, reading and writing only the rows and columns inside C
+    // The same vector arithmetic as a full tile, so an element's value does not depend on whether
+    // it fell in an edge tile (cpu::gemm's blocks move the edges with the thread count). acc is
+    // indexed by constants only: a run-time index would keep it in memory through the k loop.
+    alignas(32) float tile[kMR][kNR] = {};
+    const __m256 vb = _mm256_set1_ps(scale_c);
     for (int r = 0; r < kMR; ++r) {
-      _mm256_store_ps(tile[r], _mm256_mul_ps(va, acc[r][0]));
-      _mm256_store_ps(tile[r] + 8, _mm256_mul_ps(va, acc[r][1]));
+      if (!overwrite && r < rows) std::memcpy(tile[r], c + r * ldc, static_cast<size_t>(cols) * sizeof(float));
+      for (int h = 0; h < 2; ++h) {
+        const __m256 old_c = _mm256_load_ps(tile[r] + 8 * h);
+        _mm256_store_ps(tile[r] + 8 * h, overwrite ? _mm256_mul_ps(va, acc[r][h])
+                                                   : _mm256_fmadd_ps(va, acc[r][h], _mm256_mul_ps(vb, old_c)));
+      }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      float* cr = c + r * ldc;
-      for (int64_t j = 0; j < cols; ++j) cr[j] = overwrite ? tile[r][j] : tile[r][j] + scale_c * cr[j];
-    }
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * ldc, tile[r], static_cast<size_t>(cols) * sizeof(float));
   }
 }
 
@@ -150,7 +201,7 @@ bool tiled_sgemm_available() { return true; }
 void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // C = beta * C; BLAS semantics: beta == 0 overwrites (NaN included)
+  if (k <= 0 || alpha == 0.0f) {  // C = beta * C; as BLAS: A and B unread, beta == 0 overwrites (NaN too)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
@@ -162,7 +213,8 @@ void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
   const int64_t nc_max = std::min(kNC, (n + kNR - 1) / kNR * kNR);
   if (static_cast<int64_t>(packed_b.size()) < kc_max * nc_max) packed_b.resize(kc_max * nc_max);
   const bool pack_a = trans_a && n >= 128;
-  if (pack_a && static_cast<int64_t>(packed_a.size()) < (kMC + kMR) * kc_max) packed_a.resize((kMC + kMR) * kc_max);
+  const int64_t packed_a_size = (kMC + kMR) * kc_max + 8;  // + 8: pack_a_transposed's overhanging store
+  if (pack_a && static_cast<int64_t>(packed_a.size()) < packed_a_size) packed_a.resize(packed_a_size);
 
   // A(i, kk) = a[i * a_row_step + kk * a_k_step]
   const int64_t a_row_step = trans_a ? 1 : lda;

@@ -6,6 +6,10 @@
 
 #include <mpi.h>
 
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstdint>
 
@@ -45,6 +49,34 @@ template <class T>
 void widen(compute_t<T>* dst, const T* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = load(src[i]);
 }
+
+#if defined(__F16C__) && defined(__AVX__)
+// f16 <-> f32 eight at a time with the F16C instructions (x86-64-v3, the default RINGGRAD_ISA_FLAGS).
+// The scalar conversions (core/dtype.h) branch per element and kept the f16 AllReduce at ~0.7 GB/s,
+// a fifth of f32's (docs/dist.md). Both round to nearest even and treat subnormals and infinities
+// alike, so results are bit-identical, except a NaN's payload (still a NaN of the same sign).
+template <>
+inline void widen<Half>(float* dst, const Half* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = load(src[i]);
+}
+
+template <>
+inline void finish_into<Half, float>(Half* dst, const float* src, int64_t n, ReduceOp op, int world_size) {
+  const bool average = op == ReduceOp::avg;
+  const float divisor = static_cast<float>(world_size);
+  const __m256 vdivisor = _mm256_set1_ps(divisor);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(src + i);
+    if (average) v = _mm256_div_ps(v, vdivisor);  // the same single f32 division as the scalar loop
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < n; ++i) dst[i] = store_as<Half>(average ? src[i] / divisor : src[i]);
+}
+#endif
 
 // The MPI datatype of an accumulation type.
 template <class Acc>

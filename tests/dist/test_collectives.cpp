@@ -119,6 +119,44 @@ TEST_CASE("allreduce: f16 and bf16 are summed in f32 and rounded once") {
   }
 }
 
+// Round to nearest, ties to even, onto a float format with `mantissa_bits` stored bits (f16: 10,
+// bf16: 7), for normal results -- written here, independently of the library's conversions.
+static double round_to_format(double x, int mantissa_bits) {
+  if (x == 0) return x;
+  const double ulp = std::ldexp(1.0, std::ilogb(x) - mantissa_bits);
+  return std::nearbyint(x / ulp) * ulp;  // the default rounding mode: to nearest, ties to even
+}
+
+TEST_CASE("allreduce: f16 and bf16 results round to nearest even, in vector-wide runs and their tails") {
+  // Element i of rank r is 1 + ((5i + 3r) mod 2^m) ulps of 1: exact in the format, and the sums of N
+  // of them land on every remainder of the result's ulp, ties included, so a truncating or
+  // ties-away conversion fails. n = 37 and 4099 cover runs of 8 (the F16C path) and tails, and
+  // chunks split across ranks. AVG divides the f32 sum once, in f32, then rounds (Note [Where AVG
+  // divides]).
+  const int N = dist::world().size, r = dist::world().rank;
+  for (const auto& backend : kBackends) {
+    auto pg = make_group(backend);
+    for (rg::DType dt : {rg::DType::f16, rg::DType::bf16})
+      for (dist::ReduceOp op : {dist::ReduceOp::sum, dist::ReduceOp::avg})
+        for (int64_t n : {int64_t{37}, int64_t{4099}}) {
+          CAPTURE(backend);
+          const std::string dtype = rg::dtype_name(dt);
+          CAPTURE(dtype);
+          CAPTURE(n);
+          const int m = dt == rg::DType::f16 ? 10 : 7;
+          auto value = [&](int64_t i, int rank) { return 1.0 + std::ldexp(double((5 * i + 3 * rank) % (1 << m)), -m); };
+          rg::Tensor t = filled(n, dt, [&](int64_t i) { return value(i, r); });
+          pg->allreduce(t, op)->wait();
+          CHECK(mismatch(t, [&](int64_t i) {
+                  double sum = 0;  // exact: N terms of at most m + 2 significant bits
+                  for (int q = 0; q < N; ++q) sum += value(i, q);
+                  const double reduced = op == dist::ReduceOp::avg ? double(float(sum) / float(N)) : sum;
+                  return round_to_format(reduced, m);
+                }) == "");
+        }
+  }
+}
+
 TEST_CASE("broadcast: every backend x root x dtype x size") {
   const int N = dist::world().size, r = dist::world().rank;
   for (const auto& backend : kBackends) {

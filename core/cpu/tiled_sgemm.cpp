@@ -30,7 +30,6 @@
 #include "core/error.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>

@@ -75,20 +75,6 @@ class PendingOp {
   virtual std::function<void()> device_wait() const { return nullptr; }
 };
 
-// What a collective is, for error messages. The detail is a function, called only when a message
-// needs it: formatting "sum, (1000,) f32 cpu" for every op (ostringstream, Tensor::desc) was ~17% of
-// the CPU time of a small AllReduce, whose description is almost never read.
-struct OpInfo {
-  std::string name;                    // "allreduce"
-  std::function<std::string()> detail;  // -> "sum, (1000,) f32 cpu"
-  uint64_t seq = 0;    // collectives: 0, 1, 2, ... per group, the same on every rank; p2p: its own count
-  size_t bytes = 0;    // this rank's tensor bytes
-  bool p2p = false;    // send / recv: concurrent, outside the collective order
-};
-
-// "allreduce #7 (sum, (1000,) f32 cpu, 4000 bytes) on backend 'ring', rank 0/2"
-std::string describe_op(const OpInfo& info, const std::string& backend, int rank, int size);
-
 class CommThread {
  public:
   // rank / size / backend only label error messages.
@@ -111,21 +97,25 @@ class CommThread {
  private:
   using Clock = std::chrono::steady_clock;
   struct Task {
-    OpInfo info;
     StartFn start;
     std::shared_ptr<Work> work;
+    const OpInfo& info() const { return work->info(); }
   };
   struct Running {
     Task task;
     std::unique_ptr<PendingOp> op;
     Clock::time_point deadline;
     double start_us = 0;
+    // On the caller's thread (Note [Small collectives start on the caller's thread]): complete()
+    // then counts the busy time and leaves collective_active_ to submit(), saving a lock each.
+    bool started_here = false;
   };
   void loop();
   // Starts a task at `now`: false when it finished at once (failed to start, or the group is broken).
   bool start(Task& task, Running& out, Clock::time_point now);
-  // Polls one running op: true once it finished (its Work is then completed).
-  bool advance(Running& running);
+  // Polls one running op: true once it finished (its Work is then completed). Without
+  // check_deadline the timeout is not looked at (a clock read saved: see submit()).
+  bool advance(Running& running, bool check_deadline = true);
   // Between polls of an op that made no progress; `sleeps` and `idle_since` carry the back-off.
   void back_off(int& sleeps, Clock::time_point idle_since) const;
   void complete(Running& running, std::exception_ptr error);

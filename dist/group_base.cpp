@@ -254,24 +254,16 @@ GroupBase::~GroupBase() {
   for (MPI_Comm* c : {&comm_, &p2p_comm_, &debug_comm_}) MPI_Comm_free(c);  // no throw from a destructor
 }
 
-std::shared_ptr<Work> GroupBase::submit_collective(const std::string& name, std::function<std::string()> detail,
-                                                   size_t bytes,
-                                                   std::function<std::unique_ptr<PendingOp>(int tag)> start) {
-  OpInfo info{name, detail, 0, bytes};
-  // MPI guarantees tags up to 32767; consecutive ops get different tags, so a timed-out op's
-  // late messages never match the next op's receives.
-  if (!debug_check_) {
-    return comm_thread_->submit(std::move(info), [start = std::move(start)](uint64_t seq) {
-      return start(static_cast<int>(seq % 32768));
-    });
-  }
+std::shared_ptr<Work> GroupBase::submit_checked(const char* name, std::function<std::string()> detail, size_t bytes,
+                                                std::function<std::unique_ptr<PendingOp>(int tag)> start) {
   // Without device indices: ranks that each drive their own GPU ("cuda:0", "cuda:1") issue the same
   // collective.
   std::string fingerprint = std::regex_replace(str_cat(name, " (", detail(), ")"), std::regex("cuda:[0-9]+"), "cuda");
-  return comm_thread_->submit(std::move(info), [this, start = std::move(start), fingerprint](uint64_t seq) {
+  return comm_thread_->submit(OpInfo{name, std::move(detail), 0, bytes},
+                              [this, start = std::move(start), fingerprint](uint64_t seq) {
     const std::string where = str_cat("collective #", seq, " of backend '", backend_, "'");
     return std::make_unique<CheckedOp>(fingerprint, where, debug_comm_, rank_, size_,
-                                       [start, seq] { return start(static_cast<int>(seq % 32768)); });
+                                       [start, seq] { return start(collective_tag(seq)); });
   });
 }
 

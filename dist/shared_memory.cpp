@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <random>
 #include <string>
 #include <cstdio>
@@ -19,8 +20,12 @@
 
 namespace ringgrad::dist::detail {
 
-// One parity of a rank's slot: who wrote it, then the data (64-byte aligned).
+// One parity of a rank's slot: the op that last published it, what that op is, then the data,
+// from byte 32 on. Note [One line to wait for]: the counter a peer polls shares its cache line with
+// the header and the first 32 bytes of data, so when the counter arrives at a waiting rank, a small
+// op's whole payload arrives with it: one cross-core transfer instead of a counter, then the rest.
 struct SharedSlots::Header {
+  uint64_t posted; // the op number s last published here (atomic_ref: written with release)
   int64_t tag;     // the op's tag (its collective number mod 32768)
   uint64_t bytes;  // accumulation-type bytes of the data
   int32_t dtype;   // the tensor's DType
@@ -29,16 +34,20 @@ struct SharedSlots::Header {
 
 namespace {
 
-constexpr size_t kLine = 64;  // one cache line: the posted counter never shares one with data
-constexpr size_t kParityBytes = kLine + kSharedSlotBytes;
+constexpr size_t kLine = 64;
+constexpr size_t kHeaderBytes = 32;  // the data starts here (Note [One line to wait for])
+constexpr size_t kParityBytes = kLine + kSharedSlotBytes;  // header + data, rounded to whole lines
 // Each rank's slot, page-aligned, after a first page that holds the segment's nonce.
-constexpr size_t kSlotBytes = (kLine + 2 * kParityBytes + 4095) / 4096 * 4096;
+constexpr size_t kSlotBytes = (2 * kParityBytes + 4095) / 4096 * 4096;
 constexpr size_t kFirstPage = 4096;
 // The counters are shared between processes: that needs atomics that are lock-free (address-free).
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 
-std::atomic_ref<uint64_t> posted(std::byte* slot) { return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot)); }
-std::byte* parity_of(std::byte* slot, uint64_t op) { return slot + kLine + (op % 2) * kParityBytes; }
+std::byte* parity_of(std::byte* slot, uint64_t op) { return slot + (op % 2) * kParityBytes; }
+// The parity's `posted` counter: the first 8 bytes of its header.
+std::atomic_ref<uint64_t> posted(std::byte* parity) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(parity));
+}
 
 // Accumulation-type bytes of t: f16 / bf16 travel as f32.
 size_t accumulation_bytes(const Tensor& t) {
@@ -131,7 +140,8 @@ std::unique_ptr<SharedSlots> SharedSlots::create(MPI_Comm comm, int rank, int si
 
 SharedSlots::SharedSlots(std::byte* base, size_t bytes, int rank, int size)
     : base_(base + kFirstPage), mapping_(base), bytes_(bytes), stride_(kSlotBytes), rank_(rank), size_(size) {
-  static_assert(sizeof(Header) <= kLine, "a parity's header must fit the line before its data");
+  static_assert(sizeof(Header) == kHeaderBytes && offsetof(Header, posted) == 0,
+                "the header is the first 32 bytes of a parity's first line, `posted` first");
 }
 
 // Local: the other ranks keep their own mappings (and a rank still waiting in an op that timed
@@ -163,13 +173,14 @@ class SharedAllreduce final : public PendingOp {
     header->bytes = static_cast<uint64_t>(n_) * sizeof(Acc);
     header->dtype = static_cast<int32_t>(t.dtype());
     header->op = static_cast<int32_t>(op);
-    widen(reinterpret_cast<Acc*>(mine + kLine), data_, n_);
-    posted(slots_.slot_of(slots_.rank_)).store(op_number_, std::memory_order_release);
+    widen(reinterpret_cast<Acc*>(mine + kHeaderBytes), data_, n_);
+    posted(mine).store(op_number_, std::memory_order_release);
   }
 
   bool poll() override {
     for (; waiting_for_ < slots_.size_; ++waiting_for_)
-      if (posted(slots_.slot_of(waiting_for_)).load(std::memory_order_acquire) < op_number_) return false;
+      if (posted(parity_of(slots_.slot_of(waiting_for_), op_number_)).load(std::memory_order_acquire) < op_number_)
+        return false;
     const SharedSlots::Header& mine = *header_of(slots_.rank_);
     for (int r = 0; r < slots_.size_; ++r) {
       const SharedSlots::Header& theirs = *header_of(r);
@@ -198,7 +209,7 @@ class SharedAllreduce final : public PendingOp {
     return reinterpret_cast<const SharedSlots::Header*>(parity_of(slots_.slot_of(r), op_number_));
   }
   const Acc* data_of(int r) const {
-    return reinterpret_cast<const Acc*>(parity_of(slots_.slot_of(r), op_number_) + kLine);
+    return reinterpret_cast<const Acc*>(parity_of(slots_.slot_of(r), op_number_) + kHeaderBytes);
   }
 
   SharedSlots& slots_;

@@ -7,12 +7,12 @@
 // of ringgrad's own costs. When every rank of a group is on one machine, the group maps one
 // segment of shared memory instead, with a slot per rank:
 //
-//   rank r:  [posted: the last op r published] [parity 0: header, data] [parity 1: header, data]
+//   rank r:  [parity 0: posted, header, data] [parity 1: posted, header, data]
 //
 // Op s (counted per group, the same on every rank) is: copy the tensor, widened to the
 // accumulation type, into my slot of parity s % 2 with a header (the op's tag, byte count, dtype
-// and reduce op);
-// publish s (a release store); wait until every rank has published s (acquire loads, polled by
+// and reduce op); publish s (a release store to that parity's `posted`, which shares a cache line
+// with the header and the first data: Note [One line to wait for] in shared_memory.cpp); wait until every rank has published s (acquire loads, polled by
 // the communication thread like any other op, so the group's timeout applies); check the headers
 // agree; then reduce all slots in rank order 0, 1, ..., N-1, so every rank computes the same sum in
 // the same order and ends with identical bits.

@@ -1,10 +1,19 @@
 #include "dist/work.h"
 
+#include "core/error.h"
+
 namespace ringgrad::dist {
 
+std::string describe_op(const OpInfo& info, const std::string& backend, int rank, int size) {
+  return str_cat(info.name, " #", info.seq, " (", info.detail ? info.detail() : std::string(), ", ", info.bytes,
+                 " bytes) on backend '", backend, "', rank ", rank, "/", size);
+}
+
 void Work::wait() {
-  std::unique_lock lock(mutex_);
-  done_cv_.wait(lock, [&] { return done_; });
+  if (!finished_.load(std::memory_order_acquire)) {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, [&] { return done_; });
+  }
   if (error_) std::rethrow_exception(error_);
 }
 
@@ -69,6 +78,7 @@ void Work::finish(std::exception_ptr error, double start_us, double end_us) {
     end_us_ = end_us;
     done_ = true;
     error_ = std::move(error);
+    finished_.store(true, std::memory_order_release);
   }
   done_cv_.notify_all();
 }

@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
           const double median = v[v.size() / 2];
           const double size = static_cast<double>(counts[s]) * static_cast<double>(dtype_size(dtype));
           const double algbw = size / median / 1e9, busbw = algbw * 2 * (n - 1) / n;
-          std::printf("%12.0f %12lld %6s %12.1f %10.2f %10.2f %7lld\n", size, (long long)counts[s], type.c_str(),
+          std::printf("%12.0f %12lld %6s %12.2f %10.2f %10.2f %7lld\n", size, (long long)counts[s], type.c_str(),
                       median * 1e6, algbw, busbw, (long long)wrong[b][s]);
         }
       }

@@ -9,21 +9,24 @@
 #include <initializer_list>
 #include <string>
 
+#include <sys/resource.h>
+
 #include <ringgrad.h>
 
 namespace bench {
 
 struct TrainFlags {
-  std::string model, data, backend = "auto";
+  std::string model, data, backend = "auto", comm_hook = "allreduce";
   int steps = 200, warmup = 20, threads = 1, batch = 0, block = 128;
   double bucket_mb = 25;
 };
 
 // Parses "--flag value" pairs into `flags` (its fields hold the program's defaults). `extra` names
-// the flags beyond the common --data --steps --warmup --threads --batch --backend --bucket-mb that
+// the flags beyond the common --data --steps --warmup --threads --batch --backend --bucket-mb
+// --comm-hook that
 // this program takes (--model, --block). False, after printing the flags it takes, on anything else.
 inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
-  std::string accepted = "--data --steps --warmup --threads --batch --backend --bucket-mb";
+  std::string accepted = "--data --steps --warmup --threads --batch --backend --bucket-mb --comm-hook";
   for (const std::string& e : extra) accepted += " " + e;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -35,6 +38,7 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
     else if (flag == "--batch") flags.batch = std::stoi(value);
     else if (flag == "--backend") flags.backend = value;
     else if (flag == "--bucket-mb") flags.bucket_mb = std::stod(value);
+    else if (flag == "--comm-hook") flags.comm_hook = value;
     else if (is_extra && flag == "--model") flags.model = value;
     else if (is_extra && flag == "--block") flags.block = std::stoi(value);
     else {
@@ -45,18 +49,41 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
   return true;
 }
 
+// CPU seconds (user, system) used so far by the calling thread, or by the whole process.
+struct CpuTime {
+  double user = 0, sys = 0;
+  static CpuTime of(int who) {
+    rusage u{};
+    getrusage(who, &u);
+    return {u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6, u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6};
+  }
+};
+
 // `warmup` untimed steps, then `steps` timed ones between two barriers (so every rank's clock spans
-// the same work); DDP's stats restart with the timed steps. Returns the timed seconds.
+// the same work); DDP's stats restart with the timed steps. Returns the timed seconds. Rank 0 prints
+// where its timed steps went, per step: wall time, this (the training) thread's CPU time, the other
+// threads' (communication, BLAS) CPU time. On a core of its own, wall minus all CPU is time the rank
+// waited with nothing to run.
 inline double time_steps(const std::function<void()>& step, const TrainFlags& flags, ringgrad::dist::ProcessGroup& group,
                          ringgrad::dist::DistributedDataParallel* ddp) {
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < flags.warmup; ++i) step();
   group.barrier()->wait();
   if (ddp) ddp->reset_stats();
+  const CpuTime thread0 = CpuTime::of(RUSAGE_THREAD), process0 = CpuTime::of(RUSAGE_SELF);
   const auto t0 = Clock::now();
   for (int i = 0; i < flags.steps; ++i) step();
   group.barrier()->wait();
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const CpuTime thread1 = CpuTime::of(RUSAGE_THREAD), process1 = CpuTime::of(RUSAGE_SELF);
+  if (group.rank() == 0 && flags.steps > 0) {
+    const double per_step = 1e3 / flags.steps;  // seconds in all -> ms per step
+    const double user = (thread1.user - thread0.user) * per_step, sys = (thread1.sys - thread0.sys) * per_step;
+    const double others = ((process1.user - process0.user) + (process1.sys - process0.sys)) * per_step - user - sys;
+    std::fprintf(stderr, "rank 0 per step: wall %.2f ms; training thread CPU %.2f ms (user %.2f, sys %.2f); other "
+                 "threads' CPU %.2f ms\n", seconds * per_step, user + sys, user, sys, others);
+  }
+  return seconds;
 }
 
 // DDP's overlap percentage over the timed steps (0 without DDP); rank 0 prints its summary to stderr.

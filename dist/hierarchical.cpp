@@ -121,7 +121,7 @@ class HierarchicalAllreduce : public PendingOp {
       const ReduceOp ring_op = op_ == ReduceOp::avg ? ReduceOp::sum : op_;
       ring_ = std::make_unique<RingPipeline<Acc>>(RingPipeline<Acc>::Mode::allreduce, n_, ring_op, 1,
                                                   Channel{topo_.leaders, topo_.leader_rank, topo_.num_nodes, tag_},
-                                                  work_, work_, slots_, tuning_, std::vector<Tensor>{});
+                                                  work_, work_, work_, slots_, tuning_, std::vector<Tensor>{});
       stage_ = Stage::leaders;
       return;
     }

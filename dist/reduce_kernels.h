@@ -35,6 +35,28 @@ void reduce_into(Acc* dst, const Acc* src, int64_t n, ReduceOp op) {
   }
 }
 
+// dst[i] = load(mine[i]) (op) load(theirs[i]), in Acc; dst may be mine itself. With theirs null,
+// dst[i] = load(mine[i]). Note [Each chunk is reduced once] in dist/ring_pipeline.h.
+template <class Acc, class Mine, class Theirs>
+void combine_into(Acc* dst, const Mine* mine, const Theirs* theirs, int64_t n, ReduceOp op) {
+  if (theirs == nullptr) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = load(mine[i]);
+    return;
+  }
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      for (int64_t i = 0; i < n; ++i) dst[i] = load(mine[i]) + load(theirs[i]);
+      break;
+    case ReduceOp::max:
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::max<Acc>(load(mine[i]), load(theirs[i]));
+      break;
+    case ReduceOp::min:
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::min<Acc>(load(mine[i]), load(theirs[i]));
+      break;
+  }
+}
+
 // dst[i] = store_as<T>(src[i] / N when avg, else src[i]): the single rounding.
 template <class T, class Acc>
 void finish_into(T* dst, const Acc* src, int64_t n, ReduceOp op, int world_size) {
@@ -61,6 +83,38 @@ inline void widen<Half>(float* dst, const Half* src, int64_t n) {
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   for (; i < n; ++i) dst[i] = load(src[i]);
+}
+
+inline __m256 load_f32x8(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load_f32x8(const float* p) { return _mm256_loadu_ps(p); }
+
+// combine_into for an f16 input (Note [Each chunk is reduced once]); theirs is f16 at the ring's
+// step 0, an f32 partial sum after it.
+template <class Theirs>
+void combine_half_into(float* dst, const Half* mine, const Theirs* theirs, int64_t n, ReduceOp op) {
+  if (theirs == nullptr) return widen(dst, mine, n);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = load_f32x8(mine + i), b = load_f32x8(theirs + i);
+    // As std::max(a, b) / std::min(a, b): a unless b is larger / smaller, so a NaN a stays.
+    const __m256 v = op == ReduceOp::max   ? _mm256_blendv_ps(a, b, _mm256_cmp_ps(a, b, _CMP_LT_OQ))
+                     : op == ReduceOp::min ? _mm256_blendv_ps(a, b, _mm256_cmp_ps(b, a, _CMP_LT_OQ))
+                                           : _mm256_add_ps(a, b);
+    _mm256_storeu_ps(dst + i, v);
+  }
+  for (; i < n; ++i) {
+    const float a = load(mine[i]), b = load(theirs[i]);
+    dst[i] = op == ReduceOp::max ? std::max(a, b) : op == ReduceOp::min ? std::min(a, b) : a + b;
+  }
+}
+template <>
+inline void combine_into<float, Half, Half>(float* dst, const Half* mine, const Half* theirs, int64_t n, ReduceOp op) {
+  combine_half_into(dst, mine, theirs, n, op);
+}
+template <>
+inline void combine_into<float, Half, float>(float* dst, const Half* mine, const float* theirs, int64_t n,
+                                             ReduceOp op) {
+  combine_half_into(dst, mine, theirs, n, op);
 }
 
 template <>

@@ -161,29 +161,50 @@ Acc* ring_slots(Scratch& scratch, RingTuning tuning) {
   return reinterpret_cast<Acc*>(scratch.get(1, tuning.slot_elems(sizeof(Acc)) * sizeof(Acc)));
 }
 
+// The ring reads each rank's input in place and writes the partial sums chunk by chunk as they
+// arrive (Note [Each chunk is reduced once] in dist/ring_pipeline.h), so nothing is copied or
+// widened before it starts. in_place: the partial sums may live in `input` itself (an AllReduce of
+// a tensor whose storage type is its accumulation type); otherwise they go to scratch buffer 0.
+template <class Make>
+std::unique_ptr<PendingOp> with_ring_buffers(Scratch& scratch, const Tensor& input, bool in_place, RingTuning tuning,
+                                             Make make) {
+  return dispatch_dtype(input.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
+    using T = decltype(zero);
+    using Acc = compute_t<T>;
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      RG_FAIL("dist.reduce", "u8 is not supported");  // rejected at submission already
+    } else {
+      T* in = static_cast<T*>(input.raw_data());
+      Acc* work = in_place && std::is_same_v<T, Acc>
+                      ? reinterpret_cast<Acc*>(in)
+                      : reinterpret_cast<Acc*>(scratch.get(0, input.numel() * sizeof(Acc)));
+      return make(zero, in, work, ring_slots<Acc>(scratch, tuning));
+    }
+  });
+}
+
 }  // namespace
 
 std::unique_ptr<PendingOp> ring_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch,
                                           RingTuning tuning) {
-  return with_accumulator(scratch, t, 0, [&](auto zero, auto* work, auto*) -> std::unique_ptr<PendingOp> {
+  return with_ring_buffers(scratch, t, /*in_place=*/true, tuning,
+                           [&](auto zero, auto* data, auto* work, auto* slots) -> std::unique_ptr<PendingOp> {
     using T = decltype(zero);
-    return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::allreduce, t.numel(), op, ch.size, ch,
-                                             static_cast<T*>(t.raw_data()), work,
-                                             ring_slots<compute_t<T>>(scratch, tuning), tuning,
-                                             std::vector<Tensor>{t});
+    return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::allreduce, t.numel(), op, ch.size, ch, data, data,
+                                             work, slots, tuning, std::vector<Tensor>{t});
   });
 }
 
 std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, Channel ch,
                                                Scratch& scratch, RingTuning tuning) {
-  // The input must survive: the partial sums always live in a scratch copy.
-  return with_accumulator(scratch, input, 0, [&](auto zero, auto* work, auto*) -> std::unique_ptr<PendingOp> {
+  // The input must survive: it is only read, and the partial sums go to scratch.
+  return with_ring_buffers(scratch, input, /*in_place=*/false, tuning,
+                           [&](auto zero, auto* in, auto* work, auto* slots) -> std::unique_ptr<PendingOp> {
     using T = decltype(zero);
     return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::reduce_scatter, input.numel(), op, ch.size, ch,
-                                             static_cast<T*>(output.raw_data()), work,
-                                             ring_slots<compute_t<T>>(scratch, tuning), tuning,
+                                             in, static_cast<T*>(output.raw_data()), work, slots, tuning,
                                              std::vector<Tensor>{output, input});
-  }, /*copy_input=*/true);
+  });
 }
 
 std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch) {

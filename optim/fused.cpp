@@ -43,8 +43,8 @@ S* maybe(const Tensor& t) {
 // pointers, the flags) live in memory that a store to param[i] -- a float, like lr -- might alias, so
 // GCC reloads them every element and neither vectorises the loop nor moves the per-element
 // branches out of it; a copy whose address never escapes cannot be aliased. W1's momentum SGD went
-// from 9.9% of a step to 4.2% (docs/performance.md, change 9). For f16 / bf16 parameters the loop
-// body is longer (conversions) than GCC's default limit for moving branches out of loops, so this
+// from 9.9% of a step to 4.2% (docs/performance.md, change 9). For f16 parameters the loop body is
+// longer (conversions) than GCC's default limit for moving branches out of loops, so this
 // file is compiled with a higher one (optim/CMakeLists.txt): 7.6 -> 1.0 ms for 670k f16 parameters.
 template <class Step>
 void run_on_cpu(const Step& step, int64_t n) {

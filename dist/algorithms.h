@@ -54,12 +54,11 @@ class Scratch {
 };
 
 // Calls make(T{}, work, recv) with T the tensor's storage type (u8 is refused), `work` the buffer the
-// partial results live in -- the tensor itself, or for f16 / bf16 (or always when copy_input) an
-// accumulation-type copy in scratch buffer 0 -- and `recv` scratch buffer 1 of recv_elems
+// partial results live in -- the tensor itself, or for f16 / bf16 an accumulation-type copy in
+// scratch buffer 0 -- and `recv` scratch buffer 1 of recv_elems
 // accumulation-type elements (null for 0). See Note [Half-precision accumulation].
 template <class Make>
-std::unique_ptr<PendingOp> with_accumulator(Scratch& scratch, const Tensor& t, int64_t recv_elems, Make make,
-                                            bool copy_input = false) {
+std::unique_ptr<PendingOp> with_accumulator(Scratch& scratch, const Tensor& t, int64_t recv_elems, Make make) {
   return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
     using T = decltype(zero);
     using Acc = compute_t<T>;
@@ -69,7 +68,7 @@ std::unique_ptr<PendingOp> with_accumulator(Scratch& scratch, const Tensor& t, i
       const int64_t n = t.numel();
       T* data = static_cast<T*>(t.raw_data());
       Acc* work = reinterpret_cast<Acc*>(data);
-      if (copy_input || !std::is_same_v<T, Acc>) {
+      if (!std::is_same_v<T, Acc>) {
         work = reinterpret_cast<Acc*>(scratch.get(0, n * sizeof(Acc)));
         widen(work, data, n);
       }

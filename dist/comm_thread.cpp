@@ -38,66 +38,74 @@ void CommThread::shutdown() {
   for (auto& op : abandoned_) (void)op.release();
 }
 
-std::shared_ptr<Work> CommThread::submit(OpInfo info, StartFn start) {
+std::shared_ptr<Work> CommThread::claim_if_idle(OpInfo& info) {
+  if (info.p2p || info.bytes > kStartHereBytes) return nullptr;
+  std::lock_guard lock(mutex_);
+  // Note [Small collectives start on the caller's thread].
+  if (stopping_ || !queue_.empty() || collective_active_ || p2p_active_ != 0 || handed_over_) return nullptr;
+  info.seq = next_seq_++;
+  collective_active_ = true;
+  starting_here_ = true;
+  return std::make_shared<Work>(std::move(info), backend_, rank_, size_);
+}
+
+std::shared_ptr<Work> CommThread::enqueue(OpInfo info, StartFn start) {
   std::shared_ptr<Work> work;
-  bool start_here = false;
   {
     std::lock_guard lock(mutex_);
     RG_CHECK(!stopping_, "dist." + info.name, "the process group is shutting down");
     info.seq = info.p2p ? next_p2p_seq_++ : next_seq_++;
-    // Note [Small collectives start on the caller's thread].
-    start_here = !info.p2p && info.bytes <= kStartHereBytes && queue_.empty() && !collective_active_ &&
-                 p2p_active_ == 0 && !handed_over_;
     work = std::make_shared<Work>(std::move(info), backend_, rank_, size_);
-    if (start_here) {
-      collective_active_ = true;
-      starting_here_ = true;
-    } else {
-      queue_.push_back(Task{std::move(start), work});
-      queued_.store(queue_.size(), std::memory_order_release);
-    }
-  }
-  if (start_here) {
-    Task task{std::move(start), work};
-    auto running = std::make_unique<Running>();
-    running->started_here = true;
-    const auto began = Clock::now();
-    bool finished = !this->start(task, *running, began);
-    // A tight loop: this is the caller's own core, and a yield would be a system call per poll. A
-    // clock read costs about as much as polling a small op on this VM, so the loop reads it every
-    // 16th poll, and never for the op's deadline: the loop ends long before any timeout could
-    // expire, and the communication thread checks the deadline of an op it takes over.
-    for (int polls = 1; !finished && !(finished = advance(*running, /*check_deadline=*/false)); ++polls) {
-      if (polls % 16 == 0 && Clock::now() - began >= std::chrono::microseconds(kStartHereMicroseconds)) break;
-    }
-    if (!finished) {  // complete() counts the busy time of a finished op
-      running->started_here = false;
-      std::lock_guard stats_lock(stats_mutex_);
-      stats_.busy_seconds += std::chrono::duration<double>(Clock::now() - began).count();
-    }
-    std::lock_guard lock(mutex_);
-    starting_here_ = false;
-    if (finished) {
-      collective_active_ = false;
-      // Wake the thread only if ops queued up meanwhile: a needless wake-up takes the core from
-      // this thread (ranks are bound to one core each).
-      if (queue_.empty()) return work;
-    } else {
-      handed_over_ = std::move(running);  // the communication thread polls it from here on
-      queued_.store(queue_.size() + 1, std::memory_order_release);  // ends its idle spin at once
-    }
+    queue_.push_back(Task{std::move(start), work});
+    queued_.store(queue_.size(), std::memory_order_release);
   }
   queue_cv_.notify_one();
   return work;
 }
 
+void CommThread::run_here(const std::shared_ptr<Work>& work, StartRef start) {
+  Running running;  // on the stack: moved to the heap only when handed over
+  running.task.work = work;
+  running.started_here = true;
+  const auto began = Clock::now();
+  bool finished = !this->start(running, start, began);
+  // A tight loop: this is the caller's own core, and a yield would be a system call per poll. A
+  // clock read costs about as much as polling a small op on this VM, so the loop reads it every
+  // 16th poll, and never for the op's deadline: the loop ends long before any timeout could
+  // expire, and the communication thread checks the deadline of an op it takes over.
+  for (int polls = 1; !finished && !(finished = advance(running, /*check_deadline=*/false)); ++polls) {
+    if (polls % 16 == 0 && Clock::now() - began >= std::chrono::microseconds(kStartHereMicroseconds)) break;
+  }
+  const double handover_us = finished ? 0 : trace_clock_us();
+  std::unique_lock lock(mutex_);
+  starting_here_ = false;
+  if (finished) {
+    collective_active_ = false;
+    count(running, running.error != nullptr, running.end_us);
+    // Wake the thread only if ops queued up meanwhile: a needless wake-up takes the core from
+    // this thread (ranks are bound to one core each).
+    const bool wake = !queue_.empty();
+    lock.unlock();
+    // No other thread has seen this Work yet (submit has not returned it): no lock, no wake-up.
+    work->finish_unobserved(running.error, running.start_us, running.end_us);
+    if (wake) queue_cv_.notify_one();
+    return;
+  }
+  stats_.busy_seconds += (handover_us - running.start_us) * 1e-6;  // the thread counts the rest
+  running.started_here = false;
+  handed_over_ = std::make_unique<Running>(std::move(running));  // the communication thread polls it from here on
+  queued_.store(queue_.size() + 1, std::memory_order_release);  // ends its idle spin at once
+  lock.unlock();
+  queue_cv_.notify_one();
+}
+
 GroupStats CommThread::stats() const {
-  std::lock_guard lock(stats_mutex_);
+  std::lock_guard lock(mutex_);
   return stats_;
 }
 
 std::vector<TraceEvent> CommThread::trace_events() const {
-  std::lock_guard lock(stats_mutex_);
+  std::lock_guard lock(mutex_);
   return events_;
 }
 
@@ -138,7 +146,7 @@ void CommThread::loop() {
     // Busy time: the wall time during which something was running.
     const double now_us = trace_clock_us();
     if (was_running) {
-      std::lock_guard lock(stats_mutex_);
+      std::lock_guard lock(mutex_);
       stats_.busy_seconds += (now_us - last_us) * 1e-6;
     }
     last_us = now_us;
@@ -148,7 +156,8 @@ void CommThread::loop() {
     for (Task& task : to_start) {
       auto running = std::make_unique<Running>();
       const bool p2p = task.info().p2p;
-      if (!start(task, *running, Clock::now())) {
+      running->task = std::move(task);
+      if (!start(*running, StartRef(running->task.start), Clock::now())) {
         (p2p ? p2p_done : collectives_done)++;
         continue;
       }
@@ -191,8 +200,7 @@ void CommThread::back_off(int& sleeps, Clock::time_point idle_since) const {
   }
 }
 
-bool CommThread::start(Task& task, Running& running, Clock::time_point now) {
-  running.task = std::move(task);
+bool CommThread::start(Running& running, StartRef start, Clock::time_point now) {
   // trace_clock_us() is this clock's time in microseconds: one clock read serves both.
   running.start_us = std::chrono::duration<double, std::micro>(now.time_since_epoch()).count();
   const OpInfo& info = running.task.info();
@@ -204,7 +212,7 @@ bool CommThread::start(Task& task, Running& running, Clock::time_point now) {
   }
   running.deadline = now + std::chrono::duration_cast<Clock::duration>(timeout_);
   try {
-    running.op = running.task.start(info.seq);
+    running.op = start(info.seq);
     // A modelled network delays the op's completion on the host only (Note [Simulated network]), so
     // with one the device must not be let past the op early: the Work is then waited for on the host.
     const bool network_modelled = network_.latency_us > 0 || network_.bandwidth_gbps > 0;
@@ -263,28 +271,34 @@ bool CommThread::network_delay_passed(const Running& running) const {
 }
 
 void CommThread::complete(Running& running, std::exception_ptr error) {
-  const OpInfo& info = running.task.info();
   const double end_us = trace_clock_us();
-  {
-    std::lock_guard lock(stats_mutex_);
-    ++stats_.ops;
-    if (error) ++stats_.failed;
-    if (running.started_here) stats_.busy_seconds += (end_us - running.start_us) * 1e-6;
-    stats_.bytes += info.bytes;
-    if (trace_) {
-      events_.push_back(TraceEvent{str_cat(info.name, " #", info.seq), "comm", rank_, "comm:" + backend_,
-                                   running.start_us, end_us - running.start_us,
-                                   str_cat("\"bytes\": ", info.bytes, ", \"ok\": ", error ? "false" : "true")});
-    }
+  if (running.started_here) {  // run_here() counts it and finishes its Work, under one lock
+    running.end_us = end_us;
+    running.error = std::move(error);
+    return;
   }
-  // The group counts as idle before the waiter wakes: its next collective may then start on its own
-  // thread (Note [Small collectives start on the caller's thread]) instead of queueing behind a
-  // flag this thread has not cleared yet.
-  if (!info.p2p && !running.started_here) {  // submit() clears it for an op it finished itself
+  {
     std::lock_guard lock(mutex_);
-    collective_active_ = false;
+    count(running, error != nullptr, end_us);
+    // The group counts as idle before the waiter wakes: its next collective may then start on its
+    // own thread (Note [Small collectives start on the caller's thread]) instead of queueing behind
+    // a flag this thread has not cleared yet.
+    if (!running.task.info().p2p) collective_active_ = false;
   }
   running.task.work->finish(error, running.start_us, end_us);
+}
+
+void CommThread::count(const Running& running, bool failed, double end_us) {
+  const OpInfo& info = running.task.info();
+  ++stats_.ops;
+  if (failed) ++stats_.failed;
+  if (running.started_here) stats_.busy_seconds += (end_us - running.start_us) * 1e-6;
+  stats_.bytes += info.bytes;
+  if (trace_) {
+    events_.push_back(TraceEvent{str_cat(info.name, " #", info.seq), "comm", rank_, "comm:" + backend_,
+                                 running.start_us, end_us - running.start_us,
+                                 str_cat("\"bytes\": ", info.bytes, ", \"ok\": ", failed ? "false" : "true")});
+  }
 }
 
 }  // namespace ringgrad::dist

@@ -85,8 +85,20 @@ class CommThread {
   CommThread& operator=(const CommThread&) = delete;
 
   using StartFn = std::function<std::unique_ptr<PendingOp>(uint64_t seq)>;  // called with info.seq
-  // Queues an op; its sequence number is assigned here, in call order. Thread-safe.
-  std::shared_ptr<Work> submit(OpInfo info, StartFn start);
+
+  // Submits an op; its sequence number is assigned here, in call order. Thread-safe. `start`:
+  // (uint64_t seq) -> std::unique_ptr<PendingOp>, called once, on this thread or the caller's.
+  // A template so that an op started on the caller's thread (Note [Small collectives start on the
+  // caller's thread]) calls it in place: only a queued op needs an owning StartFn (an allocation,
+  // in an operation whose whole cost is under a microsecond).
+  template <class Start>
+  std::shared_ptr<Work> submit(OpInfo info, Start start) {
+    if (std::shared_ptr<Work> work = claim_if_idle(info)) {
+      run_here(work, StartRef(start));
+      return work;
+    }
+    return enqueue(std::move(info), StartFn(std::move(start)));
+  }
   void shutdown();  // the destructor's work; callable earlier (derived groups call it first)
   // After shutdown: whether an op timed out or failed (its MPI requests may still be live).
   bool broken() const { return !broken_.empty(); }
@@ -96,6 +108,20 @@ class CommThread {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // A non-owning reference to a start function, valid while it runs.
+  class StartRef {
+   public:
+    template <class F>
+    explicit StartRef(F& f)
+        : callable_(&f), call_([](void* c, uint64_t seq) -> std::unique_ptr<PendingOp> {
+            return (*static_cast<F*>(c))(seq);
+          }) {}
+    std::unique_ptr<PendingOp> operator()(uint64_t seq) const { return call_(callable_, seq); }
+
+   private:
+    void* callable_;
+    std::unique_ptr<PendingOp> (*call_)(void*, uint64_t);
+  };
   struct Task {
     StartFn start;
     std::shared_ptr<Work> work;
@@ -107,18 +133,29 @@ class CommThread {
     Clock::time_point deadline;
     double start_us = 0;
     // On the caller's thread (Note [Small collectives start on the caller's thread]): complete()
-    // then counts the busy time and leaves collective_active_ to submit(), saving a lock each.
+    // then only records the end in end_us / error, and run_here() does the rest.
     bool started_here = false;
+    double end_us = 0;
+    std::exception_ptr error;
   };
+  // Under the lock: when the group is idle and `info` a small collective, takes the group for the
+  // caller's thread, assigns the sequence number and returns the op's Work (moved from `info`);
+  // otherwise null, and `info` is untouched.
+  std::shared_ptr<Work> claim_if_idle(OpInfo& info);
+  // Runs a claimed op on the caller's thread for up to kStartHereMicroseconds, then hands it over.
+  void run_here(const std::shared_ptr<Work>& work, StartRef start);
+  std::shared_ptr<Work> enqueue(OpInfo info, StartFn start);  // for the communication thread
   void loop();
-  // Starts a task at `now`: false when it finished at once (failed to start, or the group is broken).
-  bool start(Task& task, Running& out, Clock::time_point now);
+  // Starts running.task by calling `start` at `now`: false when it finished at once (failed to
+  // start, or the group is broken).
+  bool start(Running& running, StartRef start, Clock::time_point now);
   // Polls one running op: true once it finished (its Work is then completed). Without
   // check_deadline the timeout is not looked at (a clock read saved: see submit()).
   bool advance(Running& running, bool check_deadline = true);
   // Between polls of an op that made no progress; `sleeps` and `idle_since` carry the back-off.
   void back_off(int& sleeps, Clock::time_point idle_since) const;
   void complete(Running& running, std::exception_ptr error);
+  void count(const Running& running, bool failed, double end_us);  // stats and trace; under mutex_
   bool network_delay_passed(const Running& running) const;  // Note [Simulated network]
   std::string label(const OpInfo& info) const { return describe_op(info, backend_, rank_, size_); }
 
@@ -127,18 +164,20 @@ class CommThread {
   const std::chrono::duration<double> timeout_;
   const std::chrono::microseconds max_sleep_;
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
   uint64_t next_seq_ = 0, next_p2p_seq_ = 0;
   // queue_.size() (+1 while a handed-over op waits), readable without the mutex (the idle spin).
   std::atomic<size_t> queued_{0};
-  // Under mutex_: what the thread runs.
+  // Under mutex_: what the thread runs, and the counters other threads read.
   bool collective_active_ = false;  // a collective (running here, or being started by a caller)
   int p2p_active_ = 0;              // that many sends / receives
   bool starting_here_ = false;      // a caller is starting a collective: start nothing meanwhile
   std::unique_ptr<Running> handed_over_;  // a caller-started collective for this thread to finish
   bool stopping_ = false;
+  GroupStats stats_;
+  std::vector<TraceEvent> events_;  // when trace_
 
   // Touched only by whoever runs ops: this thread, or a caller while starting_here_ (this thread
   // then runs nothing).
@@ -148,12 +187,7 @@ class CommThread {
   std::vector<std::unique_ptr<Running>> p2p_;          // running sends / receives
 
   const SimulatedNetwork network_;
-
-  // Read by other threads under stats_mutex_.
   const bool trace_;
-  mutable std::mutex stats_mutex_;
-  GroupStats stats_;
-  std::vector<TraceEvent> events_;
 
   std::thread thread_;  // last: starts after the members above exist
 };

@@ -83,4 +83,12 @@ void Work::finish(std::exception_ptr error, double start_us, double end_us) {
   done_cv_.notify_all();
 }
 
+void Work::finish_unobserved(std::exception_ptr error, double start_us, double end_us) {
+  start_us_ = start_us;
+  end_us_ = end_us;
+  done_ = true;
+  error_ = std::move(error);
+  finished_.store(true, std::memory_order_release);
+}
+
 }  // namespace ringgrad::dist

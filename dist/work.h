@@ -74,6 +74,9 @@ class Work {
 
   // Called once by the communication thread: the collective ended (error null on success).
   void finish(std::exception_ptr error = nullptr, double start_us = 0, double end_us = 0);
+  // finish() for a Work no other thread can hold yet (its op completed on the caller's thread
+  // before submit returned the Work): no lock, and no waiter to wake.
+  void finish_unobserved(std::exception_ptr error, double start_us, double end_us);
   // Called by the communication thread when it launched an op that completes on a device: makes the
   // default stream wait for it (Note [Waiting on the device]).
   void set_device_wait(std::function<void()> enqueue_wait);

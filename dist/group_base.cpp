@@ -254,22 +254,21 @@ GroupBase::~GroupBase() {
   for (MPI_Comm* c : {&comm_, &p2p_comm_, &debug_comm_}) MPI_Comm_free(c);  // no throw from a destructor
 }
 
-std::shared_ptr<Work> GroupBase::submit_checked(const char* name, std::function<std::string()> detail, size_t bytes,
+std::shared_ptr<Work> GroupBase::submit_checked(OpInfo info,
                                                 std::function<std::unique_ptr<PendingOp>(int tag)> start) {
   // Without device indices: ranks that each drive their own GPU ("cuda:0", "cuda:1") issue the same
   // collective.
-  std::string fingerprint = std::regex_replace(str_cat(name, " (", detail(), ")"), std::regex("cuda:[0-9]+"), "cuda");
-  return comm_thread_->submit(OpInfo{name, std::move(detail), 0, bytes},
-                              [this, start = std::move(start), fingerprint](uint64_t seq) {
+  std::string fingerprint = std::regex_replace(str_cat(info.name, " (", info.detail(info.operands), ")"),
+                                               std::regex("cuda:[0-9]+"), "cuda");
+  return comm_thread_->submit(std::move(info), [this, start = std::move(start), fingerprint](uint64_t seq) {
     const std::string where = str_cat("collective #", seq, " of backend '", backend_, "'");
     return std::make_unique<CheckedOp>(fingerprint, where, debug_comm_, rank_, size_,
                                        [start, seq] { return start(collective_tag(seq)); });
   });
 }
 
-std::shared_ptr<Work> GroupBase::submit_p2p(const std::string& name, std::function<std::string()> detail, size_t bytes,
-                                            std::function<std::unique_ptr<PendingOp>()> start) {
-  OpInfo info{name, std::move(detail), 0, bytes, /*p2p=*/true};
+std::shared_ptr<Work> GroupBase::submit_p2p(OpInfo info, std::function<std::unique_ptr<PendingOp>()> start) {
+  info.p2p = true;
   return comm_thread_->submit(std::move(info), [start = std::move(start)](uint64_t) { return start(); });
 }
 
@@ -326,8 +325,8 @@ void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) c
 std::shared_ptr<Work> GroupBase::send(const Tensor& t, int dst, int tag) {
   check_peer("dist.send", dst, tag, t);
   const Tensor host = p2p_host_side(t, /*copy_in=*/true);
-  return submit_p2p("send", [t, dst, tag] { return str_cat("to rank ", dst, ", tag ", tag, ", ", t.desc()); },
-                    t.nbytes(),
+  auto detail = [](const OpInfo::Operands& o) { return str_cat("to rank ", o.x, ", tag ", o.y, ", ", o.a.desc()); };
+  return submit_p2p({.name = "send", .detail = detail, .operands = {.a = t, .x = dst, .y = tag}, .bytes = t.nbytes()},
                     [this, host, dst, tag] {
                       MPI_Request request;
                       RG_MPI_CHECK(MPI_Isend(host.raw_data(), static_cast<int>(host.nbytes()), MPI_BYTE, dst, tag,
@@ -339,8 +338,8 @@ std::shared_ptr<Work> GroupBase::send(const Tensor& t, int dst, int tag) {
 
 std::shared_ptr<Work> GroupBase::recv(const Tensor& t, int src, int tag) {
   check_peer("dist.recv", src, tag, t);
-  return submit_p2p("recv", [t, src, tag] { return str_cat("from rank ", src, ", tag ", tag, ", ", t.desc()); },
-                    t.nbytes(),
+  auto detail = [](const OpInfo::Operands& o) { return str_cat("from rank ", o.x, ", tag ", o.y, ", ", o.a.desc()); };
+  return submit_p2p({.name = "recv", .detail = detail, .operands = {.a = t, .x = src, .y = tag}, .bytes = t.nbytes()},
                     [this, t, host = p2p_host_side(t, /*copy_in=*/false), src, tag] {
                       return staged(std::make_unique<RecvOp>(host, src, tag, p2p_comm_), t, host);
                     });
@@ -352,9 +351,15 @@ std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
   RG_CHECK(dt != DType::u8, "dist.allreduce", "dtype u8 is not supported (", t.desc(), ", rank ", rank_, "/",
            size_, "); use f32, f64, f16, bf16, i32 or i64");
   checked_count("dist.allreduce", t.numel(), rank_);
-  const Tensor host = stage_in("dist.allreduce", t);  // See Note [CUDA tensors through host staging]
-  return submit_collective("allreduce", [t, op] { return str_cat(reduce_op_name(op), ", ", t.desc()); }, t.nbytes(),
-                [this, t, host, op](int tag) { return staged(start_allreduce(host, op, tag), t, host); });
+  auto detail = [](const OpInfo::Operands& o) {
+    return str_cat(reduce_op_name(static_cast<ReduceOp>(o.x)), ", ", o.a.desc());
+  };
+  return submit_collective(
+      {.name = "allreduce", .detail = detail, .operands = {.a = t, .x = static_cast<int>(op)}, .bytes = t.nbytes()},
+      // See Note [CUDA tensors through host staging].
+      [this, t, host = stage_in("dist.allreduce", t), op](int tag) {
+        return staged(start_allreduce(host, op, tag), t, host);
+      });
 }
 
 std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
@@ -362,9 +367,12 @@ std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
   RG_CHECK(root >= 0 && root < size_, "dist.broadcast", "root ", root, " is not a rank of this group of ",
            size_, " (rank ", rank_, ")");
   checked_count("dist.broadcast", static_cast<int64_t>(t.nbytes()), rank_);
-  const Tensor host = stage_in("dist.broadcast", t);  // See Note [CUDA tensors through host staging]
-  return submit_collective("broadcast", [t, root] { return str_cat("root ", root, ", ", t.desc()); }, t.nbytes(),
-                [this, t, host, root](int tag) { return staged(start_broadcast(host, root, tag), t, host); });
+  auto detail = [](const OpInfo::Operands& o) { return str_cat("root ", o.x, ", ", o.a.desc()); };
+  return submit_collective({.name = "broadcast", .detail = detail, .operands = {.a = t, .x = root}, .bytes = t.nbytes()},
+                           // See Note [CUDA tensors through host staging].
+                           [this, t, host = stage_in("dist.broadcast", t), root](int tag) {
+                             return staged(start_broadcast(host, root, tag), t, host);
+                           });
 }
 
 std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& input) {
@@ -378,10 +386,11 @@ std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& i
   checked_count("dist.allgather", static_cast<int64_t>(output.nbytes()), rank_);
   // See Note [CUDA tensors through host staging].
   const Tensor host_in = stage_in("dist.allgather", input), host_out = stage_out("dist.allgather", output);
-  return submit_collective("allgather", [input] { return input.desc(); }, input.nbytes(),
-                [this, output, host_in, host_out](int tag) {
-                  return staged(start_allgather(host_out, host_in, tag), output, host_out);
-                });
+  auto detail = [](const OpInfo::Operands& o) { return o.a.desc(); };
+  return submit_collective({.name = "allgather", .detail = detail, .operands = {.a = input}, .bytes = input.nbytes()},
+                           [this, output, host_in, host_out](int tag) {
+                             return staged(start_allgather(host_out, host_in, tag), output, host_out);
+                           });
 }
 
 std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
@@ -393,11 +402,13 @@ std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tens
            "input ", input.desc(), " must hold N = ", size_, " blocks of output ", output.desc(),
            " (N * output.numel() elements of output's dtype) (rank ", rank_, "/", size_, ")");
   checked_count("dist.reduce_scatter", input.numel(), rank_);
-  return submit_collective("reduce_scatter",
-                           [input, output, op] {
-                             return str_cat(reduce_op_name(op), ", ", input.desc(), " -> ", output.desc());
-                           },
-                           input.nbytes(),
+  auto detail = [](const OpInfo::Operands& o) {
+    return str_cat(reduce_op_name(static_cast<ReduceOp>(o.x)), ", ", o.a.desc(), " -> ", o.b.desc());
+  };
+  return submit_collective({.name = "reduce_scatter",
+                            .detail = detail,
+                            .operands = {.a = input, .b = output, .x = static_cast<int>(op)},
+                            .bytes = input.nbytes()},
                            [this, output, host_in = stage_in("dist.reduce_scatter", input),
                             host_out = stage_out("dist.reduce_scatter", output), op](int tag) {
                              // See Note [CUDA tensors through host staging].
@@ -406,7 +417,8 @@ std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tens
 }
 
 std::shared_ptr<Work> GroupBase::barrier() {
-  return submit_collective("barrier", [] { return std::string("no data"); }, 0, [this](int tag) { return start_barrier(tag); });
+  return submit_collective({.name = "barrier", .detail = [](const OpInfo::Operands&) { return std::string("no data"); }},
+                           [this](int tag) { return start_barrier(tag); });
 }
 
 std::unique_ptr<PendingOp> GroupBase::start_barrier(int /*tag*/) {

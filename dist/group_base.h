@@ -81,24 +81,20 @@ class GroupBase : public ProcessGroup {
   std::unique_ptr<SharedSlots> shared_slots_;  // null: small AllReduces go over MPI
 
  private:
-  // detail: formats what the op works on, called only for messages (OpInfo). start: (int tag) ->
-  // std::unique_ptr<PendingOp>, called on the communication thread. A template so that the caller's
-  // lambda and the tag computation become one std::function: one allocation per op, not two.
+  // info: the op's name, detail and bytes (OpInfo). start: (int tag) -> std::unique_ptr<PendingOp>,
+  // called on the communication thread (or the caller's: see CommThread::submit).
   template <class Start>
-  std::shared_ptr<Work> submit_collective(const char* name, std::function<std::string()> detail, size_t bytes,
-                                          Start start) {
-    if (debug_check_) return submit_checked(name, std::move(detail), bytes, std::move(start));
-    return comm_thread_->submit(OpInfo{name, std::move(detail), 0, bytes},
+  std::shared_ptr<Work> submit_collective(OpInfo info, Start start) {
+    if (debug_check_) return submit_checked(std::move(info), std::move(start));
+    return comm_thread_->submit(std::move(info),
                                 [start = std::move(start)](uint64_t seq) { return start(collective_tag(seq)); });
   }
   // MPI guarantees tags up to 32767; consecutive ops get different tags, so a timed-out op's late
   // messages never match the next op's receives.
   static int collective_tag(uint64_t seq) { return static_cast<int>(seq % 32768); }
   // submit_collective under Note [Debug mode].
-  std::shared_ptr<Work> submit_checked(const char* name, std::function<std::string()> detail, size_t bytes,
-                                       std::function<std::unique_ptr<PendingOp>(int tag)> start);
-  std::shared_ptr<Work> submit_p2p(const std::string& name, std::function<std::string()> detail, size_t bytes,
-                                   std::function<std::unique_ptr<PendingOp>()> start);
+  std::shared_ptr<Work> submit_checked(OpInfo info, std::function<std::unique_ptr<PendingOp>(int tag)> start);
+  std::shared_ptr<Work> submit_p2p(OpInfo info, std::function<std::unique_ptr<PendingOp>()> start);
   void check_peer(const char* op, int peer, int tag, const Tensor& t) const;
   // The tensor a collective's start_* works on: t itself, or its host copy (inputs) / a host
   // buffer copied back on completion (outputs).

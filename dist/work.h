@@ -30,14 +30,25 @@
 #include <mutex>
 #include <string>
 
+#include "core/tensor.h"
+
 namespace ringgrad::dist {
 
-// What an operation is, for error messages. The detail is a function, called only when a message
-// needs it: formatting "sum, (1000,) f32 cpu" for every op (ostringstream, Tensor::desc) was ~17% of
-// the CPU time of a small AllReduce, whose description is almost never read.
+// What an operation is, for error messages. Its detail is formatted only when a message needs it:
+// formatting "sum, (1000,) f32 cpu" for every op (ostringstream, Tensor::desc) was ~17% of the CPU
+// time of a small AllReduce, whose description is almost never read. The detail is a plain function
+// of the op's operands rather than a closure holding them: such a closure does not fit in
+// std::function's inline storage, and its allocation was another few percent.
 struct OpInfo {
-  std::string name;                    // "allreduce"
-  std::function<std::string()> detail;  // -> "sum, (1000,) f32 cpu"
+  // What the detail is formatted from: the tensors and integer arguments (reduce op, root, peer,
+  // tag) the op works on. Holding the tensors keeps them describable after the op.
+  struct Operands {
+    Tensor a{}, b{};
+    int x = 0, y = 0;
+  };
+  std::string name;                               // "allreduce"
+  std::string (*detail)(const Operands&) = nullptr;  // -> "sum, (1000,) f32 cpu"
+  Operands operands{};
   uint64_t seq = 0;    // collectives: 0, 1, 2, ... per group, the same on every rank; p2p: its own count
   size_t bytes = 0;    // this rank's tensor bytes
   bool p2p = false;    // send / recv: concurrent, outside the collective order

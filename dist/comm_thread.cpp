@@ -46,7 +46,7 @@ std::shared_ptr<Work> CommThread::claim_if_idle(OpInfo& info) {
   info.seq = next_seq_++;
   collective_active_ = true;
   starting_here_ = true;
-  return std::make_shared<Work>(std::move(info), backend_, rank_, size_);
+  return std::make_shared<Work>(std::move(info), backend_, rank_, size_, this);
 }
 
 std::shared_ptr<Work> CommThread::enqueue(OpInfo info, StartFn start) {
@@ -55,7 +55,7 @@ std::shared_ptr<Work> CommThread::enqueue(OpInfo info, StartFn start) {
     std::lock_guard lock(mutex_);
     RG_CHECK(!stopping_, "dist." + info.name, "the process group is shutting down");
     info.seq = info.p2p ? next_p2p_seq_++ : next_seq_++;
-    work = std::make_shared<Work>(std::move(info), backend_, rank_, size_);
+    work = std::make_shared<Work>(std::move(info), backend_, rank_, size_, this);
     queue_.push_back(Task{std::move(start), work});
     queued_.store(queue_.size(), std::memory_order_release);
   }
@@ -97,6 +97,37 @@ void CommThread::run_here(const std::shared_ptr<Work>& work, StartRef start) {
   queued_.store(queue_.size() + 1, std::memory_order_release);  // ends its idle spin at once
   lock.unlock();
   queue_cv_.notify_one();
+}
+
+void CommThread::run_if_next(Work& work) {
+  std::unique_lock lock(mutex_);
+  // Note [A waiting caller runs its op]: only the next op, and only while nothing runs.
+  const bool next = !queue_.empty() && queue_.front().work.get() == &work && !queue_.front().info().p2p;
+  if (!next || stopping_ || collective_active_ || p2p_active_ != 0 || handed_over_ || starting_here_) return;
+  Running running;
+  running.task = std::move(queue_.front());
+  queue_.pop_front();
+  queued_.store(queue_.size(), std::memory_order_release);
+  collective_active_ = true;
+  starting_here_ = true;
+  lock.unlock();
+
+  // Polls, with the op's deadline, yielding the core between polls but never sleeping: this
+  // thread would otherwise be asleep in wait(), so the only threads it keeps from the core are
+  // other processes', which a yield lets run (Note [Polling, not spinning] is about leaving the
+  // core to this rank's own computation).
+  running.started_here = true;
+  bool finished = !start(running, StartRef(running.task.start), Clock::now());
+  while (!finished && !(finished = advance(running))) std::this_thread::yield();
+
+  lock.lock();
+  starting_here_ = false;
+  collective_active_ = false;
+  count(running, running.error != nullptr, running.end_us);
+  const bool wake = !queue_.empty();
+  lock.unlock();
+  work.finish(running.error, running.start_us, running.end_us);  // other threads may wait on it too
+  if (wake) queue_cv_.notify_one();
 }
 
 GroupStats CommThread::stats() const {

@@ -1,6 +1,7 @@
 #include "dist/work.h"
 
 #include "core/error.h"
+#include "dist/comm_thread.h"
 
 namespace ringgrad::dist {
 
@@ -11,6 +12,7 @@ std::string describe_op(const OpInfo& info, const std::string& backend, int rank
 
 void Work::wait() {
   if (!finished_.load(std::memory_order_acquire)) {
+    if (runner_ != nullptr) runner_->run_if_next(*this);  // Note [A waiting caller runs its op]
     std::unique_lock lock(mutex_);
     done_cv_.wait(lock, [&] { return done_; });
   }

@@ -9,7 +9,9 @@
 // - wait(timeout) waits at most `timeout`: false when still running, true when finished; a failed
 //   collective throws, as in wait().
 // - is_completed() never blocks; it is true for failed collectives too (check error()).
-// - Waiting sleeps on a condition variable; it never spins.
+// - wait() on an op that has not started yet, with nothing running before it, runs the op on the
+//   waiting thread (Note [A waiting caller runs its op] in dist/comm_thread.h); otherwise waiting
+//   sleeps on a condition variable and never spins.
 // - wait_on_device() is wait() for a GPU consumer (Note [Waiting on the device]).
 //
 // Note [Waiting on the device]: an op whose result a GPU stream produces (nccl) can be waited for
@@ -33,6 +35,8 @@
 #include "core/tensor.h"
 
 namespace ringgrad::dist {
+
+class CommThread;
 
 // What an operation is, for error messages. Its detail is formatted only when a message needs it:
 // formatting "sum, (1000,) f32 cpu" for every op (ostringstream, Tensor::desc) was ~17% of the CPU
@@ -62,8 +66,9 @@ class Work {
   // The Work keeps the op's OpInfo: the communication thread reads it from here (one copy per op,
   // not one per owner -- each copy of `detail` is an allocation, and a small AllReduce's whole cost
   // is a microsecond).
-  Work(OpInfo info, std::string backend, int rank, int size)
-      : info_(std::move(info)), backend_(std::move(backend)), rank_(rank), size_(size) {}
+  // runner: the thread that runs the op, which wait() may ask to let the waiter run it instead.
+  Work(OpInfo info, std::string backend, int rank, int size, CommThread* runner = nullptr)
+      : info_(std::move(info)), backend_(std::move(backend)), rank_(rank), size_(size), runner_(runner) {}
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
 
@@ -96,6 +101,7 @@ class Work {
   const OpInfo info_;
   const std::string backend_;
   const int rank_, size_;
+  CommThread* const runner_;  // outlives every unfinished Work: the group finishes them all when it ends
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;

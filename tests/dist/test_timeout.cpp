@@ -16,34 +16,39 @@
 TEST_CASE("a skipped collective times out with a message instead of hanging") {
   const int N = dist::world().size, r = dist::world().rank;
   // "tree" waits on shared memory (every rank is on this machine), "tree/p2p" in MPI point-to-point.
+  // 1000 elements start on the caller's thread and are handed over; 100000 (400 KB) queue, and a
+  // wait() that comes first runs them on the waiting thread (Note [A waiting caller runs its op] in
+  // dist/comm_thread.h): the deadline holds on every thread that can run an op.
   for (const std::string variant : {"mpi", "ring", "tree", "tree/p2p"}) {
-    CAPTURE(variant);
-    const std::string backend = variant.substr(0, variant.find('/'));
-    dist::GroupOptions options = test_options(/*timeout_seconds=*/2);
-    options.shared_memory = variant != "tree/p2p";
-    auto pg = dist::new_group(backend, options);
-    rg::Tensor t = filled(1000, rg::DType::f32, [&](int64_t) { return 1.0; });
-    pg->allreduce(t)->wait();  // #0: everyone
-    if (r != 0) {
-      const auto start = std::chrono::steady_clock::now();
-      const std::string expected = rg::str_cat("[dist.allreduce] allreduce #1 (sum, (1000,) f32 cpu, 4000 bytes) on backend '",
-                                               backend, "', rank ", r, "/", N, " timed out after 2 s");
-      auto work = pg->allreduce(t);  // #1: rank 0 never issues it
-      CHECK_FALSE(work->wait(std::chrono::milliseconds(100)));
-      CHECK_THROWS_WITH_AS(work->wait(),
-                           doctest::Contains(expected.c_str()),
-                           rg::Error);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      CHECK(seconds >= 1.9);
-      CHECK(seconds < 10);
-      CHECK(work->is_completed());
-      CHECK_FALSE(work->is_success());
-      CHECK(work->error() != nullptr);
-      CHECK_THROWS_WITH_AS(work->wait_on_device(), doctest::Contains(expected.c_str()), rg::Error);
-      // The group is now unusable, and says why.
-      CHECK_THROWS_WITH_AS(pg->barrier()->wait(), doctest::Contains("unusable: allreduce #1 timed out"), rg::Error);
+    for (const int64_t n : {int64_t{1000}, int64_t{100000}}) {
+      CAPTURE(variant);
+      CAPTURE(n);
+      const std::string backend = variant.substr(0, variant.find('/'));
+      dist::GroupOptions options = test_options(/*timeout_seconds=*/2);
+      options.shared_memory = variant != "tree/p2p";
+      auto pg = dist::new_group(backend, options);
+      rg::Tensor t = filled(n, rg::DType::f32, [&](int64_t) { return 1.0; });
+      pg->allreduce(t)->wait();  // #0: everyone
+      if (r != 0) {
+        const auto start = std::chrono::steady_clock::now();
+        const std::string expected =
+            rg::str_cat("[dist.allreduce] allreduce #1 (sum, (", n, ",) f32 cpu, ", 4 * n, " bytes) on backend '",
+                        backend, "', rank ", r, "/", N, " timed out after 2 s");
+        auto work = pg->allreduce(t);  // #1: rank 0 never issues it
+        if (n == 1000) CHECK_FALSE(work->wait(std::chrono::milliseconds(100)));
+        CHECK_THROWS_WITH_AS(work->wait(), doctest::Contains(expected.c_str()), rg::Error);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        CHECK(seconds >= 1.9);
+        CHECK(seconds < 10);
+        CHECK(work->is_completed());
+        CHECK_FALSE(work->is_success());
+        CHECK(work->error() != nullptr);
+        CHECK_THROWS_WITH_AS(work->wait_on_device(), doctest::Contains(expected.c_str()), rg::Error);
+        // The group is now unusable, and says why.
+        CHECK_THROWS_WITH_AS(pg->barrier()->wait(), doctest::Contains("unusable: allreduce #1 timed out"), rg::Error);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
   }
 }
 

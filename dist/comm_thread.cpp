@@ -46,7 +46,8 @@ std::shared_ptr<Work> CommThread::claim_if_idle(OpInfo& info) {
   info.seq = next_seq_++;
   collective_active_ = true;
   starting_here_ = true;
-  return std::make_shared<Work>(std::move(info), backend_, rank_, size_, this);
+  // No runner: this op is never queued, so no wait() can run it (Note [A waiting caller runs its op]).
+  return std::make_shared<Work>(std::move(info), backend_, rank_, size_);
 }
 
 std::shared_ptr<Work> CommThread::enqueue(OpInfo info, StartFn start) {
@@ -55,7 +56,7 @@ std::shared_ptr<Work> CommThread::enqueue(OpInfo info, StartFn start) {
     std::lock_guard lock(mutex_);
     RG_CHECK(!stopping_, "dist." + info.name, "the process group is shutting down");
     info.seq = info.p2p ? next_p2p_seq_++ : next_seq_++;
-    work = std::make_shared<Work>(std::move(info), backend_, rank_, size_, this);
+    work = std::make_shared<Work>(std::move(info), backend_, rank_, size_, weak_from_this());
     queue_.push_back(Task{std::move(start), work});
     queued_.store(queue_.size(), std::memory_order_release);
   }
@@ -66,15 +67,47 @@ std::shared_ptr<Work> CommThread::enqueue(OpInfo info, StartFn start) {
 void CommThread::run_here(const std::shared_ptr<Work>& work, StartRef start) {
   Running running;  // on the stack: moved to the heap only when handed over
   running.task.work = work;
+  // A tight loop: this is the caller's own core, and a yield would be a system call per poll.
+  // No other thread has seen this Work yet (submit has not returned it): finished without a lock.
+  run_on_caller(running, start, std::chrono::microseconds(kStartHereMicroseconds), /*yield=*/false,
+                /*work_observed=*/false);
+}
+
+void CommThread::run_if_next(Work& work) {
+  std::unique_lock lock(mutex_);
+  // Note [A waiting caller runs its op]: only the next op, only while nothing runs, and not with a
+  // send / recv queued behind it (which would wait for it here, instead of running beside it).
+  const bool next = !queue_.empty() && queue_.front().work.get() == &work && !queue_.front().info().p2p;
+  if (!next || stopping_ || collective_active_ || p2p_active_ != 0 || handed_over_ || starting_here_) return;
+  for (const Task& task : queue_)
+    if (task.info().p2p) return;
+  Running running;
+  running.task = std::move(queue_.front());
+  queue_.pop_front();
+  queued_.store(queue_.size(), std::memory_order_release);
+  collective_active_ = true;
+  starting_here_ = true;
+  lock.unlock();
+  run_on_caller(running, StartRef(running.task.start), std::chrono::microseconds(kWaitHereMicroseconds),
+                /*yield=*/true, /*work_observed=*/true);
+}
+
+void CommThread::run_on_caller(Running& running, StartRef start, std::chrono::microseconds budget, bool yield,
+                               bool work_observed) {
   running.started_here = true;
+  const size_t queued_at_start = queued_.load(std::memory_order_acquire);
   const auto began = Clock::now();
   bool finished = !this->start(running, start, began);
-  // A tight loop: this is the caller's own core, and a yield would be a system call per poll. A
-  // clock read costs about as much as polling a small op on this VM, so the loop reads it every
-  // 16th poll, and never for the op's deadline: the loop ends long before any timeout could
-  // expire, and the communication thread checks the deadline of an op it takes over.
+  // A clock read costs about as much as polling a small op on this VM, so the loop reads it every
+  // 16th poll, and never for the op's deadline: the budget ends long before a timeout could
+  // expire, and the communication thread checks the deadline of an op it takes over. An op queued
+  // meanwhile (a send / recv from another thread must not wait behind this one) ends the loop too.
   for (int polls = 1; !finished && !(finished = advance(running, /*check_deadline=*/false)); ++polls) {
-    if (polls % 16 == 0 && Clock::now() - began >= std::chrono::microseconds(kStartHereMicroseconds)) break;
+    if (yield) {
+      if (queued_.load(std::memory_order_acquire) != queued_at_start) break;
+      std::this_thread::yield();
+    }
+    if (polls % 16 == 0 && Clock::now() - began >= budget) break;
   }
   const double handover_us = finished ? 0 : trace_clock_us();
   std::unique_lock lock(mutex_);
@@ -82,12 +115,12 @@ void CommThread::run_here(const std::shared_ptr<Work>& work, StartRef start) {
   if (finished) {
     collective_active_ = false;
     count(running, running.error != nullptr, running.end_us);
-    // Wake the thread only if ops queued up meanwhile: a needless wake-up takes the core from
-    // this thread (ranks are bound to one core each).
-    const bool wake = !queue_.empty();
+    // Wake the thread only if ops queued up meanwhile, or it is waiting to stop: a needless
+    // wake-up takes the core from this thread (ranks are bound to one core each).
+    const bool wake = !queue_.empty() || stopping_;
     lock.unlock();
-    // No other thread has seen this Work yet (submit has not returned it): no lock, no wake-up.
-    work->finish_unobserved(running.error, running.start_us, running.end_us);
+    if (work_observed) running.task.work->finish(running.error, running.start_us, running.end_us);
+    else running.task.work->finish_unobserved(running.error, running.start_us, running.end_us);
     if (wake) queue_cv_.notify_one();
     return;
   }
@@ -97,37 +130,6 @@ void CommThread::run_here(const std::shared_ptr<Work>& work, StartRef start) {
   queued_.store(queue_.size() + 1, std::memory_order_release);  // ends its idle spin at once
   lock.unlock();
   queue_cv_.notify_one();
-}
-
-void CommThread::run_if_next(Work& work) {
-  std::unique_lock lock(mutex_);
-  // Note [A waiting caller runs its op]: only the next op, and only while nothing runs.
-  const bool next = !queue_.empty() && queue_.front().work.get() == &work && !queue_.front().info().p2p;
-  if (!next || stopping_ || collective_active_ || p2p_active_ != 0 || handed_over_ || starting_here_) return;
-  Running running;
-  running.task = std::move(queue_.front());
-  queue_.pop_front();
-  queued_.store(queue_.size(), std::memory_order_release);
-  collective_active_ = true;
-  starting_here_ = true;
-  lock.unlock();
-
-  // Polls, with the op's deadline, yielding the core between polls but never sleeping: this
-  // thread would otherwise be asleep in wait(), so the only threads it keeps from the core are
-  // other processes', which a yield lets run (Note [Polling, not spinning] is about leaving the
-  // core to this rank's own computation).
-  running.started_here = true;
-  bool finished = !start(running, StartRef(running.task.start), Clock::now());
-  while (!finished && !(finished = advance(running))) std::this_thread::yield();
-
-  lock.lock();
-  starting_here_ = false;
-  collective_active_ = false;
-  count(running, running.error != nullptr, running.end_us);
-  const bool wake = !queue_.empty();
-  lock.unlock();
-  work.finish(running.error, running.start_us, running.end_us);  // other threads may wait on it too
-  if (wake) queue_cv_.notify_one();
 }
 
 GroupStats CommThread::stats() const {

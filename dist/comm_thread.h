@@ -1,7 +1,7 @@
 // CommThread: the one thread that runs a process group's operations, in submission order.
 //
-// An operation is a PendingOp: start() (called on this thread) posts nonblocking MPI calls, poll()
-// advances it and says whether it finished. The thread polls the running collective until it
+// An operation is a PendingOp: start() (called on this thread, or on a caller's: see the two Notes
+// on callers below) posts nonblocking MPI calls, poll() advances it and says whether it finished. The thread polls the running collective until it
 // finishes or its deadline passes, then completes its Work and takes the next one. See Note
 // [Collective order] in dist/process_group.h for why collectives never overlap or reorder.
 // Point-to-point ops (send / recv) start in submission order too but do not wait for each other or
@@ -37,12 +37,15 @@
 // nothing while a caller is starting one (starting_here_) -- one thread runs ops at a time.
 //
 // Note [A waiting caller runs its op]: a caller that submits a collective and waits for it at once
-// (a blocking loop, or DDP's last bucket when this thread has not got the core yet) would pay two
-// thread wake-ups, ~15-20 us on a two-core machine: 15-20% of a 1 MiB AllReduce. So wait() on an op
-// that is next in the queue, with nothing running, takes it out of the queue and runs it to its end
-// on the waiting thread -- which has nothing else to do -- polling as this thread would, deadline
-// included. The order is kept as for Note [Small collectives start on the caller's thread]
-// (starting_here_). An op this thread has already started is waited for as usual.
+// (a blocking loop such as allreduce_bench's) pays two thread hand-offs, and this thread's polling
+// sleeps once an op runs longer than kSpinMicroseconds: ~5-10% of a 1-2 MiB AllReduce (measured,
+// docs/dist.md). So wait() on an op that is next in the queue, with nothing running and no send /
+// recv queued, takes it out of the queue and runs it on the waiting thread, which has nothing else
+// to do: it polls with a yield between polls (the core stays free for other processes' threads),
+// for up to kWaitHereMicroseconds or until another op is queued (a send / recv must not wait behind
+// it), and then hands it over as in Note [Small collectives start on the caller's thread], whose
+// ordering rules (starting_here_) it shares. wait(timeout) and wait_on_device() do not do this:
+// they must not run an op longer than asked, or block the host for a device's op.
 //
 // Note [After a timeout]: MPI cannot cancel a collective another rank never joined. The timed-out op
 // is kept (it owns its tensors and buffers, which MPI may still write into if the late rank ever
@@ -72,6 +75,7 @@ inline constexpr int kSpinMicroseconds = 50;  // See Note [Short spins before sl
 // See Note [Small collectives start on the caller's thread].
 inline constexpr size_t kStartHereBytes = size_t{64} << 10;
 inline constexpr int kStartHereMicroseconds = 30;
+inline constexpr int kWaitHereMicroseconds = 1000;  // See Note [A waiting caller runs its op]
 
 class PendingOp {
  public:
@@ -83,7 +87,7 @@ class PendingOp {
   virtual std::function<void()> device_wait() const { return nullptr; }
 };
 
-class CommThread {
+class CommThread : public std::enable_shared_from_this<CommThread> {
  public:
   // rank / size / backend only label error messages.
   CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us, bool trace,
@@ -155,13 +159,19 @@ class CommThread {
   std::shared_ptr<Work> claim_if_idle(OpInfo& info);
   // Runs a claimed op on the caller's thread for up to kStartHereMicroseconds, then hands it over.
   void run_here(const std::shared_ptr<Work>& work, StartRef start);
+  // Starts `running` (claimed: collective_active_ and starting_here_ set) on the calling thread and
+  // polls it for up to `budget` -- with a yield between polls and only until another op is queued
+  // when `yield` -- then completes it here or hands it over to this thread (handed_over_).
+  // work_observed: whether other threads may hold its Work (else it is finished without a lock).
+  void run_on_caller(Running& running, StartRef start, std::chrono::microseconds budget, bool yield,
+                     bool work_observed);
   std::shared_ptr<Work> enqueue(OpInfo info, StartFn start);  // for the communication thread
   void loop();
   // Starts running.task by calling `start` at `now`: false when it finished at once (failed to
   // start, or the group is broken).
   bool start(Running& running, StartRef start, Clock::time_point now);
   // Polls one running op: true once it finished (its Work is then completed). Without
-  // check_deadline the timeout is not looked at (a clock read saved: see submit()).
+  // check_deadline the timeout is not looked at (a clock read saved: see run_on_caller()).
   bool advance(Running& running, bool check_deadline = true);
   // Between polls of an op that made no progress; `sleeps` and `idle_since` carry the back-off.
   void back_off(int& sleeps, Clock::time_point idle_since) const;

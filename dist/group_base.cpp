@@ -208,7 +208,7 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
   RG_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   if (trace && trace_prefix != nullptr && *trace_prefix != '\0')
     trace_path_ = str_cat(trace_prefix, ".rank", rank_, ".g", id, "-", backend_, ".json");
-  comm_thread_ = std::make_unique<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us,
+  comm_thread_ = std::make_shared<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us,
                                               trace, simulated_network_from(options));
 }
 

@@ -109,7 +109,7 @@ class GroupBase : public ProcessGroup {
   std::string trace_path_;             // written at destruction when set
   MPI_Comm p2p_comm_ = MPI_COMM_NULL;  // send / recv: user tags never meet collective tags
   MPI_Comm debug_comm_ = MPI_COMM_NULL;
-  std::unique_ptr<CommThread> comm_thread_;
+  std::shared_ptr<CommThread> comm_thread_;  // shared with the Works it may run (weak_ptr)
   std::optional<Device> native_device_;
 };
 

@@ -12,7 +12,8 @@ std::string describe_op(const OpInfo& info, const std::string& backend, int rank
 
 void Work::wait() {
   if (!finished_.load(std::memory_order_acquire)) {
-    if (runner_ != nullptr) runner_->run_if_next(*this);  // Note [A waiting caller runs its op]
+    // Note [A waiting caller runs its op]. (A Work that was never queued has no runner.)
+    if (std::shared_ptr<CommThread> runner = runner_.lock()) runner->run_if_next(*this);
     std::unique_lock lock(mutex_);
     done_cv_.wait(lock, [&] { return done_; });
   }

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -63,12 +64,12 @@ std::string describe_op(const OpInfo& info, const std::string& backend, int rank
 
 class Work {
  public:
-  // The Work keeps the op's OpInfo: the communication thread reads it from here (one copy per op,
-  // not one per owner -- each copy of `detail` is an allocation, and a small AllReduce's whole cost
-  // is a microsecond).
-  // runner: the thread that runs the op, which wait() may ask to let the waiter run it instead.
-  Work(OpInfo info, std::string backend, int rank, int size, CommThread* runner = nullptr)
-      : info_(std::move(info)), backend_(std::move(backend)), rank_(rank), size_(size), runner_(runner) {}
+  // The Work keeps the op's OpInfo: whoever runs the op reads it from here (one copy per op, not
+  // one per owner: a small AllReduce's whole cost is well under a microsecond). runner: the queue
+  // the op waits in, which wait() asks to let the waiting thread run it (Note [A waiting caller
+  // runs its op] in dist/comm_thread.h); weak, because a Work may outlive its group.
+  Work(OpInfo info, std::string backend, int rank, int size, std::weak_ptr<CommThread> runner = {})
+      : info_(std::move(info)), backend_(std::move(backend)), rank_(rank), size_(size), runner_(std::move(runner)) {}
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
 
@@ -83,17 +84,17 @@ class Work {
   std::string description() const { return describe_op(info_, backend_, rank_, size_); }
   const OpInfo& info() const { return info_; }
 
-  // When the communication thread started and finished it (trace_clock_us(), core/trace.h); 0
+  // When the op was started and finished (trace_clock_us(), core/trace.h), on whichever thread ran it; 0
   // until completed. DDP uses them for its overlap figures and trace rows.
   double start_us() const;
   double end_us() const;
 
-  // Called once by the communication thread: the collective ended (error null on success).
+  // Called once by the thread that ran the op (CommThread): it ended (error null on success).
   void finish(std::exception_ptr error = nullptr, double start_us = 0, double end_us = 0);
   // finish() for a Work no other thread can hold yet (its op completed on the caller's thread
   // before submit returned the Work): no lock, and no waiter to wake.
   void finish_unobserved(std::exception_ptr error, double start_us, double end_us);
-  // Called by the communication thread when it launched an op that completes on a device: makes the
+  // Called by the thread that launched an op that completes on a device: makes the
   // default stream wait for it (Note [Waiting on the device]).
   void set_device_wait(std::function<void()> enqueue_wait);
 
@@ -101,7 +102,7 @@ class Work {
   const OpInfo info_;
   const std::string backend_;
   const int rank_, size_;
-  CommThread* const runner_;  // outlives every unfinished Work: the group finishes them all when it ends
+  const std::weak_ptr<CommThread> runner_;
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;

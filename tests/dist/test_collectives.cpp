@@ -320,6 +320,47 @@ TEST_CASE("send / recv: a ring of large messages posted send-first on every rank
   }
 }
 
+TEST_CASE("a send queued behind a waited-for collective still runs beside it") {
+  // Rank 1 receives before it joins the AllReduce, and rank 0 sends after submitting it: the
+  // AllReduce can only finish once the send has run. A wait() that ran the AllReduce on its own
+  // thread and kept the send behind it would deadlock (Note [A waiting caller runs its op] in
+  // dist/comm_thread.h); the 10 s timeout turns that into a failure here. Second round: the send
+  // comes from another thread while rank 0's main thread is already waiting.
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  for (const auto& backend : {"mpi", "ring", "auto"}) {
+    for (const bool from_another_thread : {false, true}) {
+      CAPTURE(backend);
+      CAPTURE(from_another_thread);
+      auto pg = dist::new_group(backend, test_options(/*timeout_seconds=*/10));
+      const int64_t n = 100000;  // 400 KB: queued, not started on the submitting thread
+      rg::Tensor t = filled(n, rg::DType::f32, [&](int64_t i) { return (r + 1) + (i % 7); });
+      rg::Tensor message = filled(5, rg::DType::i64, [&](int64_t i) { return 40 + i; });
+      rg::Tensor received = rg::zeros({5}, {.dtype = rg::DType::i64});
+      if (r == 0) {
+        auto reduced = pg->allreduce(t);
+        if (from_another_thread) {
+          std::thread sender([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            pg->send(message, 1, /*tag=*/3)->wait();
+          });
+          CHECK_NOTHROW(reduced->wait());
+          sender.join();
+        } else {
+          auto sent = pg->send(message, 1, /*tag=*/3);
+          CHECK_NOTHROW(reduced->wait());
+          CHECK_NOTHROW(sent->wait());
+        }
+      } else {
+        if (r == 1) pg->recv(received, 0, /*tag=*/3)->wait();
+        CHECK_NOTHROW(pg->allreduce(t)->wait());
+      }
+      if (r == 1) CHECK(mismatch(received, [](int64_t i) { return 40.0 + i; }) == "");
+      CHECK(mismatch(t, [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
+    }
+  }
+}
+
 TEST_CASE("send / recv: a message that does not fit the receiving tensor is an error naming both sizes") {
   const int N = dist::world().size, r = dist::world().rank;
   if (N == 1) return;

@@ -98,16 +98,16 @@ void CommThread::run_on_caller(Running& running, StartRef start, std::chrono::mi
   const size_t queued_at_start = queued_.load(std::memory_order_acquire);
   const auto began = Clock::now();
   bool finished = !this->start(running, start, began);
-  // A clock read costs about as much as polling a small op on this VM, so the loop reads it every
-  // 16th poll, and never for the op's deadline: the budget ends long before a timeout could
-  // expire, and the communication thread checks the deadline of an op it takes over. An op queued
-  // meanwhile (a send / recv from another thread must not wait behind this one) ends the loop too.
+  // A clock read costs about as much as polling a small op on this VM, and a yield (a system call)
+  // more, so the loop does both only every 16th poll; it never reads the clock for the op's
+  // deadline: the budget ends long before a timeout could expire, and the communication thread
+  // checks the deadline of an op it takes over. An op queued meanwhile (a send / recv from another
+  // thread must not wait behind this one) ends the loop too.
   for (int polls = 1; !finished && !(finished = advance(running, /*check_deadline=*/false)); ++polls) {
-    if (yield) {
-      if (queued_.load(std::memory_order_acquire) != queued_at_start) break;
-      std::this_thread::yield();
-    }
-    if (polls % 16 == 0 && Clock::now() - began >= budget) break;
+    if (yield && queued_.load(std::memory_order_acquire) != queued_at_start) break;
+    if (polls % 16 != 0) continue;
+    if (Clock::now() - began >= budget) break;
+    if (yield) std::this_thread::yield();
   }
   const double handover_us = finished ? 0 : trace_clock_us();
   std::unique_lock lock(mutex_);
@@ -148,12 +148,13 @@ void CommThread::loop() {
   int sleeps = 0;
   Clock::time_point idle_since = Clock::now();
   bool was_running = false;
+  bool just_finished = false;  // an op ended in the last pass
   double last_us = trace_clock_us();
   for (;;) {
     std::vector<Task> to_start;
     bool adopted = false;
     const bool running = collective_ || !p2p_.empty();
-    if (!running) {  // See Note [Short spins before sleeping]
+    if (!running && just_finished) {  // See Note [Short spins before sleeping]
       const auto until = Clock::now() + std::chrono::microseconds(kSpinMicroseconds);
       while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) std::this_thread::yield();
     }
@@ -209,7 +210,8 @@ void CommThread::loop() {
         ++it;
       }
     }
-    if (collectives_done + p2p_done > 0) {
+    just_finished = collectives_done + p2p_done > 0;
+    if (just_finished) {
       progress = true;
       std::lock_guard lock(mutex_);
       p2p_active_ -= p2p_done;

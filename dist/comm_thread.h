@@ -22,9 +22,12 @@
 // Note [Short spins before sleeping]: a small collective takes a few microseconds on the wire, but
 // waking a sleeping thread costs about as much again. So after its last op the thread polls its
 // queue for up to kSpinMicroseconds, yielding the core between polls, before it sleeps: back-to-back
-// collectives skip the wake-up, while an idle group costs nothing. (The waiting caller does not
-// spin: on a machine with fewer cores than threads its spinning slowed the communication threads
-// more than it saved -- measured, docs/dist.md.)
+// collectives skip the wake-up, while an idle group costs nothing. Only after an op of its own
+// ended: woken for an op that a caller took meanwhile (Note [A waiting caller runs its op]), the
+// thread goes back to sleep at once rather than take turns on the core with that caller's polls.
+// (A caller waiting for an op this thread runs does not spin: on a machine with fewer cores than
+// threads its spinning slowed the communication threads more than it saved -- measured,
+// docs/dist.md.)
 //
 // Note [Small collectives start on the caller's thread]: handing an op to this thread and its
 // completion back costs two thread wake-ups, ~15-20 us on a two-core machine -- several times the

@@ -69,8 +69,7 @@ void CommThread::run_here(const std::shared_ptr<Work>& work, StartRef start) {
   running.task.work = work;
   // A tight loop: this is the caller's own core, and a yield would be a system call per poll.
   // No other thread has seen this Work yet (submit has not returned it): finished without a lock.
-  run_on_caller(running, start, std::chrono::microseconds(kStartHereMicroseconds), /*yield=*/false,
-                /*work_observed=*/false);
+  run_on_caller(running, start, std::chrono::microseconds(kStartHereMicroseconds), /*from_wait=*/false);
 }
 
 void CommThread::run_if_next(Work& work) {
@@ -89,11 +88,10 @@ void CommThread::run_if_next(Work& work) {
   starting_here_ = true;
   lock.unlock();
   run_on_caller(running, StartRef(running.task.start), std::chrono::microseconds(kWaitHereMicroseconds),
-                /*yield=*/true, /*work_observed=*/true);
+                /*from_wait=*/true);
 }
 
-void CommThread::run_on_caller(Running& running, StartRef start, std::chrono::microseconds budget, bool yield,
-                               bool work_observed) {
+void CommThread::run_on_caller(Running& running, StartRef start, std::chrono::microseconds budget, bool from_wait) {
   running.started_here = true;
   const size_t queued_at_start = queued_.load(std::memory_order_acquire);
   const auto began = Clock::now();
@@ -104,10 +102,10 @@ void CommThread::run_on_caller(Running& running, StartRef start, std::chrono::mi
   // checks the deadline of an op it takes over. An op queued meanwhile (a send / recv from another
   // thread must not wait behind this one) ends the loop too.
   for (int polls = 1; !finished && !(finished = advance(running, /*check_deadline=*/false)); ++polls) {
-    if (yield && queued_.load(std::memory_order_acquire) != queued_at_start) break;
+    if (from_wait && queued_.load(std::memory_order_acquire) != queued_at_start) break;
     if (polls % 16 != 0) continue;
     if (Clock::now() - began >= budget) break;
-    if (yield) std::this_thread::yield();
+    if (from_wait) std::this_thread::yield();
   }
   const double handover_us = finished ? 0 : trace_clock_us();
   std::unique_lock lock(mutex_);
@@ -119,7 +117,7 @@ void CommThread::run_on_caller(Running& running, StartRef start, std::chrono::mi
     // wake-up takes the core from this thread (ranks are bound to one core each).
     const bool wake = !queue_.empty() || stopping_;
     lock.unlock();
-    if (work_observed) running.task.work->finish(running.error, running.start_us, running.end_us);
+    if (from_wait) running.task.work->finish(running.error, running.start_us, running.end_us);
     else running.task.work->finish_unobserved(running.error, running.start_us, running.end_us);
     if (wake) queue_cv_.notify_one();
     return;

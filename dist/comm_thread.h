@@ -1,8 +1,9 @@
 // CommThread: the one thread that runs a process group's operations, in submission order.
 //
 // An operation is a PendingOp: start() (called on this thread, or on a caller's: see the two Notes
-// on callers below) posts nonblocking MPI calls, poll() advances it and says whether it finished. The thread polls the running collective until it
-// finishes or its deadline passes, then completes its Work and takes the next one. See Note
+// on callers below) posts nonblocking MPI calls, poll() advances it and says whether it finished.
+// The thread polls the running collective until it finishes or its deadline passes, then completes
+// its Work and takes the next one. See Note
 // [Collective order] in dist/process_group.h for why collectives never overlap or reorder.
 // Point-to-point ops (send / recv) start in submission order too but do not wait for each other or
 // for the running collective: they are polled alongside it, each with its own deadline.
@@ -44,7 +45,7 @@
 // sleeps once an op runs longer than kSpinMicroseconds: ~5-10% of a 1-2 MiB AllReduce (measured,
 // docs/dist.md). So wait() on an op that is next in the queue, with nothing running and no send /
 // recv queued, takes it out of the queue and runs it on the waiting thread, which has nothing else
-// to do: it polls with a yield between polls (the core stays free for other processes' threads),
+// to do: it polls with a yield every 16th poll (the core stays free for other processes' threads),
 // for up to kWaitHereMicroseconds or until another op is queued (a send / recv must not wait behind
 // it), and then hands it over as in Note [Small collectives start on the caller's thread], whose
 // ordering rules (starting_here_) it shares. wait(timeout) and wait_on_device() do not do this:
@@ -151,7 +152,7 @@ class CommThread : public std::enable_shared_from_this<CommThread> {
     Clock::time_point deadline;
     double start_us = 0;
     // On the caller's thread (Note [Small collectives start on the caller's thread]): complete()
-    // then only records the end in end_us / error, and run_here() does the rest.
+    // then only records the end in end_us / error, and run_on_caller() does the rest.
     bool started_here = false;
     double end_us = 0;
     std::exception_ptr error;
@@ -163,11 +164,11 @@ class CommThread : public std::enable_shared_from_this<CommThread> {
   // Runs a claimed op on the caller's thread for up to kStartHereMicroseconds, then hands it over.
   void run_here(const std::shared_ptr<Work>& work, StartRef start);
   // Starts `running` (claimed: collective_active_ and starting_here_ set) on the calling thread and
-  // polls it for up to `budget` -- with a yield between polls and only until another op is queued
-  // when `yield` -- then completes it here or hands it over to this thread (handed_over_).
-  // work_observed: whether other threads may hold its Work (else it is finished without a lock).
-  void run_on_caller(Running& running, StartRef start, std::chrono::microseconds budget, bool yield,
-                     bool work_observed);
+  // polls it for up to `budget`, then completes it here or hands it over to this thread
+  // (handed_over_). from_wait (Note [A waiting caller runs its op]): the loop yields now and then
+  // and ends when another op is queued, and other threads may hold the Work; otherwise (submit)
+  // the loop is tight and the Work, not yet returned, is finished without a lock.
+  void run_on_caller(Running& running, StartRef start, std::chrono::microseconds budget, bool from_wait);
   std::shared_ptr<Work> enqueue(OpInfo info, StartFn start);  // for the communication thread
   void loop();
   // Starts running.task by calling `start` at `now`: false when it finished at once (failed to

@@ -77,11 +77,7 @@ double Work::end_us() const {
 void Work::finish(std::exception_ptr error, double start_us, double end_us) {
   {
     std::lock_guard lock(mutex_);
-    start_us_ = start_us;
-    end_us_ = end_us;
-    done_ = true;
-    error_ = std::move(error);
-    finished_.store(true, std::memory_order_release);
+    finish_unobserved(std::move(error), start_us, end_us);  // the same stores, under the lock
   }
   done_cv_.notify_all();
 }

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/native/native.h"
 #include "core/ops.h"
+#include "core/storage.h"
 #include "dist/mpi_check.h"
 #include "dist/requests.h"
 
@@ -354,12 +355,43 @@ std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
   auto detail = [](const OpInfo::Operands& o) {
     return str_cat(reduce_op_name(static_cast<ReduceOp>(o.x)), ", ", o.a.desc());
   };
-  return submit_collective(
-      {.name = "allreduce", .detail = detail, .operands = {.a = t, .x = static_cast<int>(op)}, .bytes = t.nbytes()},
-      // See Note [CUDA tensors through host staging].
-      [this, t, host = stage_in("dist.allreduce", t), op](int tag) {
-        return staged(start_allreduce(host, op, tag), t, host);
-      });
+  const OpInfo info{
+      .name = "allreduce", .detail = detail, .operands = {.a = t, .x = static_cast<int>(op)}, .bytes = t.nbytes()};
+  if (std::shared_ptr<SharedBuffer> shared = shared_buffer_of(t))  // Note [Shared gradient buffers]
+    return submit_collective(info, [shared = std::move(shared), t, op](int tag) { return shared->allreduce(t, op, tag); });
+  // See Note [CUDA tensors through host staging].
+  return submit_collective(info, [this, t, host = stage_in("dist.allreduce", t), op](int tag) {
+    return staged(start_allreduce(host, op, tag), t, host);
+  });
+}
+
+Tensor GroupBase::new_reduction_buffer(int64_t numel, DType dtype, Device device) {
+  RG_CHECK(numel >= 0, "dist.new_reduction_buffer", "numel must be >= 0, got ", numel, " (rank ", rank_, "/", size_,
+           ")");
+  // Every rank takes the same branch: shared_slots_ is set on all ranks or on none, and the
+  // arguments are the same everywhere.
+  if (shared_slots_ == nullptr || !device.is_cpu() || numel == 0 || dtype == DType::u8)
+    return ProcessGroup::new_reduction_buffer(numel, dtype, device);
+  const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
+  std::shared_ptr<SharedBuffer> shared = SharedBuffer::create(*this, bytes);
+  if (shared == nullptr) return ProcessGroup::new_reduction_buffer(numel, dtype, device);
+  {
+    std::lock_guard<std::mutex> lock(shared_buffers_mutex_);
+    std::erase_if(shared_buffers_, [](const std::weak_ptr<SharedBuffer>& b) { return b.expired(); });
+    shared_buffers_.push_back(shared);
+    any_shared_buffers_.store(true, std::memory_order_relaxed);
+  }
+  // The storage owns the mapping: it is unmapped when the last view of the buffer goes away.
+  auto storage = std::make_shared<Storage>(shared->mine(), bytes, Device::cpu(), [shared](void*) mutable { shared.reset(); });
+  return make_view(storage, {numel}, {1}, 0, dtype);  // zero: a new segment is zero-filled
+}
+
+std::shared_ptr<SharedBuffer> GroupBase::shared_buffer_of(const Tensor& t) {
+  if (!any_shared_buffers_.load(std::memory_order_relaxed) || !t.device().is_cpu()) return nullptr;
+  std::lock_guard<std::mutex> lock(shared_buffers_mutex_);
+  for (const std::weak_ptr<SharedBuffer>& weak : shared_buffers_)
+    if (std::shared_ptr<SharedBuffer> b = weak.lock(); b != nullptr && b->contains(t)) return b;
+  return nullptr;
 }
 
 std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {

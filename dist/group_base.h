@@ -17,13 +17,17 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dist/algorithms.h"
 #include "dist/comm_thread.h"
 #include "dist/process_group.h"
+#include "dist/shared_buffer.h"
 #include "dist/shared_memory.h"
 
 namespace ringgrad::dist::detail {
@@ -45,6 +49,9 @@ class GroupBase : public ProcessGroup {
   std::shared_ptr<Work> barrier() override;
   std::shared_ptr<Work> send(const Tensor& t, int dst, int tag) override;
   std::shared_ptr<Work> recv(const Tensor& t, int src, int tag) override;
+  // Note [Shared gradient buffers] where shared_slots_ is set (every rank on this machine, shared
+  // memory allowed), else the ordinary buffer.
+  Tensor new_reduction_buffer(int64_t numel, DType dtype, Device device) override;
 
   GroupStats stats() const override { return comm_thread_->stats(); }
   std::vector<TraceEvent> trace_events() const override { return comm_thread_->trace_events(); }
@@ -96,6 +103,8 @@ class GroupBase : public ProcessGroup {
   std::shared_ptr<Work> submit_checked(OpInfo info, std::function<std::unique_ptr<PendingOp>(int tag)> start);
   std::shared_ptr<Work> submit_p2p(OpInfo info, std::function<std::unique_ptr<PendingOp>()> start);
   void check_peer(const char* op, int peer, int tag, const Tensor& t) const;
+  // The live shared buffer t lies in, or null (the ordinary path).
+  std::shared_ptr<SharedBuffer> shared_buffer_of(const Tensor& t);
   // The tensor a collective's start_* works on: t itself, or its host copy (inputs) / a host
   // buffer copied back on completion (outputs).
   Device work_device() const;
@@ -111,6 +120,10 @@ class GroupBase : public ProcessGroup {
   MPI_Comm debug_comm_ = MPI_COMM_NULL;
   std::shared_ptr<CommThread> comm_thread_;  // shared with the Works it may run (weak_ptr)
   std::optional<Device> native_device_;
+  // Buffers from new_reduction_buffer that live in shared memory; each dies with its last tensor.
+  std::mutex shared_buffers_mutex_;
+  std::vector<std::weak_ptr<SharedBuffer>> shared_buffers_;
+  std::atomic<bool> any_shared_buffers_{false};  // lets every other AllReduce skip the lock
 };
 
 // Every collective by the ring algorithms (dist/ring.cpp): backend "ring" itself, and the base of

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/ops.h"
 #include "dist/backends.h"
 #include "dist/init.h"
 
@@ -16,6 +17,10 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::min: return "min";
   }
   return "?";
+}
+
+Tensor ProcessGroup::new_reduction_buffer(int64_t numel, DType dtype, Device device) {
+  return zeros({numel}, {.dtype = dtype, .device = device});
 }
 
 double default_collective_timeout() {

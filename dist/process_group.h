@@ -127,6 +127,15 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual std::shared_ptr<Work> recv(const Tensor& t, int src, int tag = 0) = 0;
 
+  // A zero-filled 1-D tensor of `numel` elements for data this group will AllReduce again and again
+  // (DDP's gradient buckets). Where the group can, it lives in memory that every rank of the machine
+  // maps, and an AllReduce of it -- or of a view into it -- sums across the ranks' buffers in place,
+  // with no copy and no message (Note [Shared gradient buffers] in dist/shared_buffer.h; backends
+  // "tree" and "auto" on one machine, unless shared memory is switched off). Otherwise it is an
+  // ordinary tensor. Either way it behaves like one. Collective: every rank calls it with the same
+  // arguments in the same order, and reduces its own buffer where the others reduce theirs.
+  virtual Tensor new_reduction_buffer(int64_t numel, DType dtype, Device device = Device::cpu());
+
   // Observability: counters, and the trace events recorded when tracing is on (empty otherwise).
   virtual GroupStats stats() const = 0;
   virtual std::vector<TraceEvent> trace_events() const = 0;

@@ -75,8 +75,28 @@ void Reducer::build_buckets(const std::vector<int>& order) {
     bytes[b] += nbytes;
   }
 
+  // One reduction buffer per (dtype, device), each bucket a view of it starting on a cache line.
+  // Collective (every rank builds the same buckets): on one machine it is memory every rank maps,
+  // which the AllReduce sums in place (Note [Shared gradient buffers] in dist/shared_buffer.h) --
+  // one such buffer per dtype rather than per bucket, since each costs two small collectives.
+  std::vector<int64_t> numels(members.size()), starts(members.size());
+  std::map<std::pair<DType, std::string>, int64_t> arena_numel;  // elements so far, per key
+  for (size_t b = 0; b < members.size(); ++b) {
+    for (int idx : members[b]) numels[b] += params_[idx].tensor.numel();
+    const auto key = std::make_pair(dtypes[b], devices[b].str());
+    const int64_t line = std::max<int64_t>(1, 64 / static_cast<int64_t>(dtype_size(dtypes[b])));
+    int64_t& used = arena_numel[key];
+    starts[b] = (used + line - 1) / line * line;
+    used = starts[b] + numels[b];
+  }
+  // Allocated at each key's first bucket: in bucket order, the same on every rank.
+  std::map<std::pair<DType, std::string>, Tensor> arenas;
   buckets_.assign(members.size(), Bucket{});
   for (size_t b = 0; b < members.size(); ++b) {
+    const auto key = std::make_pair(dtypes[b], devices[b].str());
+    auto it = arenas.find(key);
+    if (it == arenas.end())
+      it = arenas.emplace(key, group_->new_reduction_buffer(arena_numel[key], dtypes[b], devices[b])).first;
     Bucket& bucket = buckets_[b];
     bucket.grad.index = static_cast<int>(b);
     bucket.params = members[b];
@@ -87,7 +107,7 @@ void Reducer::build_buckets(const std::vector<int>& order) {
       numel += params_[idx].tensor.numel();
       bucket.grad.parameter_names.push_back(params_[idx].name);
     }
-    bucket.grad.buffer = zeros({numel}, {.dtype = dtypes[b], .device = devices[b]});
+    bucket.grad.buffer = it->second.narrow(0, starts[b], numel);
   }
   for (Param& p : params_) {
     attach_view(p);  // copies each old value into the new buffer

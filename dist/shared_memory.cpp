@@ -1,14 +1,9 @@
 #include "dist/shared_memory.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstddef>
-#include <random>
 #include <string>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +12,7 @@
 #include "core/error.h"
 #include "dist/mpi_check.h"
 #include "dist/reduce_kernels.h"
+#include "dist/shm_segment.h"
 
 namespace ringgrad::dist::detail {
 
@@ -55,54 +51,6 @@ size_t accumulation_bytes(const Tensor& t) {
   return half ? static_cast<size_t>(t.numel()) * sizeof(float) : t.nbytes();
 }
 
-uint64_t& nonce_of(std::byte* base) { return *reinterpret_cast<uint64_t*>(base); }
-
-// Rank 0 creates the segment and writes `nonce` first in it; "" when it could not. A name taken
-// already (a killed job's leftover, another PID namespace's) is retried with the next number.
-std::string create_segment(size_t bytes, uint64_t nonce, std::byte** base) {
-  static std::atomic<int> counter{0};
-  char name[64];
-  int fd = -1;
-  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
-    std::snprintf(name, sizeof name, "/ringgrad-%d-%d", static_cast<int>(getpid()), counter++);
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 && errno != EEXIST) return "";
-  }
-  if (fd < 0) return "";
-  // posix_fallocate, not ftruncate: a full /dev/shm is an error here, not a SIGBUS at first touch.
-  void* p = posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0
-                ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                : MAP_FAILED;
-  close(fd);
-  if (p == MAP_FAILED) {
-    shm_unlink(name);
-    return "";
-  }
-  *base = static_cast<std::byte*>(p);
-  nonce_of(*base) = nonce;
-  return name;
-}
-
-// Null unless the segment is rank 0's: large enough, and holding its nonce. A rank that sees
-// another /dev/shm than rank 0 (a container counted as the same node) finds no segment, or
-// someone else's, and the group falls back to MPI instead of reducing unrelated memory.
-std::byte* map_segment(const char* name, size_t bytes, uint64_t nonce) {
-  const int fd = shm_open(name, O_RDWR, 0);
-  if (fd < 0) return nullptr;
-  struct stat st {};
-  void* p = fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= bytes
-                ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                : MAP_FAILED;
-  close(fd);
-  if (p == MAP_FAILED) return nullptr;
-  auto* base = static_cast<std::byte*>(p);
-  if (nonce_of(base) != nonce) {
-    munmap(p, bytes);
-    return nullptr;
-  }
-  return base;
-}
-
 }  // namespace
 
 std::unique_ptr<SharedSlots> SharedSlots::create(MPI_Comm comm, int rank, int size) {
@@ -121,16 +69,16 @@ std::unique_ptr<SharedSlots> SharedSlots::create(MPI_Comm comm, int rank, int si
     uint64_t nonce = 0;
   } segment;
   if (rank == 0) {
-    segment.nonce = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(getpid());
-    std::snprintf(segment.name, sizeof segment.name, "%s", create_segment(bytes, segment.nonce, &base).c_str());
+    segment.nonce = new_shm_nonce();
+    std::snprintf(segment.name, sizeof segment.name, "%s", create_shm_segment(bytes, segment.nonce, &base).c_str());
   }
   RG_MPI_CHECK(MPI_Bcast(&segment, sizeof segment, MPI_BYTE, 0, comm));
   const char* name = segment.name;
-  if (rank != 0 && name[0] != '\0') base = map_segment(name, bytes, segment.nonce);
+  if (rank != 0 && name[0] != '\0') base = map_shm_segment(name, bytes, segment.nonce);
   int mapped = base != nullptr, all_mapped = 0;
   RG_MPI_CHECK(MPI_Allreduce(&mapped, &all_mapped, 1, MPI_INT, MPI_MIN, comm));
   // Everyone who could map it has: the name can go, the memory stays until the last munmap.
-  if (rank == 0 && name[0] != '\0') shm_unlink(name);
+  if (rank == 0 && name[0] != '\0') unlink_shm_segment(name);
   if (!all_mapped) {
     if (base != nullptr) munmap(base, bytes);
     return nullptr;

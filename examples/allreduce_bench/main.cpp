@@ -7,6 +7,8 @@
 // library's blocking MPI_Allreduce on MPI_COMM_WORLD called straight from this thread -- no
 // communication thread, no Work -- the figure the "0.9x of MPI_Allreduce" compares with.
 // (MPI has no f16 type: for f16 the peer is skipped.) --segment sets the ring's segment size.
+// "auto/shared" is backend auto on a tensor from new_reduction_buffer, as DDP's buckets are: on one
+// machine it is summed in place across the ranks' buffers (Note [Shared gradient buffers]).
 //
 // Noise: this machine's timings drift by 2-3x over seconds. So the backends are interleaved: for
 // each of -r rounds, each size is measured on every backend in turn (the order rotating every
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
     if (!segment.empty()) options.ring_segment_bytes = static_cast<size_t>(parse_size(segment));
     std::vector<std::string> names;
     std::vector<std::unique_ptr<dist::ProcessGroup>> groups;  // null: the bare MPI_Allreduce peer
+    std::vector<bool> in_shared_buffer;
     for (const std::string& backend : split_list(backends)) {
       const bool bare = backend == "MPI_Allreduce";
       if (bare && dtype != DType::f32) {
@@ -108,7 +111,10 @@ int main(int argc, char** argv) {
         continue;
       }
       names.push_back(backend);
-      groups.push_back(bare ? nullptr : dist::new_group(backend, options));
+      // "auto/shared": the auto group on a tensor from new_reduction_buffer -- DDP's buckets.
+      const bool shared = backend == "auto/shared";
+      in_shared_buffer.push_back(shared);
+      groups.push_back(bare ? nullptr : dist::new_group(shared ? "auto" : backend, options));
     }
     std::vector<int64_t> counts;
     for (double bytes = static_cast<double>(parse_size(begin)); bytes <= static_cast<double>(parse_size(end));
@@ -119,10 +125,15 @@ int main(int argc, char** argv) {
     std::vector<std::vector<int64_t>> wrong(names.size(), std::vector<int64_t>(counts.size(), 0));
     for (int round = 0; round < rounds; ++round)
       for (size_t s = 0; s < counts.size(); ++s) {
-        Tensor t = full({counts[s]}, w.rank + 1.0, {.dtype = dtype});
+        Tensor plain = full({counts[s]}, w.rank + 1.0, {.dtype = dtype});
         for (size_t k = 0; k < names.size(); ++k) {
           const size_t b = (k + static_cast<size_t>(round)) % names.size();  // rotate the order
           dist::ProcessGroup* pg = groups[b].get();
+          Tensor t = plain;
+          if (in_shared_buffer[b]) {  // collective: every rank rotates alike
+            t = pg->new_reduction_buffer(counts[s], dtype);
+            t.fill_(w.rank + 1.0);
+          }
           auto allreduce = [&](Tensor& x) {
             if (pg == nullptr)
               MPI_Allreduce(MPI_IN_PLACE, x.raw_data(), static_cast<int>(x.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);

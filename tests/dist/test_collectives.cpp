@@ -59,6 +59,27 @@ double expected_reduce(dist::ReduceOp op, rg::DType dt, int64_t i) {
   return 0;
 }
 
+// Rank q's random input for the rank-order tests: randn(n) seeded by seed + q.
+rg::Tensor random_input(int64_t n, uint64_t seed, int q) {
+  rg::Generator gen(seed + q);
+  return rg::randn({n}, gen);
+}
+
+// Elements of got (f32) that differ from the f32 sum of every rank's random_input added in rank
+// order 0, 1, ..., N-1.
+int64_t differ_from_rank_order_sum(const rg::Tensor& got, uint64_t seed) {
+  const int64_t n = got.numel();
+  std::vector<float> want(n, 0.0f);
+  for (int q = 0; q < dist::world().size; ++q) {
+    const std::vector<double> v = random_input(n, seed, q).to_vector();
+    for (int64_t i = 0; i < n; ++i) want[i] = q == 0 ? static_cast<float>(v[i]) : want[i] + static_cast<float>(v[i]);
+  }
+  const std::vector<double> g = got.to_vector();
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) differ += static_cast<float>(g[i]) != want[i];
+  return differ;
+}
+
 }  // namespace
 
 TEST_CASE("world: rank, size, local rank and local size") {
@@ -408,22 +429,9 @@ TEST_CASE("tree on shared memory: every rank ends with the rank-order sum; a mis
   dist::GroupOptions options = test_options();
   options.shared_memory = true;  // whatever RINGGRAD_DIST_SHM says
   auto pg = dist::new_group("tree", options);
-  const int64_t n = 3000;
-  auto input = [&](int rank) {
-    rg::Generator gen(100 + rank);
-    return rg::randn({n}, gen);
-  };
-  rg::Tensor t = input(r);
+  rg::Tensor t = random_input(3000, 100, r);
   pg->allreduce(t)->wait();
-  std::vector<float> want(n, 0.0f);
-  for (int q = 0; q < N; ++q) {
-    const std::vector<double> v = input(q).to_vector();
-    for (int64_t i = 0; i < n; ++i) want[i] = q == 0 ? static_cast<float>(v[i]) : want[i] + static_cast<float>(v[i]);
-  }
-  const std::vector<double> got = t.to_vector();
-  int64_t differ = 0;
-  for (int64_t i = 0; i < n; ++i) differ += static_cast<float>(got[i]) != want[i];
-  CHECK(differ == 0);
+  CHECK(differ_from_rank_order_sum(t, 100) == 0);
 
   // The last rank is off by one element. Over shared memory every rank sees the other's header at
   // once and fails, naming both byte counts, instead of waiting out the 60 s timeout.
@@ -456,6 +464,85 @@ TEST_CASE("tree on shared memory: same byte count but another dtype or reduce op
     const dist::ReduceOp op = mismatch_kind == 1 && odd_one ? dist::ReduceOp::max : dist::ReduceOp::sum;
     CHECK_THROWS_WITH_AS(pg->allreduce(t, op)->wait(), doctest::Contains("is at another collective"), rg::Error);
   }
+}
+
+TEST_CASE("new_reduction_buffer: every backend x op x dtype, the whole buffer and a view into it") {
+  // Note [Shared gradient buffers]: on "tree" and "auto" (one machine) the buffer is memory every
+  // rank maps and the AllReduce sums it in place; elsewhere it is an ordinary tensor. The results
+  // must be the same closed forms as for any tensor.
+  const int r = dist::world().rank;
+  for (const auto& backend : kBackends) {
+    auto pg = make_group(backend);
+    for (rg::DType dt : kDtypes)
+      for (dist::ReduceOp op : kOps)
+        for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{5000}, int64_t{300001}}) {
+          CAPTURE(backend);
+          const std::string dtype = rg::dtype_name(dt);
+          CAPTURE(dtype);
+          const std::string reduce = dist::reduce_op_name(op);
+          CAPTURE(reduce);
+          CAPTURE(n);
+          rg::Tensor buffer = pg->new_reduction_buffer(n, dt);
+          REQUIRE(buffer.shape() == rg::Shape{n});
+          CHECK(buffer.dtype() == dt);
+          CHECK(mismatch(buffer, [](int64_t) { return 0.0; }) == "");  // zero-filled
+          buffer.copy_(filled(n, dt, [&](int64_t i) { return (r + 1) + (i % 7); }));
+          pg->allreduce(buffer, op)->wait();
+          CHECK(mismatch(buffer, [&](int64_t i) { return expected_reduce(op, dt, i); }) == "");
+          if (n < 10) continue;
+          // A view that starts off a cache line and ends before the buffer does; the rest stays.
+          rg::Tensor view = buffer.narrow(0, 3, n - 7);
+          // Element j of the buffer now holds (r + 1) + ((j + 1) % 7) inside the view.
+          view.copy_(filled(n - 7, dt, [&](int64_t i) { return (r + 1) + ((i + 4) % 7); }));
+          pg->allreduce(view, op)->wait();
+          CHECK(mismatch(buffer, [&](int64_t j) {
+                  const bool inside = j >= 3 && j < n - 4;
+                  // Outside: the first reduction's result, not reduced again.
+                  return inside ? expected_reduce(op, dt, j + 1) : expected_reduce(op, dt, j);
+                }) == "");
+        }
+  }
+}
+
+TEST_CASE("new_reduction_buffer on shared memory: identical rank-order sums everywhere; another view fails at once") {
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  dist::GroupOptions options = test_options();
+  options.shared_memory = true;  // whatever RINGGRAD_DIST_SHM says
+  auto pg = dist::new_group("auto", options);
+  // Large enough that an ordinary tensor would take the ring.
+  const int64_t n = 1 << 20;
+  rg::Tensor buffer = pg->new_reduction_buffer(n, rg::DType::f32);
+  buffer.copy_(random_input(n, 200, r));
+  pg->allreduce(buffer)->wait();
+  CHECK(differ_from_rank_order_sum(buffer, 200) == 0);
+
+  // The last rank reduces a view one element further in. The ranks see each other's headers and
+  // fail at once, naming both views, instead of waiting out the 60 s timeout -- which also shows
+  // that this 4 MiB AllReduce went through the shared buffer, not the ring.
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pg->allreduce(buffer.narrow(0, r == N - 1 ? 1 : 0, 1000))->wait();
+    FAIL("the mismatch went unnoticed");
+  } catch (const rg::Error& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("on a shared reduction buffer") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("f32 sum, 1000 elements at byte 0") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("f32 sum, 1000 elements at byte 4") != std::string::npos, what);
+  }
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
+}
+
+TEST_CASE("new_reduction_buffer with shared memory off is an ordinary tensor with the same results") {
+  const int r = dist::world().rank;
+  dist::GroupOptions options = test_options();
+  options.shared_memory = false;
+  auto pg = dist::new_group("auto", options);
+  rg::Tensor buffer = pg->new_reduction_buffer(100000, rg::DType::f32);
+  buffer.copy_(filled(100000, rg::DType::f32, [&](int64_t i) { return (r + 1) + (i % 7); }));
+  pg->allreduce(buffer, dist::ReduceOp::avg)->wait();
+  CHECK(mismatch(buffer, [&](int64_t i) { return expected_reduce(dist::ReduceOp::avg, rg::DType::f32, i); }) == "");
+  CHECK_THROWS_WITH_AS(pg->new_reduction_buffer(-1, rg::DType::f32), doctest::Contains("numel must be >= 0"), rg::Error);
 }
 
 TEST_CASE("debug mode: a size mismatch is reported with every rank's view") {

@@ -1,0 +1,209 @@
+#include "dist/shared_buffer.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "dist/reduce_kernels.h"
+#include "dist/shm_segment.h"
+
+namespace ringgrad::dist::detail {
+
+namespace {
+
+constexpr size_t kLine = 64;
+constexpr size_t kPage = 4096;
+// Elements per block of the reduction: the block's accumulation-type sum stays in L1.
+constexpr int64_t kBlockElems = 2048;
+static_assert(std::atomic_ref<uint64_t>::is_always_lock_free, "counters are shared between processes");
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+// One rank's line of the control block: its counters and the header of the op it is at. Only that
+// rank writes it, so peers polling it never contend with each other's writes.
+struct SharedBuffer::Control {
+  uint64_t arrived;  // the op s this rank last arrived at (atomic_ref: release / acquire)
+  uint64_t done;     // the op s whose chunk this rank last finished
+  int64_t tag;       // the op's collective tag
+  uint64_t offset;   // byte offset of the tensor inside the rank's buffer
+  int64_t numel;
+  int32_t dtype;     // DType
+  int32_t op;        // ReduceOp
+};
+
+std::shared_ptr<SharedBuffer> SharedBuffer::create(ProcessGroup& group, size_t bytes) {
+  static_assert(sizeof(Control) <= kLine);
+  const int rank = group.rank(), size = group.size();
+  const size_t control_bytes = round_up(kLine * static_cast<size_t>(size + 1), kPage);  // nonce line + one per rank
+  const size_t stride = round_up(std::max<size_t>(bytes, 1), kPage);
+  const size_t total = control_bytes + stride * static_cast<size_t>(size);
+
+  struct Announcement {
+    char name[64];  // "" tells the others that rank 0 failed
+    uint64_t nonce;
+  } announcement{};
+  std::byte* mapping = nullptr;
+  if (rank == 0) {
+    announcement.nonce = new_shm_nonce();
+    std::snprintf(announcement.name, sizeof announcement.name, "%s",
+                  create_shm_segment(total, announcement.nonce, &mapping).c_str());
+  }
+  bool mapped_by_all = false;
+  try {
+    Tensor message = empty({static_cast<int64_t>(sizeof announcement)}, {.dtype = DType::u8});
+    std::memcpy(message.raw_data(), &announcement, sizeof announcement);
+    group.broadcast(message, 0)->wait();
+    std::memcpy(&announcement, message.raw_data(), sizeof announcement);
+    if (rank != 0 && announcement.name[0] != '\0')
+      mapping = map_shm_segment(announcement.name, total, announcement.nonce);
+    Tensor vote = from_vector(std::vector<double>{mapping != nullptr ? 1.0 : 0.0}, {1}, {.dtype = DType::i32});
+    group.allreduce(vote, ReduceOp::min)->wait();
+    mapped_by_all = vote.to_vector()[0] == 1.0;
+  } catch (...) {
+    if (rank == 0 && announcement.name[0] != '\0') unlink_shm_segment(announcement.name);
+    if (mapping != nullptr) munmap(mapping, total);
+    throw;
+  }
+  // Everyone who could map it has: the name can go, the memory stays until the last munmap.
+  if (rank == 0 && announcement.name[0] != '\0') unlink_shm_segment(announcement.name);
+  if (!mapped_by_all) {
+    if (mapping != nullptr) munmap(mapping, total);
+    return nullptr;
+  }
+  return std::shared_ptr<SharedBuffer>(new SharedBuffer(mapping, total, bytes, stride, rank, size));
+}
+
+SharedBuffer::SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t bytes, size_t stride, int rank, int size)
+    : mapping_(mapping), mapping_bytes_(mapping_bytes),
+      data_(mapping + round_up(kLine * static_cast<size_t>(size + 1), kPage)), bytes_(bytes), stride_(stride),
+      rank_(rank), size_(size) {}
+
+// Local, like SharedSlots: the other ranks keep their own mappings.
+SharedBuffer::~SharedBuffer() { munmap(mapping_, mapping_bytes_); }
+
+SharedBuffer::Control& SharedBuffer::control_of(int rank) const {
+  return *reinterpret_cast<Control*>(mapping_ + kLine * static_cast<size_t>(rank + 1));
+}
+
+bool SharedBuffer::contains(const Tensor& t) const {
+  if (!t.defined() || !t.device().is_cpu() || t.numel() == 0) return false;
+  const auto* begin = static_cast<const std::byte*>(t.raw_data());
+  return begin >= mine() && begin + t.nbytes() <= mine() + bytes_;
+}
+
+namespace {
+std::atomic_ref<uint64_t> counter(uint64_t& c) { return std::atomic_ref<uint64_t>(c); }
+}  // namespace
+
+// One op of Note [Shared gradient buffers]. t: (n) viewed flat, inside this rank's buffer.
+template <class T>
+class InPlaceAllreduce final : public PendingOp {
+  using Acc = compute_t<T>;
+
+ public:
+  InPlaceAllreduce(std::shared_ptr<SharedBuffer> buffer, const Tensor& t, ReduceOp op, int tag)
+      : buffer_(std::move(buffer)), tensor_(t), op_(op), n_(t.numel()),
+        offset_(static_cast<uint64_t>(static_cast<std::byte*>(t.raw_data()) - buffer_->mine())),
+        s_(buffer_->ops_ + 1) {
+    // One header per rank is enough only if the previous op finished first (the communication thread
+    // runs one collective at a time): check it rather than trust it.
+    RG_CHECK(buffer_->finished_ == buffer_->ops_, "dist.allreduce", "shared-buffer op ", s_, " started before op ",
+             buffer_->ops_, " finished (rank ", buffer_->rank_, ")");
+    buffer_->ops_ = s_;
+    for (int r = 0; r < buffer_->size_; ++r)
+      copies_.push_back(reinterpret_cast<T*>(buffer_->region_of(r) + offset_));
+    SharedBuffer::Control& mine = buffer_->control_of(buffer_->rank_);
+    mine.tag = tag;
+    mine.offset = offset_;
+    mine.numel = n_;
+    mine.dtype = static_cast<int32_t>(t.dtype());
+    mine.op = static_cast<int32_t>(op);
+    counter(mine.arrived).store(s_, std::memory_order_release);
+  }
+
+  bool poll() override {
+    const int N = buffer_->size_;
+    if (!reduced_) {
+      for (; waiting_for_ < N; ++waiting_for_)
+        if (counter(buffer_->control_of(waiting_for_).arrived).load(std::memory_order_acquire) < s_) return false;
+      check_headers();
+      reduce_my_chunk();
+      counter(buffer_->control_of(buffer_->rank_).done).store(s_, std::memory_order_release);
+      reduced_ = true;
+      waiting_for_ = 0;
+    }
+    // Until every rank is done, a peer may still be writing my buffer.
+    for (; waiting_for_ < N; ++waiting_for_)
+      if (counter(buffer_->control_of(waiting_for_).done).load(std::memory_order_acquire) < s_) return false;
+    buffer_->finished_ = s_;
+    return true;
+  }
+
+ private:
+  static std::string describe(const SharedBuffer::Control& c) {
+    return str_cat("tag ", c.tag, ", ", dtype_name(static_cast<DType>(c.dtype)), " ",
+                   reduce_op_name(static_cast<ReduceOp>(c.op)), ", ", c.numel, " elements at byte ", c.offset);
+  }
+
+  void check_headers() const {
+    const SharedBuffer::Control& mine = buffer_->control_of(buffer_->rank_);
+    for (int r = 0; r < buffer_->size_; ++r) {
+      const SharedBuffer::Control& theirs = buffer_->control_of(r);
+      RG_CHECK(theirs.tag == mine.tag && theirs.offset == mine.offset && theirs.numel == mine.numel &&
+                   theirs.dtype == mine.dtype && theirs.op == mine.op,
+               "dist.allreduce", "rank ", r, " is at another collective (", describe(theirs), ") than rank ",
+               buffer_->rank_, " (", describe(mine), ") on a shared reduction buffer: every rank must issue the "
+               "same collectives in the same order, on the same view of its buffer (Note [Collective order] in "
+               "dist/process_group.h)");
+    }
+  }
+
+  // My chunk, in whole cache lines (no two ranks write one line), block by block.
+  void reduce_my_chunk() {
+    const int N = buffer_->size_, r = buffer_->rank_;
+    const int64_t line = std::max<int64_t>(1, static_cast<int64_t>(kLine / sizeof(T)));
+    const int64_t lines = (n_ + line - 1) / line;
+    const int64_t lo = std::min(n_, lines * r / N * line), hi = std::min(n_, lines * (r + 1) / N * line);
+    alignas(64) Acc sum[kBlockElems];
+    for (int64_t i = lo; i < hi; i += kBlockElems) {
+      const int64_t m = std::min(kBlockElems, hi - i);
+      // In rank order, as Note [Shared-memory AllReduce] sums: the bits do not depend on who sums.
+      combine_into(sum, copies_[0] + i, N > 1 ? copies_[1] + i : nullptr, m, op_);
+      for (int q = 2; q < N; ++q) combine_into(sum, sum, copies_[q] + i, m, op_);
+      for (int q = 0; q < N; ++q) finish_into(copies_[q] + i, sum, m, op_, N);
+    }
+  }
+
+  std::shared_ptr<SharedBuffer> buffer_;  // keeps the mapping alive
+  Tensor tensor_;                         // and the caller's view of it
+  ReduceOp op_;
+  int64_t n_;
+  uint64_t offset_;
+  uint64_t s_;
+  std::vector<T*> copies_;  // the tensor's place in every rank's buffer, rank order
+  bool reduced_ = false;    // my chunk is written everywhere
+  int waiting_for_ = 0;     // ranks below this one have arrived (then: are done)
+};
+
+std::unique_ptr<PendingOp> SharedBuffer::allreduce(const Tensor& t, ReduceOp op, int tag) {
+  return dispatch_dtype(t.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
+    using T = decltype(zero);
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      RG_FAIL("dist.allreduce", "u8 is not supported");  // rejected at submission already
+    } else {
+      return std::make_unique<InPlaceAllreduce<T>>(shared_from_this(), t, op, tag);
+    }
+  });
+}
+
+}  // namespace ringgrad::dist::detail

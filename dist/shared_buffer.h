@@ -1,0 +1,85 @@
+// Reduction buffers that every rank of one machine maps, AllReduced in place (internal; behind
+// ProcessGroup::new_reduction_buffer on the "tree" and "auto" backends).
+//
+// Note [Shared gradient buffers]: DDP's gradients live in a few large buckets that are reduced
+// every step. Over messages, each rank of a 2-rank ring must receive 2 x S/2 bytes through the
+// kernel (a cross-process copy that pins pages), reduce them into a scratch buffer, and send its
+// own: on a machine with one core per rank this CPU time comes straight out of the rank's
+// compute (docs/ddp.md, "Where a rank's step goes"). When the buckets themselves are memory that
+// every rank maps, nothing has to move first: rank r sums chunk r of the bucket across every
+// rank's copy, in rank order, and writes the result into every rank's copy.
+//
+//   segment:  [nonce | control line of rank 0 | ... | rank N-1]  [rank 0's buffer] ... [rank N-1's]
+//   op s:     write my header (tag, offset, count, dtype, op); publish arrived = s (release)
+//             wait until every rank has arrived at s (acquire); check the headers agree
+//             for my chunk: sum = buffer_0 + buffer_1 + ... (in the accumulation type, rank order);
+//                           write round(sum) (divided by N for avg) into every rank's buffer
+//             publish done = s (release); wait until every rank is done with s
+//
+// Each element is computed once, by its chunk's owner, and the same bits are written everywhere;
+// a rank touches 2S bytes in all (S read, S written, counted over every rank's buffer), with no
+// copy into or out of the buffer and no system call. The chunks are whole cache lines, so two
+// ranks never write the same line.
+//
+// Why it is safe: a rank arrives at op s only when its own buffer holds its final contribution
+// (DDP launches a bucket once every gradient in it is ready), and does not touch its buffer again
+// until every rank is done with s -- after which no rank reads or writes it for this op. A rank
+// writes its header for op s + 1 only after every rank is done with s, so after every rank has
+// read the headers of op s: one header per rank is enough. The communication thread polls the
+// flags like any other op, so the group's timeout applies; a header that disagrees (another
+// collective, count or view offset) fails every rank at once with both views.
+//
+// A tensor takes this path when it lies inside this rank's buffer of a live segment of the group
+// (a view into it included). Every rank must then pass its own buffer's tensor at the same offset:
+// a rank that passes an ordinary tensor instead waits in MPI while the others wait here, and both
+// end in the timeout. The buffers come from a collective call, so SPMD code gets this right.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+#include "dist/comm_thread.h"
+#include "dist/process_group.h"
+
+namespace ringgrad::dist::detail {
+
+class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
+ public:
+  // Collective over `group` (through its broadcast and allreduce: every rank must call it, in the
+  // same order, with the same `bytes`). Null on every rank when any rank could not create or map
+  // the segment (the caller then allocates an ordinary buffer).
+  static std::shared_ptr<SharedBuffer> create(ProcessGroup& group, size_t bytes);
+  ~SharedBuffer();
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+
+  std::byte* mine() const { return region_of(rank_); }  // this rank's buffer, `bytes()` long
+  size_t bytes() const { return bytes_; }
+  // Whether t's elements all lie in this rank's buffer.
+  bool contains(const Tensor& t) const;
+
+  // t: inside mine(), reduced in place over every rank's buffer. `tag` is the collective's tag (the
+  // same on every rank). Call only from the thread that runs the group's ops, one op at a time.
+  std::unique_ptr<PendingOp> allreduce(const Tensor& t, ReduceOp op, int tag);
+
+ private:
+  struct Control;
+  SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t bytes, size_t stride, int rank, int size);
+  Control& control_of(int rank) const;
+  std::byte* region_of(int rank) const { return data_ + static_cast<size_t>(rank) * stride_; }
+
+  std::byte* mapping_;  // what mmap returned: the nonce and control lines, then the buffers
+  size_t mapping_bytes_;
+  std::byte* data_;     // rank 0's buffer
+  size_t bytes_;        // bytes per rank's buffer
+  size_t stride_;       // bytes_ rounded up to whole pages
+  int rank_, size_;
+  uint64_t ops_ = 0;       // ops started on this segment: the s of the Note
+  uint64_t finished_ = 0;  // of which finished (the last one's s)
+  template <class T>
+  friend class InPlaceAllreduce;
+};
+
+}  // namespace ringgrad::dist::detail

@@ -74,7 +74,11 @@ Batch my_shard(const Batch& b) {
   return {b.x.narrow(0, r * kPerRank, kPerRank).contiguous(), b.y.narrow(0, r * kPerRank, kPerRank).contiguous()};
 }
 
-std::shared_ptr<dist::ProcessGroup> group() { return std::shared_ptr<dist::ProcessGroup>(dist::new_group("ring", test_options())); }
+// "ring" reduces the buckets over messages; "auto" on one machine puts them in shared memory and
+// sums them in place (Note [Shared gradient buffers] in dist/shared_buffer.h).
+std::shared_ptr<dist::ProcessGroup> group(const std::string& backend = "ring") {
+  return std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend, test_options()));
+}
 
 std::unique_ptr<optim::Optimizer> make_opt(const std::string& name, std::vector<rg::Tensor> params) {
   if (name == "sgd") return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
@@ -94,31 +98,33 @@ std::string params_differ(nn::Module& a, nn::Module& b, double rtol, double atol
 
 TEST_CASE("ddp: N ranks x batch B == one process x batch N*B (MLP and CNN, SGD and Adam, 5 steps)") {
   const int N = dist::world().size, r = dist::world().rank;
-  for (const std::string model : {"mlp", "cnn"})
-    for (const std::string opt_name : {"sgd", "adam"}) {
-      CAPTURE(model);
-      CAPTURE(opt_name);
-      auto make = [&](uint64_t seed) { return model == "mlp" ? make_mlp(seed) : make_cnn(seed); };
-      auto reference = make(7);
-      auto replica = make(r == 0 ? 7 : 99 + r);  // other ranks start elsewhere: DDP must broadcast
-      dist::DistributedDataParallel ddp(replica, group(), {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
-      CHECK(params_differ(*reference, *replica, 0, 0) == "");  // broadcast from rank 0
-      CHECK(ddp.buckets().size() >= 2);                          // several buckets, so several launches
-      auto ref_opt = make_opt(opt_name, reference->parameters());
-      auto opt = make_opt(opt_name, replica->parameters());
-      for (int step = 0; step < 5; ++step) {
-        const Batch global = global_batch(step, N * kPerRank), mine = my_shard(global);
-        ref_opt->zero_grad();
-        rg::cross_entropy((*reference)(global.x), global.y).backward();
-        ref_opt->step();
-        opt->zero_grad();
-        rg::cross_entropy(ddp(mine.x), mine.y).backward();
-        opt->step();
-        CAPTURE(step);
-        CHECK(params_differ(*reference, *replica, 1e-5, 1e-6) == "");
+  for (const std::string backend : {"ring", "auto"})
+    for (const std::string model : {"mlp", "cnn"})
+      for (const std::string opt_name : {"sgd", "adam"}) {
+        CAPTURE(backend);
+        CAPTURE(model);
+        CAPTURE(opt_name);
+        auto make = [&](uint64_t seed) { return model == "mlp" ? make_mlp(seed) : make_cnn(seed); };
+        auto reference = make(7);
+        auto replica = make(r == 0 ? 7 : 99 + r);  // other ranks start elsewhere: DDP must broadcast
+        dist::DistributedDataParallel ddp(replica, group(backend), {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
+        CHECK(params_differ(*reference, *replica, 0, 0) == "");  // broadcast from rank 0
+        CHECK(ddp.buckets().size() >= 2);                          // several buckets, so several launches
+        auto ref_opt = make_opt(opt_name, reference->parameters());
+        auto opt = make_opt(opt_name, replica->parameters());
+        for (int step = 0; step < 5; ++step) {
+          const Batch global = global_batch(step, N * kPerRank), mine = my_shard(global);
+          ref_opt->zero_grad();
+          rg::cross_entropy((*reference)(global.x), global.y).backward();
+          ref_opt->step();
+          opt->zero_grad();
+          rg::cross_entropy(ddp(mine.x), mine.y).backward();
+          opt->step();
+          CAPTURE(step);
+          CHECK(params_differ(*reference, *replica, 1e-5, 1e-6) == "");
+        }
+        CHECK(ddp.stats().steps == 5);
       }
-      CHECK(ddp.stats().steps == 5);
-    }
 }
 
 TEST_CASE("ddp: after zero_grad(set_to_none) linear weight gradients are written into their bucket, not copied") {
@@ -151,45 +157,50 @@ TEST_CASE("ddp: after zero_grad(set_to_none) linear weight gradients are written
 TEST_CASE("ddp: K micro-batches under no_sync == one step with a K x batch, one reduction per bucket") {
   const int N = dist::world().size, r = dist::world().rank;
   const int K = 3;
-  auto reference = make_mlp(5);
-  auto replica = make_mlp(r == 0 ? 5 : 50 + r);
-  auto pg = group();
-  dist::DistributedDataParallel ddp(replica, pg, {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
-  const int64_t buckets = static_cast<int64_t>(ddp.buckets().size());
-  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1});
-  optim::SGD opt(replica->parameters(), {.lr = 0.1});
-  for (int step = 0; step < 2; ++step) {
-    // Reference: one batch of K·N·B examples.
-    std::vector<Batch> micro;
-    for (int k = 0; k < K; ++k) micro.push_back(global_batch(10 * step + k, N * kPerRank));
-    std::vector<rg::Tensor> xs, ys;
-    for (auto& b : micro) {
-      xs.push_back(b.x);
-      ys.push_back(b.y);
-    }
-    ref_opt.zero_grad();
-    rg::cross_entropy((*reference)(rg::cat(xs, 0)), rg::cat(ys, 0)).backward();
-    ref_opt.step();
-
-    opt.zero_grad();
-    const uint64_t ops_before = pg->stats().ops;
-    for (int k = 0; k < K; ++k) {
-      const Batch mine = my_shard(micro[k]);
-      // The last micro-batch's forward runs inside the guard too: only where backward runs matters.
-      rg::Tensor loss;
-      {
-        auto guard = ddp.no_sync();
-        loss = rg::cross_entropy(ddp(mine.x), mine.y) * (1.0 / K);
-        if (k < K - 1) loss.backward();
+  for (const std::string backend : {"ring", "auto"}) {
+    CAPTURE(backend);
+    auto reference = make_mlp(5);
+    auto replica = make_mlp(r == 0 ? 5 : 50 + r);
+    auto pg = group(backend);
+    dist::DistributedDataParallel ddp(replica, pg, {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
+    const int64_t buckets = static_cast<int64_t>(ddp.buckets().size());
+    optim::SGD ref_opt(reference->parameters(), {.lr = 0.1});
+    optim::SGD opt(replica->parameters(), {.lr = 0.1});
+    for (int step = 0; step < 2; ++step) {
+      // Reference: one batch of K·N·B examples.
+      std::vector<Batch> micro;
+      for (int k = 0; k < K; ++k) micro.push_back(global_batch(10 * step + k, N * kPerRank));
+      std::vector<rg::Tensor> xs, ys;
+      for (auto& b : micro) {
+        xs.push_back(b.x);
+        ys.push_back(b.y);
       }
-      if (k == K - 1) loss.backward();
+      ref_opt.zero_grad();
+      rg::cross_entropy((*reference)(rg::cat(xs, 0)), rg::cat(ys, 0)).backward();
+      ref_opt.step();
+
+      opt.zero_grad();
+      const uint64_t ops_before = pg->stats().ops;
+      for (int k = 0; k < K; ++k) {
+        const Batch mine = my_shard(micro[k]);
+        // The last micro-batch's forward runs inside the guard too: only where backward runs matters.
+        rg::Tensor loss;
+        {
+          auto guard = ddp.no_sync();
+          loss = rg::cross_entropy(ddp(mine.x), mine.y) * (1.0 / K);
+          if (k < K - 1) loss.backward();
+        }
+        if (k == K - 1) loss.backward();
+      }
+      // One AllReduce per bucket -- plus, after the very first synchronising backward, the one
+      // broadcast that agrees on the rebuilt bucket order, and on "auto" the two small collectives
+      // that map the rebuilt buckets' shared buffer (N > 1).
+      const int rebuild_ops = step > 0 ? 0 : 1 + (backend == "auto" && N > 1 ? 2 : 0);
+      CHECK(pg->stats().ops - ops_before == static_cast<uint64_t>(buckets + rebuild_ops));
+      CHECK(ddp.stats().bucket_reductions == (step + 1) * buckets);
+      opt.step();
+      CHECK(params_differ(*reference, *replica, 1e-5, 1e-6) == "");
     }
-    // One AllReduce per bucket -- plus, after the very first synchronising backward, the one
-    // broadcast that agrees on the rebuilt bucket order.
-    CHECK(pg->stats().ops - ops_before == static_cast<uint64_t>(buckets + (step == 0 ? 1 : 0)));
-    CHECK(ddp.stats().bucket_reductions == (step + 1) * buckets);
-    opt.step();
-    CHECK(params_differ(*reference, *replica, 1e-5, 1e-6) == "");
   }
 }
 

@@ -57,35 +57,40 @@ TEST_CASE("ddp: one rank with one batch fewer ends every rank with the timeout d
   namespace nn = ringgrad::nn;
   const int N = dist::world().size, r = dist::world().rank;
   if (N == 1) return;
-  // 2 batches of 4 per rank, plus one example: with padding off, rank 0 gets a third batch.
-  const int64_t B = 4, size = N * B * 2 + 1;
-  rg::Generator gen(5);
-  auto dataset = std::make_shared<data::TensorDataset>(rg::randn({size, 8}, gen), rg::zeros({size}, {.dtype = rg::DType::i64}));
-  data::DistributedSampler sampler(size, {.shuffle = false, .pad = false});
-  data::DataLoader loader(dataset, sampler, {.batch_size = B});
-  rg::manual_seed(1);
-  auto model = std::make_shared<nn::Linear>(8, 3);
-  auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group("ring", test_options(/*timeout_seconds=*/3)));
-  dist::DistributedDataParallel ddp(model, group);
-  const auto start = std::chrono::steady_clock::now();
-  int steps = 0;
-  try {
-    for (const data::Example& batch : loader) {
-      rg::cross_entropy(ddp(batch.input), batch.target).backward();
-      ++steps;
+  // "ring" waits in messages, "auto" in the shared gradient buffer's flags (Note [Shared gradient
+  // buffers] in dist/shared_buffer.h): both must end in the diagnosis.
+  for (const std::string backend : {"ring", "auto"}) {
+    CAPTURE(backend);
+    // 2 batches of 4 per rank, plus one example: with padding off, rank 0 gets a third batch.
+    const int64_t B = 4, size = N * B * 2 + 1;
+    rg::Generator gen(5);
+    auto dataset = std::make_shared<data::TensorDataset>(rg::randn({size, 8}, gen), rg::zeros({size}, {.dtype = rg::DType::i64}));
+    data::DistributedSampler sampler(size, {.shuffle = false, .pad = false});
+    data::DataLoader loader(dataset, sampler, {.batch_size = B});
+    rg::manual_seed(1);
+    auto model = std::make_shared<nn::Linear>(8, 3);
+    auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend, test_options(/*timeout_seconds=*/3)));
+    dist::DistributedDataParallel ddp(model, group);
+    const auto start = std::chrono::steady_clock::now();
+    int steps = 0;
+    try {
+      for (const data::Example& batch : loader) {
+        rg::cross_entropy(ddp(batch.input), batch.target).backward();
+        ++steps;
+      }
+      group->barrier()->wait();  // the end-of-epoch synchronisation the short ranks reach early
+      FAIL("rank ", r, " finished although the ranks ran different numbers of steps");
+    } catch (const rg::Error& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(what.find("timed out after 3 s") != std::string::npos);
+      CHECK(what.find(rg::str_cat("rank ", r, "/", N)) != std::string::npos);
+      CHECK(what.find(r == 0 ? "allreduce #" : "barrier #") != std::string::npos);
     }
-    group->barrier()->wait();  // the end-of-epoch synchronisation the short ranks reach early
-    FAIL("rank ", r, " finished although the ranks ran different numbers of steps");
-  } catch (const rg::Error& e) {
-    const std::string what = e.what();
-    CAPTURE(what);
-    CHECK(what.find("timed out after 3 s") != std::string::npos);
-    CHECK(what.find(rg::str_cat("rank ", r, "/", N)) != std::string::npos);
-    CHECK(what.find(r == 0 ? "allreduce #" : "barrier #") != std::string::npos);
+    CHECK(steps == 2);  // every rank completed two steps; rank 0's third is the one that timed out
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
+    MPI_Barrier(MPI_COMM_WORLD);
   }
-  CHECK(steps == 2);  // every rank completed two steps; rank 0's third is the one that timed out
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
-  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 int main(int argc, char** argv) {

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       // One process trains the plain model, as the PyTorch peer does: DDP in a world of one would
       // only add bucket bookkeeping. From 2 ranks on, DDP.
       std::unique_ptr<dist::DistributedDataParallel> ddp;
-      if (w.size > 1) ddp = std::make_unique<dist::DistributedDataParallel>(model, group, dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb, .comm_hook = dist::comm_hook_by_name(flags.comm_hook)});
+      if (w.size > 1) ddp = std::make_unique<dist::DistributedDataParallel>(model, group, dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb, .first_bucket_mb = flags.first_bucket_mb, .comm_hook = dist::comm_hook_by_name(flags.comm_hook)});
       optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
       const std::vector<int64_t> order = data::seeded_permutation(n, 7);
       int64_t cursor = w.rank;  // this rank's shard: every N-th example of the permutation

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
       std::unique_ptr<dist::DistributedDataParallel> ddp;
       dist::DDPOptions ddp_options;
       ddp_options.bucket_cap_mb = flags.bucket_mb;
+      ddp_options.first_bucket_mb = flags.first_bucket_mb;
       if (w.size > 1) ddp = std::make_unique<dist::DistributedDataParallel>(model, group, ddp_options);
 
       int64_t step_index = 0;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include <sys/resource.h>
 
@@ -18,15 +19,15 @@ namespace bench {
 struct TrainFlags {
   std::string model, data, backend = "auto", comm_hook = "allreduce";
   int steps = 200, warmup = 20, threads = 1, batch = 0, block = 128;
-  double bucket_mb = 25;
+  double bucket_mb = 25, first_bucket_mb = 1;  // DDPOptions' defaults
 };
 
 // Parses "--flag value" pairs into `flags` (its fields hold the program's defaults). `extra` names
 // the flags beyond the common --data --steps --warmup --threads --batch --backend --bucket-mb
-// --comm-hook that this program takes (--model, --block). False, after printing the flags it
+// --first-bucket-mb --comm-hook that this program takes (--model, --block). False, after printing the flags it
 // takes, on anything else.
 inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
-  std::string accepted = "--data --steps --warmup --threads --batch --backend --bucket-mb --comm-hook";
+  std::string accepted = "--data --steps --warmup --threads --batch --backend --bucket-mb --first-bucket-mb --comm-hook";
   for (const std::string& e : extra) accepted += " " + e;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -38,6 +39,7 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
     else if (flag == "--batch") flags.batch = std::stoi(value);
     else if (flag == "--backend") flags.backend = value;
     else if (flag == "--bucket-mb") flags.bucket_mb = std::stod(value);
+    else if (flag == "--first-bucket-mb") flags.first_bucket_mb = std::stod(value);
     else if (flag == "--comm-hook") flags.comm_hook = value;
     else if (is_extra && flag == "--model") flags.model = value;
     else if (is_extra && flag == "--block") flags.block = std::stoi(value);
@@ -72,7 +74,13 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
   if (ddp) ddp->reset_stats();
   const CpuTime thread0 = CpuTime::of(RUSAGE_THREAD), process0 = CpuTime::of(RUSAGE_SELF);
   const auto t0 = Clock::now();
-  for (int i = 0; i < flags.steps; ++i) step();
+  std::vector<double> step_ms;  // each step's wall time: its spread is what lockstep ranks wait for
+  step_ms.reserve(static_cast<size_t>(std::max(flags.steps, 0)));
+  for (int i = 0; i < flags.steps; ++i) {
+    const auto s0 = Clock::now();
+    step();
+    step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - s0).count());
+  }
   group.barrier()->wait();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const CpuTime thread1 = CpuTime::of(RUSAGE_THREAD), process1 = CpuTime::of(RUSAGE_SELF);
@@ -82,6 +90,10 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
     const double others = ((process1.user - process0.user) + (process1.sys - process0.sys)) * per_step - user - sys;
     std::fprintf(stderr, "rank 0 per step: wall %.2f ms; training thread CPU %.2f ms (user %.2f, sys %.2f); other "
                  "threads' CPU %.2f ms\n", seconds * per_step, user + sys, user, sys, others);
+    std::sort(step_ms.begin(), step_ms.end());
+    auto at = [&](double q) { return step_ms[static_cast<size_t>(q * static_cast<double>(step_ms.size() - 1))]; };
+    std::fprintf(stderr, "rank 0 step times: min %.2f, p10 %.2f, median %.2f, p90 %.2f, max %.2f ms\n", at(0), at(0.1),
+                 at(0.5), at(0.9), at(1));
   }
   return seconds;
 }

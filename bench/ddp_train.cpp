@@ -5,6 +5,7 @@
 //   build/bench/ddp_train --model mlp --threads 2                 # variant (b)
 //   mpirun -np 2 build/bench/ddp_train --model mlp --threads 1    # variant (c)
 //   ... --comm-hook fp16    # diagnostic, not W1: gradients travel as f16 (half the bytes)
+//   ... --comm-hook sync-only  # diagnostic, not W1: DDP's lockstep without the gradients (below)
 //
 // The training set is loaded and standardised before the clock starts; each step gathers the next
 // per-rank batch of a seeded permutation (this rank's shard: every N-th example), runs forward,
@@ -42,7 +43,20 @@ int main(int argc, char** argv) {
       // One process trains the plain model, as the PyTorch peer does: DDP in a world of one would
       // only add bucket bookkeeping. From 2 ranks on, DDP.
       std::unique_ptr<dist::DistributedDataParallel> ddp;
-      if (w.size > 1) ddp = std::make_unique<dist::DistributedDataParallel>(model, group, dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb, .first_bucket_mb = flags.first_bucket_mb, .comm_hook = dist::comm_hook_by_name(flags.comm_hook)});
+      // --comm-hook sync-only (diagnostic, wrong gradients): each bucket AllReduces one element
+      // instead of its gradients, so the ranks keep DDP's lockstep -- every step waits for the
+      // slower rank -- without the gradient traffic. Against the full hook it tells what moving the
+      // gradients costs, against one process what lockstep and a busy second core cost.
+      Tensor sync_token = zeros({1});
+      dist::CommHook hook = flags.comm_hook == "sync-only"
+                                ? dist::CommHook([&](dist::ProcessGroup& g, dist::GradBucket&) -> dist::HookWork {
+                                    return {g.allreduce(sync_token), nullptr};
+                                  })
+                                : dist::comm_hook_by_name(flags.comm_hook);
+      if (w.size > 1)
+        ddp = std::make_unique<dist::DistributedDataParallel>(
+            model, group,
+            dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb, .first_bucket_mb = flags.first_bucket_mb, .comm_hook = hook});
       optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
       const std::vector<int64_t> order = data::seeded_permutation(n, 7);
       int64_t cursor = w.rank;  // this rank's shard: every N-th example of the permutation

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Where W1's 2-rank scaling goes: four configurations interleaved round by round, so that a noisy
+# stretch of the machine hits all of them alike.
+#
+#   bench/scaling_floor.sh [--model mlp|cnn] [--rounds 5] [--steps 400]
+#
+#   alone      build/bench/ddp_train --threads 1, the other core idle             (variant (a))
+#   pair       two of those at once, one per core, not talking to each other
+#   sync-only  mpirun -np 2, DDP whose hook AllReduces one element per bucket: the lockstep
+#              (every step waits for the slower rank) without the gradient traffic
+#   ddp        mpirun -np 2, DDP as W1 runs it                                     (variant (c))
+#
+# Each round prints the four figures (samples/s; pair: the sum of both processes) and, per round,
+# each one against 2 x alone; the last lines are the medians of those per-round ratios.
+#   pair / 2 alone        what a second busy core costs by itself (shared caches, memory, clocks)
+#   sync-only / 2 alone   plus data parallelism's lockstep
+#   ddp / 2 alone         plus moving the gradients: the scaling the issue asks >= 0.9 of
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+model=mlp rounds=5 steps=400
+while (($#)); do
+  case $1 in
+    --model) model=$2 ;;
+    --rounds) rounds=$2 ;;
+    --steps) steps=$2 ;;
+    *) echo "usage: $0 [--model mlp|cnn] [--rounds N] [--steps N]" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+
+[[ -x build/bench/ddp_train ]] || { echo "build/bench/ddp_train missing: build first (scripts/test.sh)" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+train=(build/bench/ddp_train --model "$model" --threads 1 --steps "$steps")
+rate() { grep '^RESULT' | sed 's/.*samples_per_s=\([0-9.]*\).*/\1/'; }  # samples/s of a RESULT line
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "# scaling_floor: model=$model rounds=$rounds steps=$steps"
+printf '%-6s %10s %10s %10s %10s   %s\n' round alone pair sync-only ddp "ratios to 2 x alone: pair sync-only ddp"
+for ((round = 1; round <= rounds; round++)); do
+  alone=$("${train[@]}" 2>/dev/null | rate)
+  taskset -c 0 "${train[@]}" 2>/dev/null | rate >"$tmp/p0" &
+  taskset -c 1 "${train[@]}" 2>/dev/null | rate >"$tmp/p1"
+  wait
+  pair=$(awk '{ s += $1 } END { print s }' "$tmp/p0" "$tmp/p1")
+  sync=$(mpirun -np 2 --bind-to core "${train[@]}" --comm-hook sync-only 2>/dev/null | rate)
+  ddp=$(mpirun -np 2 --bind-to core "${train[@]}" 2>/dev/null | rate)
+  read -r rp rs rd < <(awk -v a="$alone" -v p="$pair" -v s="$sync" -v d="$ddp" \
+    'BEGIN { printf "%.3f %.3f %.3f\n", p / (2 * a), s / (2 * a), d / (2 * a) }')
+  printf '%-6s %10.1f %10.1f %10.1f %10.1f   %s %s %s\n' "$round" "$alone" "$pair" "$sync" "$ddp" "$rp" "$rs" "$rd"
+  echo "$rp $rs $rd" >>"$tmp/ratios"
+done
+
+median() { sort -g | awk '{ x[NR] = $1 } END { print (NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2) }'; }
+echo
+echo "median pair / (2 x alone)      = $(cut -d' ' -f1 "$tmp/ratios" | median)"
+echo "median sync-only / (2 x alone) = $(cut -d' ' -f2 "$tmp/ratios" | median)"
+echo "median ddp / (2 x alone)       = $(cut -d' ' -f3 "$tmp/ratios" | median)   (target >= 0.9)"

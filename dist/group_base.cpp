@@ -386,7 +386,7 @@ Tensor GroupBase::new_reduction_buffer(int64_t numel, DType dtype, Device device
   return make_view(storage, {numel}, {1}, 0, dtype);  // zero: a new segment is zero-filled
 }
 
-std::shared_ptr<SharedBuffer> GroupBase::shared_buffer_of(const Tensor& t) {
+std::shared_ptr<SharedBuffer> GroupBase::shared_buffer_of(const Tensor& t) const {
   if (!any_shared_buffers_.load(std::memory_order_relaxed) || !t.device().is_cpu()) return nullptr;
   std::lock_guard<std::mutex> lock(shared_buffers_mutex_);
   for (const std::weak_ptr<SharedBuffer>& weak : shared_buffers_)

@@ -52,6 +52,7 @@ class GroupBase : public ProcessGroup {
   // Note [Shared gradient buffers] where shared_slots_ is set (every rank on this machine, shared
   // memory allowed), else the ordinary buffer.
   Tensor new_reduction_buffer(int64_t numel, DType dtype, Device device) override;
+  bool reduces_in_place(const Tensor& t) const override { return shared_buffer_of(t) != nullptr; }
 
   GroupStats stats() const override { return comm_thread_->stats(); }
   std::vector<TraceEvent> trace_events() const override { return comm_thread_->trace_events(); }
@@ -104,7 +105,7 @@ class GroupBase : public ProcessGroup {
   std::shared_ptr<Work> submit_p2p(OpInfo info, std::function<std::unique_ptr<PendingOp>()> start);
   void check_peer(const char* op, int peer, int tag, const Tensor& t) const;
   // The live shared buffer t lies in, or null (the ordinary path).
-  std::shared_ptr<SharedBuffer> shared_buffer_of(const Tensor& t);
+  std::shared_ptr<SharedBuffer> shared_buffer_of(const Tensor& t) const;
   // The tensor a collective's start_* works on: t itself, or its host copy (inputs) / a host
   // buffer copied back on completion (outputs).
   Device work_device() const;
@@ -121,7 +122,7 @@ class GroupBase : public ProcessGroup {
   std::shared_ptr<CommThread> comm_thread_;  // shared with the Works it may run (weak_ptr)
   std::optional<Device> native_device_;
   // Buffers from new_reduction_buffer that live in shared memory; each dies with its last tensor.
-  std::mutex shared_buffers_mutex_;
+  mutable std::mutex shared_buffers_mutex_;
   std::vector<std::weak_ptr<SharedBuffer>> shared_buffers_;
   std::atomic<bool> any_shared_buffers_{false};  // lets every other AllReduce skip the lock
 };

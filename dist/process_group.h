@@ -135,6 +135,12 @@ class ProcessGroup {
   // ordinary tensor. Either way it behaves like one. Collective: every rank calls it with the same
   // arguments in the same order, and reduces its own buffer where the others reduce theirs.
   virtual Tensor new_reduction_buffer(int64_t numel, DType dtype, Device device = Device::cpu());
+  // Whether an AllReduce of t on this group sums it in place across the ranks' shared buffers
+  // (t lies in one from new_reduction_buffer that is shared memory), rather than over messages.
+  virtual bool reduces_in_place(const Tensor& t) const {
+    (void)t;
+    return false;
+  }
 
   // Observability: counters, and the trace events recorded when tracing is on (empty otherwise).
   virtual GroupStats stats() const = 0;

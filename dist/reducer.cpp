@@ -89,14 +89,16 @@ void Reducer::build_buckets(const std::vector<int>& order) {
     starts[b] = (used + line - 1) / line * line;
     used = starts[b] + numels[b];
   }
-  // Allocated at each key's first bucket: in bucket order, the same on every rank.
+  // Allocated in the order of each key's first bucket, the same on every rank -- and before any
+  // bucket or parameter changes, so that a collective failing here leaves the old buckets intact.
   std::map<std::pair<DType, std::string>, Tensor> arenas;
-  buckets_.assign(members.size(), Bucket{});
   for (size_t b = 0; b < members.size(); ++b) {
     const auto key = std::make_pair(dtypes[b], devices[b].str());
-    auto it = arenas.find(key);
-    if (it == arenas.end())
-      it = arenas.emplace(key, group_->new_reduction_buffer(arena_numel[key], dtypes[b], devices[b])).first;
+    if (!arenas.count(key)) arenas.emplace(key, group_->new_reduction_buffer(arena_numel[key], dtypes[b], devices[b]));
+  }
+  buckets_.assign(members.size(), Bucket{});
+  for (size_t b = 0; b < members.size(); ++b) {
+    const Tensor& arena = arenas.at(std::make_pair(dtypes[b], devices[b].str()));
     Bucket& bucket = buckets_[b];
     bucket.grad.index = static_cast<int>(b);
     bucket.params = members[b];
@@ -107,7 +109,7 @@ void Reducer::build_buckets(const std::vector<int>& order) {
       numel += params_[idx].tensor.numel();
       bucket.grad.parameter_names.push_back(params_[idx].name);
     }
-    bucket.grad.buffer = it->second.narrow(0, starts[b], numel);
+    bucket.grad.buffer = arena.narrow(0, starts[b], numel);
   }
   for (Param& p : params_) {
     attach_view(p);  // copies each old value into the new buffer

@@ -51,7 +51,9 @@ std::shared_ptr<SharedBuffer> SharedBuffer::create(ProcessGroup& group, size_t b
   struct Announcement {
     char name[64];  // "" tells the others that rank 0 failed
     uint64_t nonce;
+    uint64_t bytes;  // rank 0's: every rank must ask for the same size
   } announcement{};
+  announcement.bytes = bytes;
   std::byte* mapping = nullptr;
   if (rank == 0) {
     announcement.nonce = new_shm_nonce();
@@ -64,11 +66,19 @@ std::shared_ptr<SharedBuffer> SharedBuffer::create(ProcessGroup& group, size_t b
     std::memcpy(message.raw_data(), &announcement, sizeof announcement);
     group.broadcast(message, 0)->wait();
     std::memcpy(&announcement, message.raw_data(), sizeof announcement);
-    if (rank != 0 && announcement.name[0] != '\0')
+    const bool same_size = announcement.bytes == bytes;
+    if (rank != 0 && same_size && announcement.name[0] != '\0')
       mapping = map_shm_segment(announcement.name, total, announcement.nonce);
-    Tensor vote = from_vector(std::vector<double>{mapping != nullptr ? 1.0 : 0.0}, {1}, {.dtype = DType::i32});
+    // 1: mapped; 0: could not (every rank then takes an ordinary buffer); -1: another size than
+    // rank 0's, a misuse that every rank reports.
+    Tensor vote = from_vector(std::vector<double>{!same_size ? -1.0 : mapping != nullptr ? 1.0 : 0.0}, {1},
+                              {.dtype = DType::i32});
     group.allreduce(vote, ReduceOp::min)->wait();
-    mapped_by_all = vote.to_vector()[0] == 1.0;
+    const double least = vote.to_vector()[0];
+    RG_CHECK(least >= 0, "dist.new_reduction_buffer", "the ranks asked for buffers of different sizes (rank ", rank,
+             "/", size, ": ", bytes, " bytes, rank 0: ", announcement.bytes,
+             " bytes); every rank must call it with the same numel and dtype");
+    mapped_by_all = least == 1.0;
   } catch (...) {
     if (rank == 0 && announcement.name[0] != '\0') unlink_shm_segment(announcement.name);
     if (mapping != nullptr) munmap(mapping, total);
@@ -168,12 +178,21 @@ class InPlaceAllreduce final : public PendingOp {
     }
   }
 
-  // My chunk, in whole cache lines (no two ranks write one line), block by block.
+  // Element bounds of rank r's chunk: whole cache lines of the buffer (regions start on a page, so
+  // the same lines in every copy), so no two ranks write one line, even for a view that starts
+  // inside a line. Counted from the line the view starts in: `before` elements of it precede the view.
+  int64_t chunk_begin_of(int r) const {
+    const int N = buffer_->size_;
+    const int64_t line = std::max<int64_t>(1, static_cast<int64_t>(kLine / sizeof(T)));
+    const int64_t before = static_cast<int64_t>(offset_ / sizeof(T)) % line;
+    const int64_t lines = (n_ + before + line - 1) / line;
+    return std::clamp<int64_t>(lines * r / N * line - before, 0, n_);
+  }
+
+  // My chunk, block by block.
   void reduce_my_chunk() {
     const int N = buffer_->size_, r = buffer_->rank_;
-    const int64_t line = std::max<int64_t>(1, static_cast<int64_t>(kLine / sizeof(T)));
-    const int64_t lines = (n_ + line - 1) / line;
-    const int64_t lo = std::min(n_, lines * r / N * line), hi = std::min(n_, lines * (r + 1) / N * line);
+    const int64_t lo = chunk_begin_of(r), hi = r + 1 == N ? n_ : chunk_begin_of(r + 1);
     if constexpr (std::is_same_v<T, float>) {
       // DDP's case, 2 ranks and f32 sums or averages: one pass, no block round trip (the same
       // arithmetic as the blocks below: one addition, then the division by N).

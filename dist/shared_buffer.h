@@ -27,7 +27,8 @@
 // writes its header for op s + 1 only after every rank is done with s, so after every rank has
 // read the headers of op s: one header per rank is enough. The communication thread polls the
 // flags like any other op, so the group's timeout applies; a header that disagrees (another
-// collective, count or view offset) fails every rank at once with both views. After a timeout
+// count, dtype, reduce op or view offset on the same buffer) fails every rank at once with both
+// views. Ranks that wait on different buffers, or in MPI, end in the timeout instead. After a timeout
 // the group is broken (Note [After a timeout] in dist/comm_thread.h); a rank that arrives late
 // still sums its chunk into every buffer, then times out waiting for the others' "done": the
 // buffers' contents are undefined from the timeout on, like everything a broken group touched.

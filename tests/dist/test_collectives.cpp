@@ -485,6 +485,8 @@ TEST_CASE("new_reduction_buffer: every backend x op x dtype, the whole buffer an
           rg::Tensor buffer = pg->new_reduction_buffer(n, dt);
           REQUIRE(buffer.shape() == rg::Shape{n});
           CHECK(buffer.dtype() == dt);
+          const bool in_place = dist::world().size > 1 && (backend == "tree" || backend == "auto");
+          CHECK(pg->reduces_in_place(buffer) == in_place);
           CHECK(mismatch(buffer, [](int64_t) { return 0.0; }) == "");  // zero-filled
           buffer.copy_(filled(n, dt, [&](int64_t i) { return (r + 1) + (i % 7); }));
           pg->allreduce(buffer, op)->wait();
@@ -492,6 +494,7 @@ TEST_CASE("new_reduction_buffer: every backend x op x dtype, the whole buffer an
           if (n < 10) continue;
           // A view that starts off a cache line and ends before the buffer does; the rest stays.
           rg::Tensor view = buffer.narrow(0, 3, n - 7);
+          CHECK(pg->reduces_in_place(view) == in_place);
           // Element j of the buffer now holds (r + 1) + ((j + 1) % 7) inside the view.
           view.copy_(filled(n - 7, dt, [&](int64_t i) { return (r + 1) + ((i + 4) % 7); }));
           pg->allreduce(view, op)->wait();
@@ -513,6 +516,8 @@ TEST_CASE("new_reduction_buffer on shared memory: identical rank-order sums ever
   // Large enough that an ordinary tensor would take the ring.
   const int64_t n = 1 << 20;
   rg::Tensor buffer = pg->new_reduction_buffer(n, rg::DType::f32);
+  REQUIRE(pg->reduces_in_place(buffer));
+  CHECK_FALSE(pg->reduces_in_place(rg::zeros({n})));  // an ordinary tensor takes the ring
   buffer.copy_(random_input(n, 200, r));
   pg->allreduce(buffer)->wait();
   CHECK(differ_from_rank_order_sum(buffer, 200) == 0);
@@ -531,6 +536,14 @@ TEST_CASE("new_reduction_buffer on shared memory: identical rank-order sums ever
     CHECK_MESSAGE(what.find("f32 sum, 1000 elements at byte 4") != std::string::npos, what);
   }
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
+
+  // Ranks that ask for different sizes are told so, every one of them, and the group still works.
+  auto another = dist::new_group("auto", options);
+  CHECK_THROWS_WITH_AS(another->new_reduction_buffer(r == N - 1 ? 999 : 1000, rg::DType::f32),
+                       doctest::Contains("the ranks asked for buffers of different sizes"), rg::Error);
+  rg::Tensor t = filled(10, rg::DType::f32, [&](int64_t i) { return (r + 1) + (i % 7); });
+  another->allreduce(t)->wait();
+  CHECK(mismatch(t, [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
 }
 
 TEST_CASE("new_reduction_buffer with shared memory off is an ordinary tensor with the same results") {
@@ -539,6 +552,7 @@ TEST_CASE("new_reduction_buffer with shared memory off is an ordinary tensor wit
   options.shared_memory = false;
   auto pg = dist::new_group("auto", options);
   rg::Tensor buffer = pg->new_reduction_buffer(100000, rg::DType::f32);
+  CHECK_FALSE(pg->reduces_in_place(buffer));
   buffer.copy_(filled(100000, rg::DType::f32, [&](int64_t i) { return (r + 1) + (i % 7); }));
   pg->allreduce(buffer, dist::ReduceOp::avg)->wait();
   CHECK(mismatch(buffer, [&](int64_t i) { return expected_reduce(dist::ReduceOp::avg, rg::DType::f32, i); }) == "");

@@ -77,7 +77,9 @@ Batch my_shard(const Batch& b) {
 // "ring" reduces the buckets over messages; "auto" on one machine puts them in shared memory and
 // sums them in place (Note [Shared gradient buffers] in dist/shared_buffer.h).
 std::shared_ptr<dist::ProcessGroup> group(const std::string& backend = "ring") {
-  return std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend, test_options()));
+  dist::GroupOptions options = test_options();
+  if (backend == "auto") options.shared_memory = true;  // whatever RINGGRAD_DIST_SHM says
+  return std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend, options));
 }
 
 std::unique_ptr<optim::Optimizer> make_opt(const std::string& name, std::vector<rg::Tensor> params) {
@@ -107,7 +109,8 @@ TEST_CASE("ddp: N ranks x batch B == one process x batch N*B (MLP and CNN, SGD a
         auto make = [&](uint64_t seed) { return model == "mlp" ? make_mlp(seed) : make_cnn(seed); };
         auto reference = make(7);
         auto replica = make(r == 0 ? 7 : 99 + r);  // other ranks start elsewhere: DDP must broadcast
-        dist::DistributedDataParallel ddp(replica, group(backend), {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
+        auto pg = group(backend);
+        dist::DistributedDataParallel ddp(replica, pg, {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
         CHECK(params_differ(*reference, *replica, 0, 0) == "");  // broadcast from rank 0
         CHECK(ddp.buckets().size() >= 2);                          // several buckets, so several launches
         auto ref_opt = make_opt(opt_name, reference->parameters());
@@ -119,6 +122,8 @@ TEST_CASE("ddp: N ranks x batch B == one process x batch N*B (MLP and CNN, SGD a
           ref_opt->step();
           opt->zero_grad();
           rg::cross_entropy(ddp(mine.x), mine.y).backward();
+          // The gradients are bucket views; on "auto" those are shared memory, reduced in place.
+          CHECK(pg->reduces_in_place(replica->parameters()[0].grad()) == (backend == "auto" && N > 1));
           opt->step();
           CAPTURE(step);
           CHECK(params_differ(*reference, *replica, 1e-5, 1e-6) == "");

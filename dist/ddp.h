@@ -123,6 +123,8 @@ struct BucketInfo {
   DType dtype = DType::f32;
   int64_t numel = 0;
   std::vector<std::string> parameter_names;
+  // Reduced in place in memory every rank maps (ProcessGroup::reduces_in_place), not over messages.
+  bool in_shared_memory = false;
 };
 
 class DistributedDataParallel {

@@ -300,7 +300,8 @@ void Reducer::rebuild_buckets_from_observed_order() {
 std::vector<BucketInfo> Reducer::buckets() const {
   std::vector<BucketInfo> out;
   for (const Bucket& b : buckets_)
-    out.push_back(BucketInfo{b.grad.index, b.grad.buffer.dtype(), b.grad.buffer.numel(), b.grad.parameter_names});
+    out.push_back(BucketInfo{b.grad.index, b.grad.buffer.dtype(), b.grad.buffer.numel(), b.grad.parameter_names,
+                             group_->reduces_in_place(b.grad.buffer)});
   return out;
 }
 

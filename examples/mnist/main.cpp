@@ -138,10 +138,12 @@ int run(Config& c, const dist::World& world) {
   log("model: %s, %lld parameters, %s on %s; optimizer %s lr %g; %d threads per rank; optimizer state %.1f MiB\n",
       c.model.c_str(), (long long)model->parameter_count(), c.precision.c_str(), device.str().c_str(),
       opt->name().c_str(), c.lr, num_threads(), static_cast<double>(opt->state_bytes()) / (1 << 20));
-  log("data parallel: %d ranks (backend %s, %zu buckets, comm hook %s); batch %d per rank x %d ranks x %d "
+  const auto buckets = ddp.buckets();
+  const bool shared = !buckets.empty() && buckets.front().in_shared_memory;
+  log("data parallel: %d ranks (backend %s, %zu buckets%s, comm hook %s); batch %d per rank x %d ranks x %d "
       "accumulation = global batch %d\n",
-      world.size, group->backend().c_str(), ddp.buckets().size(), c.comm_hook.c_str(), c.batch_size, world.size,
-      c.accum, c.batch_size * world.size * c.accum);
+      world.size, group->backend().c_str(), buckets.size(), shared ? " in shared memory" : "", c.comm_hook.c_str(),
+      c.batch_size, world.size, c.accum, c.batch_size * world.size * c.accum);
 
   int start_epoch = 0;
   int64_t global_step = 0, skip_in_epoch = 0;

@@ -113,6 +113,7 @@ TEST_CASE("ddp: N ranks x batch B == one process x batch N*B (MLP and CNN, SGD a
         dist::DistributedDataParallel ddp(replica, pg, {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
         CHECK(params_differ(*reference, *replica, 0, 0) == "");  // broadcast from rank 0
         CHECK(ddp.buckets().size() >= 2);                          // several buckets, so several launches
+        for (const dist::BucketInfo& b : ddp.buckets()) CHECK(b.in_shared_memory == (backend == "auto" && N > 1));
         auto ref_opt = make_opt(opt_name, reference->parameters());
         auto opt = make_opt(opt_name, replica->parameters());
         for (int step = 0; step < 5; ++step) {

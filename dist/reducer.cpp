@@ -79,11 +79,13 @@ void Reducer::build_buckets(const std::vector<int>& order) {
   // Collective (every rank builds the same buckets): on one machine it is memory every rank maps,
   // which the AllReduce sums in place (Note [Shared gradient buffers] in dist/shared_buffer.h) --
   // one such buffer per dtype rather than per bucket, since each costs two small collectives.
+  using Key = std::pair<DType, std::string>;  // (dtype, device)
+  std::vector<Key> keys(members.size());
   std::vector<int64_t> numels(members.size()), starts(members.size());
-  std::map<std::pair<DType, std::string>, int64_t> arena_numel;  // elements so far, per key
+  std::map<Key, int64_t> arena_numel;  // elements so far, per key
   for (size_t b = 0; b < members.size(); ++b) {
     for (int idx : members[b]) numels[b] += params_[idx].tensor.numel();
-    const auto key = std::make_pair(dtypes[b], devices[b].str());
+    const Key& key = keys[b] = std::make_pair(dtypes[b], devices[b].str());
     const int64_t line = std::max<int64_t>(1, 64 / static_cast<int64_t>(dtype_size(dtypes[b])));
     int64_t& used = arena_numel[key];
     starts[b] = (used + line - 1) / line * line;
@@ -91,25 +93,23 @@ void Reducer::build_buckets(const std::vector<int>& order) {
   }
   // Allocated in the order of each key's first bucket, the same on every rank -- and before any
   // bucket or parameter changes, so that a collective failing here leaves the old buckets intact.
-  std::map<std::pair<DType, std::string>, Tensor> arenas;
-  for (size_t b = 0; b < members.size(); ++b) {
-    const auto key = std::make_pair(dtypes[b], devices[b].str());
-    if (!arenas.count(key)) arenas.emplace(key, group_->new_reduction_buffer(arena_numel[key], dtypes[b], devices[b]));
-  }
+  std::map<Key, Tensor> arenas;
+  for (size_t b = 0; b < members.size(); ++b)
+    if (!arenas.count(keys[b]))
+      arenas.emplace(keys[b], group_->new_reduction_buffer(arena_numel[keys[b]], dtypes[b], devices[b]));
   buckets_.assign(members.size(), Bucket{});
   for (size_t b = 0; b < members.size(); ++b) {
-    const Tensor& arena = arenas.at(std::make_pair(dtypes[b], devices[b].str()));
     Bucket& bucket = buckets_[b];
     bucket.grad.index = static_cast<int>(b);
     bucket.params = members[b];
-    int64_t numel = 0;
+    int64_t offset = 0;
     for (int idx : members[b]) {
       params_[idx].bucket = static_cast<int>(b);
-      params_[idx].offset = numel;
-      numel += params_[idx].tensor.numel();
+      params_[idx].offset = offset;
+      offset += params_[idx].tensor.numel();
       bucket.grad.parameter_names.push_back(params_[idx].name);
     }
-    bucket.grad.buffer = arena.narrow(0, starts[b], numel);
+    bucket.grad.buffer = arenas.at(keys[b]).narrow(0, starts[b], numels[b]);
   }
   for (Param& p : params_) {
     attach_view(p);  // copies each old value into the new buffer

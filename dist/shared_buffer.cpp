@@ -90,12 +90,12 @@ std::shared_ptr<SharedBuffer> SharedBuffer::create(ProcessGroup& group, size_t b
     if (mapping != nullptr) munmap(mapping, total);
     return nullptr;
   }
-  return std::shared_ptr<SharedBuffer>(new SharedBuffer(mapping, total, bytes, stride, rank, size));
+  return std::shared_ptr<SharedBuffer>(new SharedBuffer(mapping, total, control_bytes, bytes, stride, rank, size));
 }
 
-SharedBuffer::SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t bytes, size_t stride, int rank, int size)
-    : mapping_(mapping), mapping_bytes_(mapping_bytes),
-      data_(mapping + round_up(kLine * static_cast<size_t>(size + 1), kPage)), bytes_(bytes), stride_(stride),
+SharedBuffer::SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t control_bytes, size_t bytes, size_t stride,
+                           int rank, int size)
+    : mapping_(mapping), mapping_bytes_(mapping_bytes), data_(mapping + control_bytes), bytes_(bytes), stride_(stride),
       rank_(rank), size_(size) {}
 
 // Local, like SharedSlots: the other ranks keep their own mappings.

@@ -70,7 +70,9 @@ class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
 
  private:
   struct Control;
-  SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t bytes, size_t stride, int rank, int size);
+  // The buffers start control_bytes into the mapping.
+  SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t control_bytes, size_t bytes, size_t stride, int rank,
+               int size);
   Control& control_of(int rank) const;
   std::byte* region_of(int rank) const { return data_ + static_cast<size_t>(rank) * stride_; }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "dist_test_util.h"
@@ -59,6 +60,28 @@ double expected_reduce(dist::ReduceOp op, rg::DType dt, int64_t i) {
   return 0;
 }
 
+// Calls body(backend, group, dtype, op, n) for every backend x dtype x reduce op x n in `ns`, each
+// call labelled with all five on failure; on_group(backend, group) runs once per backend first.
+void for_each_reduction(
+    const std::vector<int64_t>& ns, const std::function<void(const std::string&, dist::ProcessGroup&)>& on_group,
+    const std::function<void(const std::string&, dist::ProcessGroup&, rg::DType, dist::ReduceOp, int64_t)>& body) {
+  for (const auto& backend : kBackends) {
+    auto pg = make_group(backend);
+    on_group(backend, *pg);
+    for (rg::DType dt : kDtypes)
+      for (dist::ReduceOp op : kOps)
+        for (int64_t n : ns) {
+          CAPTURE(backend);
+          const std::string dtype = rg::dtype_name(dt);
+          CAPTURE(dtype);
+          const std::string reduce = dist::reduce_op_name(op);
+          CAPTURE(reduce);
+          CAPTURE(n);
+          body(backend, *pg, dt, op, n);
+        }
+  }
+}
+
 // Rank q's random input for the rank-order tests: randn(n) seeded by seed + q.
 rg::Tensor random_input(int64_t n, uint64_t seed, int q) {
   rg::Generator gen(seed + q);
@@ -99,26 +122,19 @@ TEST_CASE("world: rank, size, local rank and local size") {
 
 TEST_CASE("allreduce: every backend x op x dtype x size") {
   const int r = dist::world().rank;
-  for (const auto& backend : kBackends) {
-    auto pg = make_group(backend);
-    CHECK(pg->backend() == backend.substr(0, backend.find('/')));
-    CHECK(pg->size() == dist::world().size);
-    for (rg::DType dt : kDtypes)
-      for (dist::ReduceOp op : kOps)
-        for (int64_t n : sizes()) {
-          // The large size only for sum (the ring's arithmetic is the same for every op).
-          if (n > 100000 && op != dist::ReduceOp::sum && op != dist::ReduceOp::avg) continue;
-          CAPTURE(backend);
-          const std::string dtype = rg::dtype_name(dt);
-          CAPTURE(dtype);
-          const std::string reduce = dist::reduce_op_name(op);
-          CAPTURE(reduce);
-          CAPTURE(n);
-          rg::Tensor t = filled(n, dt, [&](int64_t i) { return (r + 1) + (i % 7); });
-          pg->allreduce(t, op)->wait();
-          CHECK(mismatch(t, [&](int64_t i) { return expected_reduce(op, dt, i); }) == "");
-        }
-  }
+  for_each_reduction(
+      sizes(),
+      [](const std::string& backend, dist::ProcessGroup& pg) {
+        CHECK(pg.backend() == backend.substr(0, backend.find('/')));
+        CHECK(pg.size() == dist::world().size);
+      },
+      [&](const std::string&, dist::ProcessGroup& pg, rg::DType dt, dist::ReduceOp op, int64_t n) {
+        // The large size only for sum (the ring's arithmetic is the same for every op).
+        if (n > 100000 && op != dist::ReduceOp::sum && op != dist::ReduceOp::avg) return;
+        rg::Tensor t = filled(n, dt, [&](int64_t i) { return (r + 1) + (i % 7); });
+        pg.allreduce(t, op)->wait();
+        CHECK(mismatch(t, [&](int64_t i) { return expected_reduce(op, dt, i); }) == "");
+      });
 }
 
 TEST_CASE("allreduce: f16 and bf16 are summed in f32 and rounded once") {
@@ -471,40 +487,31 @@ TEST_CASE("new_reduction_buffer: every backend x op x dtype, the whole buffer an
   // rank maps and the AllReduce sums it in place; elsewhere it is an ordinary tensor. The results
   // must be the same closed forms as for any tensor.
   const int r = dist::world().rank;
-  for (const auto& backend : kBackends) {
-    auto pg = make_group(backend);
-    for (rg::DType dt : kDtypes)
-      for (dist::ReduceOp op : kOps)
-        for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{5000}, int64_t{300001}}) {
-          CAPTURE(backend);
-          const std::string dtype = rg::dtype_name(dt);
-          CAPTURE(dtype);
-          const std::string reduce = dist::reduce_op_name(op);
-          CAPTURE(reduce);
-          CAPTURE(n);
-          rg::Tensor buffer = pg->new_reduction_buffer(n, dt);
-          REQUIRE(buffer.shape() == rg::Shape{n});
-          CHECK(buffer.dtype() == dt);
-          const bool in_place = dist::world().size > 1 && (backend == "tree" || backend == "auto");
-          CHECK(pg->reduces_in_place(buffer) == in_place);
-          CHECK(mismatch(buffer, [](int64_t) { return 0.0; }) == "");  // zero-filled
-          buffer.copy_(filled(n, dt, [&](int64_t i) { return (r + 1) + (i % 7); }));
-          pg->allreduce(buffer, op)->wait();
-          CHECK(mismatch(buffer, [&](int64_t i) { return expected_reduce(op, dt, i); }) == "");
-          if (n < 10) continue;
-          // A view that starts off a cache line and ends before the buffer does; the rest stays.
-          rg::Tensor view = buffer.narrow(0, 3, n - 7);
-          CHECK(pg->reduces_in_place(view) == in_place);
-          // Element j of the buffer now holds (r + 1) + ((j + 1) % 7) inside the view.
-          view.copy_(filled(n - 7, dt, [&](int64_t i) { return (r + 1) + ((i + 4) % 7); }));
-          pg->allreduce(view, op)->wait();
-          CHECK(mismatch(buffer, [&](int64_t j) {
-                  const bool inside = j >= 3 && j < n - 4;
-                  // Outside: the first reduction's result, not reduced again.
-                  return inside ? expected_reduce(op, dt, j + 1) : expected_reduce(op, dt, j);
-                }) == "");
-        }
-  }
+  for_each_reduction(
+      {1, 37, 5000, 300001}, [](const std::string&, dist::ProcessGroup&) {},
+      [&](const std::string& backend, dist::ProcessGroup& pg, rg::DType dt, dist::ReduceOp op, int64_t n) {
+        rg::Tensor buffer = pg.new_reduction_buffer(n, dt);
+        REQUIRE(buffer.shape() == rg::Shape{n});
+        CHECK(buffer.dtype() == dt);
+        const bool in_place = dist::world().size > 1 && (backend == "tree" || backend == "auto");
+        CHECK(pg.reduces_in_place(buffer) == in_place);
+        CHECK(mismatch(buffer, [](int64_t) { return 0.0; }) == "");  // zero-filled
+        buffer.copy_(filled(n, dt, [&](int64_t i) { return (r + 1) + (i % 7); }));
+        pg.allreduce(buffer, op)->wait();
+        CHECK(mismatch(buffer, [&](int64_t i) { return expected_reduce(op, dt, i); }) == "");
+        if (n < 10) return;
+        // A view that starts off a cache line and ends before the buffer does; the rest stays.
+        rg::Tensor view = buffer.narrow(0, 3, n - 7);
+        CHECK(pg.reduces_in_place(view) == in_place);
+        // Element j of the buffer now holds (r + 1) + ((j + 1) % 7) inside the view.
+        view.copy_(filled(n - 7, dt, [&](int64_t i) { return (r + 1) + ((i + 4) % 7); }));
+        pg.allreduce(view, op)->wait();
+        CHECK(mismatch(buffer, [&](int64_t j) {
+                const bool inside = j >= 3 && j < n - 4;
+                // Outside: the first reduction's result, not reduced again.
+                return inside ? expected_reduce(op, dt, j + 1) : expected_reduce(op, dt, j);
+              }) == "");
+      });
 }
 
 TEST_CASE("new_reduction_buffer on shared memory: identical rank-order sums everywhere; another view fails at once") {

@@ -62,10 +62,12 @@ struct CpuTime {
 };
 
 // `warmup` untimed steps, then `steps` timed ones between two barriers (so every rank's clock spans
-// the same work); DDP's stats restart with the timed steps. Returns the timed seconds. Rank 0 prints
-// where its timed steps went, per step: wall time, this (the training) thread's CPU time, the other
-// threads' (communication, BLAS) CPU time. On a core of its own, wall minus all CPU is time the rank
-// waited with nothing to run.
+// the same work); DDP's stats restart with the timed steps. Returns the timed seconds. Every rank
+// prints where its timed steps went, per step: wall time, this (the training) thread's CPU time, the
+// other threads' (communication, BLAS) CPU time. On a core of its own, wall minus all CPU is time
+// the rank waited with nothing to run -- the early rank's, mostly: the step waits for the late one,
+// whose CPU is the figure to shrink (a rank whose caller is blocked spins, so its "other threads"
+// CPU includes idle time: Note [Spinning for a blocked caller] in dist/comm_thread.h).
 inline double time_steps(const std::function<void()>& step, const TrainFlags& flags, ringgrad::dist::ProcessGroup& group,
                          ringgrad::dist::DistributedDataParallel* ddp) {
   using Clock = std::chrono::steady_clock;
@@ -84,15 +86,15 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
   group.barrier()->wait();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const CpuTime thread1 = CpuTime::of(RUSAGE_THREAD), process1 = CpuTime::of(RUSAGE_SELF);
-  if (group.rank() == 0 && flags.steps > 0) {
+  if (flags.steps > 0) {
     const double per_step = 1e3 / flags.steps;  // seconds in all -> ms per step
     const double user = (thread1.user - thread0.user) * per_step, sys = (thread1.sys - thread0.sys) * per_step;
     const double others = ((process1.user - process0.user) + (process1.sys - process0.sys)) * per_step - user - sys;
-    std::fprintf(stderr, "rank 0 per step: wall %.2f ms; training thread CPU %.2f ms (user %.2f, sys %.2f); other "
-                 "threads' CPU %.2f ms\n", seconds * per_step, user + sys, user, sys, others);
+    std::fprintf(stderr, "rank %d per step: wall %.2f ms; training thread CPU %.2f ms (user %.2f, sys %.2f); other "
+                 "threads' CPU %.2f ms\n", group.rank(), seconds * per_step, user + sys, user, sys, others);
     std::sort(step_ms.begin(), step_ms.end());
     auto at = [&](double q) { return step_ms[static_cast<size_t>(q * static_cast<double>(step_ms.size() - 1))]; };
-    std::fprintf(stderr, "rank 0 step times: min %.2f, p10 %.2f, median %.2f, p90 %.2f, max %.2f ms\n", at(0), at(0.1),
+    std::fprintf(stderr, "rank %d step times: min %.2f, p10 %.2f, median %.2f, p90 %.2f, max %.2f ms\n", group.rank(), at(0), at(0.1),
                  at(0.5), at(0.9), at(1));
   }
   return seconds;

@@ -46,8 +46,9 @@ std::shared_ptr<Work> CommThread::claim_if_idle(OpInfo& info) {
   info.seq = next_seq_++;
   collective_active_ = true;
   starting_here_ = true;
-  // No runner: this op is never queued, so no wait() can run it (Note [A waiting caller runs its op]).
-  return std::make_shared<Work>(std::move(info), backend_, rank_, size_);
+  // Never queued, so no wait() can run it (Note [A waiting caller runs its op]), but a wait() after
+  // a hand-over still tells this thread it blocks (Note [Spinning for a blocked caller]).
+  return std::make_shared<Work>(std::move(info), backend_, rank_, size_, weak_from_this());
 }
 
 std::shared_ptr<Work> CommThread::enqueue(OpInfo info, StartFn start) {
@@ -226,7 +227,10 @@ void CommThread::loop() {
 }
 
 void CommThread::back_off(int& sleeps, Clock::time_point idle_since) const {
-  if (Clock::now() - idle_since < std::chrono::microseconds(kSpinMicroseconds)) {
+  const auto idle = Clock::now() - idle_since;
+  const bool caller_blocked = blocked_callers_.load(std::memory_order_relaxed) > 0;  // Note [Spinning for a blocked caller]
+  if (idle < std::chrono::microseconds(kSpinMicroseconds) ||
+      (caller_blocked && idle < std::chrono::microseconds(kBlockedSpinMicroseconds))) {
     std::this_thread::yield();
   } else {
     std::this_thread::sleep_for(std::min(max_sleep_, std::chrono::microseconds(1 << std::min(sleeps++, 16))));

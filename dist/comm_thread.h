@@ -51,6 +51,16 @@
 // ordering rules (starting_here_) it shares. wait(timeout) and wait_on_device() do not do this:
 // they must not run an op longer than asked, or block the host for a device's op.
 //
+// Note [Spinning for a blocked caller]: the sleeps of Note [Polling, not spinning] keep this thread
+// off the core while the rank's compute thread needs it. Once that thread blocks in wait() for an
+// op that runs here, the core has nothing else to do, and a sleep only delays the op: in DDP the
+// rank that finished its backward first waits for the other's last bucket, and, asleep, it noticed
+// the other's arrival up to a sleep late -- time the other rank, the one the step waits for, spent
+// waiting for its share of the reduction (Note [Shared gradient buffers]). So while a caller is
+// blocked in wait() or wait_on_device() the thread yields between polls instead of sleeping, for up
+// to kBlockedSpinMicroseconds without progress (beyond that -- a peer that is very late or never
+// comes, or more ranks than cores -- it sleeps again, and the core goes back to other processes).
+//
 // Note [After a timeout]: MPI cannot cancel a collective another rank never joined. The timed-out op
 // is kept (it owns its tensors and buffers, which MPI may still write into if the late rank ever
 // arrives), the group is marked broken, and every later op fails at once with a message naming the
@@ -76,6 +86,7 @@
 namespace ringgrad::dist {
 
 inline constexpr int kSpinMicroseconds = 50;  // See Note [Short spins before sleeping]
+inline constexpr int kBlockedSpinMicroseconds = 3000;  // See Note [Spinning for a blocked caller]
 // See Note [Small collectives start on the caller's thread].
 inline constexpr size_t kStartHereBytes = size_t{64} << 10;
 inline constexpr int kStartHereMicroseconds = 30;
@@ -118,6 +129,9 @@ class CommThread : public std::enable_shared_from_this<CommThread> {
   // Work::wait() calls it: when `work`'s op is next in the queue and nothing runs, runs it to its
   // end on the calling thread (Note [A waiting caller runs its op]); otherwise returns at once.
   void run_if_next(Work& work);
+  // Work's waits bracket their blocking with these (Note [Spinning for a blocked caller]).
+  void caller_blocks() { blocked_callers_.fetch_add(1, std::memory_order_relaxed); }
+  void caller_unblocks() { blocked_callers_.fetch_sub(1, std::memory_order_relaxed); }
   void shutdown();  // the destructor's work; callable earlier (derived groups call it first)
   // After shutdown: whether an op timed out or failed (its MPI requests may still be live).
   bool broken() const { return !broken_.empty(); }
@@ -195,6 +209,7 @@ class CommThread : public std::enable_shared_from_this<CommThread> {
   uint64_t next_seq_ = 0, next_p2p_seq_ = 0;
   // queue_.size() (+1 while a handed-over op waits), readable without the mutex (the idle spin).
   std::atomic<size_t> queued_{0};
+  std::atomic<int> blocked_callers_{0};  // threads blocked in a Work's wait for an op of this thread
   // Under mutex_: what the thread runs, and the counters other threads read.
   bool collective_active_ = false;  // a collective (running here, or being started by a caller)
   int p2p_active_ = 0;              // that many sends / receives

@@ -23,28 +23,46 @@ constexpr size_t kLine = 64;
 constexpr size_t kPage = 4096;
 // Elements per block of the reduction: the block's accumulation-type sum stays in L1.
 constexpr int64_t kBlockElems = 2048;
+// Bytes per claimed chunk: a few microseconds of work, so that the atomic claim is noise and a
+// rank that wakes up late still finds chunks to share.
+constexpr size_t kChunkBytes = size_t{32} << 10;
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free, "counters are shared between processes");
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
-// One rank's line of the control block: its counters and the header of the op it is at. Only that
-// rank writes it, so peers polling it never contend with each other's writes.
-struct SharedBuffer::Control {
-  uint64_t arrived;  // the op s this rank last arrived at (atomic_ref: release / acquire)
-  uint64_t done;     // the op s whose chunk this rank last finished
-  int64_t tag;       // the op's collective tag
-  uint64_t offset;   // byte offset of the tensor inside the rank's buffer
+// What a rank says of one op: read by every rank once all have arrived.
+struct OpHeader {
+  int64_t tag;      // the op's collective tag
+  uint64_t offset;  // byte offset of the tensor inside the rank's buffer
   int64_t numel;
-  int32_t dtype;     // DType
-  int32_t op;        // ReduceOp
+  int32_t dtype;    // DType
+  int32_t op;       // ReduceOp
+};
+
+// One rank's lines of the control block: its arrival counter and the headers of its last two ops.
+// Only that rank writes them, so peers polling them never contend with each other's writes. Two
+// headers, by the parity of s: a rank may finish op s (every chunk reduced, by others perhaps) and
+// write its header for s + 1 while a slower peer has yet to read the headers of s.
+struct alignas(64) SharedBuffer::Control {
+  uint64_t arrived;  // the op s this rank last arrived at (atomic_ref: release / acquire)
+  OpHeader header[2];
+};
+
+// The lines every rank writes: the chunks claimed and the chunks reduced, counted over the
+// segment's lifetime (ops claim and complete the same number of chunks on every rank, so each rank
+// knows where op s's chunks start: chunks_before_). One line each, so claims do not slow the reads
+// of the completion count.
+struct alignas(64) SharedBuffer::Counter {
+  uint64_t value;  // atomic_ref
 };
 
 std::shared_ptr<SharedBuffer> SharedBuffer::create(ProcessGroup& group, size_t bytes) {
-  static_assert(sizeof(Control) <= kLine);
+  static_assert(sizeof(Control) % kLine == 0 && sizeof(Counter) == kLine);
   const int rank = group.rank(), size = group.size();
-  const size_t control_bytes = round_up(kLine * static_cast<size_t>(size + 1), kPage);  // nonce line + one per rank
+  // The nonce line, each rank's Control, the two Counters.
+  const size_t control_bytes = round_up(kLine + sizeof(Control) * static_cast<size_t>(size) + 2 * kLine, kPage);
   const size_t stride = round_up(std::max<size_t>(bytes, 1), kPage);
   const size_t total = control_bytes + stride * static_cast<size_t>(size);
 
@@ -102,8 +120,14 @@ SharedBuffer::SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t cont
 SharedBuffer::~SharedBuffer() { munmap(mapping_, mapping_bytes_); }
 
 SharedBuffer::Control& SharedBuffer::control_of(int rank) const {
-  return *reinterpret_cast<Control*>(mapping_ + kLine * static_cast<size_t>(rank + 1));
+  return *reinterpret_cast<Control*>(mapping_ + kLine + sizeof(Control) * static_cast<size_t>(rank));
 }
+
+SharedBuffer::Counter& SharedBuffer::claimed() const {
+  return *reinterpret_cast<Counter*>(mapping_ + kLine + sizeof(Control) * static_cast<size_t>(size_));
+}
+
+SharedBuffer::Counter& SharedBuffer::completed() const { return (&claimed())[1]; }
 
 bool SharedBuffer::contains(const Tensor& t) const {
   if (!t.defined() || !t.device().is_cpu() || t.numel() == 0) return false;
@@ -124,51 +148,45 @@ class InPlaceAllreduce final : public PendingOp {
   InPlaceAllreduce(std::shared_ptr<SharedBuffer> buffer, const Tensor& t, ReduceOp op, int tag)
       : buffer_(std::move(buffer)), tensor_(t), op_(op), n_(t.numel()),
         offset_(static_cast<uint64_t>(static_cast<std::byte*>(t.raw_data()) - buffer_->mine())),
-        s_(buffer_->ops_ + 1) {
-    // One header per rank is enough only if the previous op finished first (the communication thread
-    // runs one collective at a time): check it rather than trust it.
+        s_(buffer_->ops_ + 1), first_chunk_(buffer_->chunks_before_), end_chunk_(first_chunk_ + chunks()) {
+    // The chunk counts and the headers' parity assume the previous op finished first (the
+    // communication thread runs one collective at a time): check it rather than trust it.
     RG_CHECK(buffer_->finished_ == buffer_->ops_, "dist.allreduce", "shared-buffer op ", s_, " started before op ",
              buffer_->ops_, " finished (rank ", buffer_->rank_, ")");
     buffer_->ops_ = s_;
     for (int r = 0; r < buffer_->size_; ++r)
       copies_.push_back(reinterpret_cast<T*>(buffer_->region_of(r) + offset_));
     SharedBuffer::Control& mine = buffer_->control_of(buffer_->rank_);
-    mine.tag = tag;
-    mine.offset = offset_;
-    mine.numel = n_;
-    mine.dtype = static_cast<int32_t>(t.dtype());
-    mine.op = static_cast<int32_t>(op);
+    mine.header[s_ % 2] = OpHeader{.tag = tag, .offset = offset_, .numel = n_, .dtype = static_cast<int32_t>(t.dtype()),
+                                   .op = static_cast<int32_t>(op)};
     counter(mine.arrived).store(s_, std::memory_order_release);
   }
 
   bool poll() override {
-    const int N = buffer_->size_;
     if (!reduced_) {
-      for (; waiting_for_ < N; ++waiting_for_)
+      for (; waiting_for_ < buffer_->size_; ++waiting_for_)
         if (counter(buffer_->control_of(waiting_for_).arrived).load(std::memory_order_acquire) < s_) return false;
       check_headers();
-      reduce_my_chunk();
-      counter(buffer_->control_of(buffer_->rank_).done).store(s_, std::memory_order_release);
+      reduce_unclaimed_chunks();
       reduced_ = true;
-      waiting_for_ = 0;
     }
-    // Until every rank is done, a peer may still be writing my buffer.
-    for (; waiting_for_ < N; ++waiting_for_)
-      if (counter(buffer_->control_of(waiting_for_).done).load(std::memory_order_acquire) < s_) return false;
+    // Until every chunk is reduced, a peer may still be reading or writing my buffer.
+    if (counter(buffer_->completed().value).load(std::memory_order_acquire) < end_chunk_) return false;
+    buffer_->chunks_before_ = end_chunk_;
     buffer_->finished_ = s_;
     return true;
   }
 
  private:
-  static std::string describe(const SharedBuffer::Control& c) {
-    return str_cat("tag ", c.tag, ", ", dtype_name(static_cast<DType>(c.dtype)), " ",
-                   reduce_op_name(static_cast<ReduceOp>(c.op)), ", ", c.numel, " elements at byte ", c.offset);
+  static std::string describe(const OpHeader& h) {
+    return str_cat("tag ", h.tag, ", ", dtype_name(static_cast<DType>(h.dtype)), " ",
+                   reduce_op_name(static_cast<ReduceOp>(h.op)), ", ", h.numel, " elements at byte ", h.offset);
   }
 
   void check_headers() const {
-    const SharedBuffer::Control& mine = buffer_->control_of(buffer_->rank_);
+    const OpHeader& mine = buffer_->control_of(buffer_->rank_).header[s_ % 2];
     for (int r = 0; r < buffer_->size_; ++r) {
-      const SharedBuffer::Control& theirs = buffer_->control_of(r);
+      const OpHeader& theirs = buffer_->control_of(r).header[s_ % 2];
       RG_CHECK(theirs.tag == mine.tag && theirs.offset == mine.offset && theirs.numel == mine.numel &&
                    theirs.dtype == mine.dtype && theirs.op == mine.op,
                "dist.allreduce", "rank ", r, " is at another collective (", describe(theirs), ") than rank ",
@@ -178,21 +196,35 @@ class InPlaceAllreduce final : public PendingOp {
     }
   }
 
-  // Element bounds of rank r's chunk: whole cache lines of the buffer (regions start on a page, so
+  // The op's elements in chunks of whole cache lines of the buffer (regions start on a page, so
   // the same lines in every copy), so no two ranks write one line, even for a view that starts
-  // inside a line. Counted from the line the view starts in: `before` elements of it precede the view.
-  int64_t chunk_begin_of(int r) const {
-    const int N = buffer_->size_;
-    const int64_t line = std::max<int64_t>(1, static_cast<int64_t>(kLine / sizeof(T)));
-    const int64_t before = static_cast<int64_t>(offset_ / sizeof(T)) % line;
-    const int64_t lines = (n_ + before + line - 1) / line;
-    return std::clamp<int64_t>(lines * r / N * line - before, 0, n_);
+  // inside a line: chunk k starts k * kChunkElems elements after the line the view starts in,
+  // `before` elements of which precede the view.
+  static constexpr int64_t kChunkElems = static_cast<int64_t>(kChunkBytes / sizeof(T));
+  int64_t before() const { return static_cast<int64_t>(offset_ / sizeof(T)) % static_cast<int64_t>(kLine / sizeof(T)); }
+  uint64_t chunks() const { return static_cast<uint64_t>((n_ + before() + kChunkElems - 1) / kChunkElems); }
+
+  // Claims chunks until none is left, reducing each: the rank that arrives first waits, so the rank
+  // that arrives last -- the one the step waits for -- starts reducing at once and does whatever
+  // the others have not claimed by then, rather than wait for a sleeping peer to do its share.
+  void reduce_unclaimed_chunks() {
+    std::atomic_ref<uint64_t> claimed(buffer_->claimed().value);
+    uint64_t next = claimed.load(std::memory_order_relaxed);
+    while (next < end_chunk_) {
+      // Only op s's chunks: a claim never moves the count past them (their sum is what the next op
+      // starts from on every rank).
+      if (!claimed.compare_exchange_weak(next, next + 1, std::memory_order_relaxed)) continue;
+      const int64_t k = static_cast<int64_t>(next - first_chunk_);
+      reduce(std::max<int64_t>(0, k * kChunkElems - before()), std::min(n_, (k + 1) * kChunkElems - before()));
+      // Release: this chunk's writes into every copy happen before a rank sees it counted.
+      counter(buffer_->completed().value).fetch_add(1, std::memory_order_release);
+      next = claimed.load(std::memory_order_relaxed);
+    }
   }
 
-  // My chunk, block by block.
-  void reduce_my_chunk() {
-    const int N = buffer_->size_, r = buffer_->rank_;
-    const int64_t lo = chunk_begin_of(r), hi = r + 1 == N ? n_ : chunk_begin_of(r + 1);
+  // Elements [lo, hi) of every copy, block by block.
+  void reduce(int64_t lo, int64_t hi) {
+    const int N = buffer_->size_;
     if constexpr (std::is_same_v<T, float>) {
       // DDP's case, 2 ranks and f32 sums or averages: one pass, no block round trip (the same
       // arithmetic as the blocks below: one addition, then the division by N).
@@ -222,9 +254,10 @@ class InPlaceAllreduce final : public PendingOp {
   int64_t n_;
   uint64_t offset_;
   uint64_t s_;
+  uint64_t first_chunk_, end_chunk_;  // this op's chunks in the segment's counts: [first, end)
   std::vector<T*> copies_;  // the tensor's place in every rank's buffer, rank order
-  bool reduced_ = false;    // my chunk is written everywhere
-  int waiting_for_ = 0;     // ranks below this one have arrived (then: are done)
+  bool reduced_ = false;    // I have claimed my last chunk
+  int waiting_for_ = 0;     // ranks below this one have arrived
 };
 
 std::unique_ptr<PendingOp> SharedBuffer::allreduce(const Tensor& t, ReduceOp op, int tag) {

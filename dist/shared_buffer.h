@@ -6,32 +6,46 @@
 // kernel (a cross-process copy that pins pages), reduce them into a scratch buffer, and send its
 // own: on a machine with one core per rank this CPU time comes straight out of the rank's
 // compute (docs/ddp.md, "Where a rank's step goes"). When the buckets themselves are memory that
-// every rank maps, nothing has to move first: rank r sums chunk r of the bucket across every
-// rank's copy, in rank order, and writes the result into every rank's copy.
+// every rank maps, nothing has to move first: the ranks split the bucket into chunks, and whoever
+// takes a chunk sums it across every rank's copy, in rank order, and writes the result into every
+// rank's copy.
 //
-//   segment:  [nonce | control line of rank 0 | ... | rank N-1]  [rank 0's buffer] ... [rank N-1's]
-//   op s:     write my header (tag, offset, count, dtype, op); publish arrived = s (release)
-//             wait until every rank has arrived at s (acquire); check the headers agree
-//             for my chunk: sum = buffer_0 + buffer_1 + ... (in the accumulation type, rank order);
-//                           write round(sum) (divided by N for avg) into every rank's buffer
-//             publish done = s (release); wait until every rank is done with s
+//   segment:  [nonce | control of rank 0 | ... | rank N-1 | claimed | completed]  [rank 0's buffer] ...
+//   op s:     write my header of s (tag, offset, count, dtype, op); publish arrived = s (release)
+//             wait until every rank has arrived at s (acquire); check the headers of s agree
+//             until op s's chunks are all claimed: claim the next one (compare-and-swap on claimed),
+//               sum = buffer_0 + buffer_1 + ... over it (in the accumulation type, rank order);
+//               write round(sum) (divided by N for avg) into every rank's buffer; completed += 1 (release)
+//             wait until completed counts all of op s's chunks (acquire)
 //
-// Each element is computed once, by its chunk's owner, and the same bits are written everywhere;
-// a rank touches 2S bytes in all (S read, S written, counted over every rank's buffer), with no
-// copy into or out of the buffer and no system call. The chunks are whole cache lines, so two
-// ranks never write the same line.
+// Each element is computed once, by whoever claimed its chunk, and the same bits are written
+// everywhere whoever that was; the op copies nothing into or out of the buffer and makes no system
+// call. Chunks are 32 KiB of whole cache lines, so two ranks never write the same line.
+//
+// Why the chunks are claimed rather than assigned (chunk r to rank r): the ranks rarely arrive
+// together. In DDP the rank that finished its backward first waits for the other's last bucket, and
+// the step waits for that other rank; with fixed shares it then waited for its peer to notice its
+// arrival and do its share, and that peer's thread was often asleep between polls (Note [Polling,
+// not spinning] in dist/comm_thread.h). Claiming, the last rank to arrive starts at once and does
+// whatever is left; an early rank that is still awake takes its part (Note [Spinning for a blocked
+// caller] keeps it awake while its caller waits). The counters run over the segment's lifetime:
+// every op has the same chunks on every rank (the headers agree), so each rank knows where op s's
+// chunks begin, and a claim never moves the count past them.
 //
 // Why it is safe: a rank arrives at op s only when its own buffer holds its final contribution
 // (DDP launches a bucket once every gradient in it is ready), and does not touch its buffer again
-// until every rank is done with s -- after which no rank reads or writes it for this op. A rank
-// writes its header for op s + 1 only after every rank is done with s, so after every rank has
-// read the headers of op s: one header per rank is enough. The communication thread polls the
-// flags like any other op, so the group's timeout applies; a header that disagrees (another
-// count, dtype, reduce op or view offset on the same buffer) fails every rank at once with both
-// views. Ranks that wait on different buffers, or in MPI, end in the timeout instead. After a timeout
-// the group is broken (Note [After a timeout] in dist/comm_thread.h); a rank that arrives late
-// still sums its chunk into every buffer, then times out waiting for the others' "done": the
-// buffers' contents are undefined from the timeout on, like everything a broken group touched.
+// until every chunk of s is complete -- after which no rank reads or writes the buffers for this
+// op. Claims of op s + 1 start only once every rank has arrived at s + 1, so after every rank has
+// left s. Each rank keeps its headers of the last two ops (by the parity of s): a rank can leave op
+// s -- its chunks all done by others -- and write its header of s + 1 before a slower peer has read
+// the headers of s; it cannot write s + 2's before that peer arrived at s + 1, after reading them.
+// The communication thread polls the counters like any other op, so the group's timeout applies; a
+// header that disagrees (another count, dtype, reduce op or view offset on the same buffer) fails
+// every rank at once with both views. Ranks that wait on different buffers, or in MPI, end in the
+// timeout instead. After a timeout the group is broken (Note [After a timeout] in
+// dist/comm_thread.h); a rank that arrives late still reduces whatever chunks are unclaimed, then
+// times out waiting for the rest: the buffers' contents are undefined from the timeout on, like
+// everything a broken group touched.
 //
 // A tensor takes this path when it lies inside this rank's buffer of a live segment of the group
 // (a view into it included). Every rank must then pass its own buffer's tensor at the same offset:
@@ -70,10 +84,13 @@ class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
 
  private:
   struct Control;
+  struct Counter;
   // The buffers start control_bytes into the mapping.
   SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t control_bytes, size_t bytes, size_t stride, int rank,
                int size);
   Control& control_of(int rank) const;
+  Counter& claimed() const;    // chunks claimed by any rank, over all ops
+  Counter& completed() const;  // of which reduced
   std::byte* region_of(int rank) const { return data_ + static_cast<size_t>(rank) * stride_; }
 
   std::byte* mapping_;  // what mmap returned: the nonce and control lines, then the buffers
@@ -84,6 +101,7 @@ class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
   int rank_, size_;
   uint64_t ops_ = 0;       // ops started on this segment: the s of the Note
   uint64_t finished_ = 0;  // of which finished (the last one's s)
+  uint64_t chunks_before_ = 0;  // chunks of the finished ops: where the next op's claims start
   template <class T>
   friend class InPlaceAllreduce;
 };

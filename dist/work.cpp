@@ -10,10 +10,31 @@ std::string describe_op(const OpInfo& info, const std::string& backend, int rank
                  " bytes) on backend '", backend, "', rank ", rank, "/", size);
 }
 
+namespace {
+// Tells the op's communication thread that a caller is blocked on it while in scope (Note
+// [Spinning for a blocked caller] in dist/comm_thread.h). No runner: nothing to tell.
+class BlockedCaller {
+ public:
+  explicit BlockedCaller(CommThread* runner) : runner_(runner) {
+    if (runner_) runner_->caller_blocks();
+  }
+  ~BlockedCaller() {
+    if (runner_) runner_->caller_unblocks();
+  }
+  BlockedCaller(const BlockedCaller&) = delete;
+  BlockedCaller& operator=(const BlockedCaller&) = delete;
+
+ private:
+  CommThread* runner_;
+};
+}  // namespace
+
 void Work::wait() {
   if (!finished_.load(std::memory_order_acquire)) {
     // Note [A waiting caller runs its op]. (A Work that was never queued has no runner.)
-    if (std::shared_ptr<CommThread> runner = runner_.lock()) runner->run_if_next(*this);
+    std::shared_ptr<CommThread> runner = runner_.lock();
+    if (runner) runner->run_if_next(*this);
+    BlockedCaller blocked(runner.get());
     std::unique_lock lock(mutex_);
     done_cv_.wait(lock, [&] { return done_; });
   }
@@ -23,6 +44,8 @@ void Work::wait() {
 void Work::wait_on_device() {
   std::function<void()> enqueue_wait;
   {
+    const std::shared_ptr<CommThread> runner = runner_.lock();
+    BlockedCaller blocked(runner.get());
     std::unique_lock lock(mutex_);
     done_cv_.wait(lock, [&] { return done_ || device_wait_ != nullptr; });
     if (done_) {

@@ -65,9 +65,10 @@ std::string describe_op(const OpInfo& info, const std::string& backend, int rank
 class Work {
  public:
   // The Work keeps the op's OpInfo: whoever runs the op reads it from here (one copy per op, not
-  // one per owner: a small AllReduce's whole cost is well under a microsecond). runner: the queue
-  // the op waits in, which wait() asks to let the waiting thread run it (Note [A waiting caller
-  // runs its op] in dist/comm_thread.h); weak, because a Work may outlive its group.
+  // one per owner: a small AllReduce's whole cost is well under a microsecond). runner: the
+  // communication thread of the op's group, which wait() asks to let the waiting thread run the
+  // op (Note [A waiting caller runs its op] in dist/comm_thread.h) and tells that it blocks (Note
+  // [Spinning for a blocked caller]); weak, because a Work may outlive its group.
   Work(OpInfo info, std::string backend, int rank, int size, std::weak_ptr<CommThread> runner = {})
       : info_(std::move(info)), backend_(std::move(backend)), rank_(rank), size_(size), runner_(std::move(runner)) {}
   Work(const Work&) = delete;

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <random>
 #include <thread>
 
 #include "dist_test_util.h"
@@ -551,6 +553,60 @@ TEST_CASE("new_reduction_buffer on shared memory: identical rank-order sums ever
   rg::Tensor t = filled(10, rg::DType::f32, [&](int64_t i) { return (r + 1) + (i % 7); });
   another->allreduce(t)->wait();
   CHECK(mismatch(t, [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
+}
+
+TEST_CASE("new_reduction_buffer on shared memory: 300 ops of any size and place, whichever rank is late or busy") {
+  // Note [Shared gradient buffers]: the ranks claim the chunks of an op between them, so how much
+  // each rank reduces depends on who arrives when -- and each op's chunks are counted from where the
+  // previous op's ended. Random sizes, view offsets, dtypes and ops (the same on every rank, from
+  // one seed), with a random rank arriving up to 2 ms late and the others either blocked in wait()
+  // or busy (sleeping) meanwhile: every result is the closed form, and what lies outside the
+  // view is untouched.
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  dist::GroupOptions options = test_options();
+  options.shared_memory = true;
+  auto pg = dist::new_group("auto", options);
+  const int64_t capacity = 300000;
+  std::map<rg::DType, rg::Tensor> buffers;
+  for (rg::DType dt : {rg::DType::f32, rg::DType::f64}) {
+    buffers[dt] = pg->new_reduction_buffer(capacity, dt);
+    REQUIRE(pg->reduces_in_place(buffers[dt]));
+  }
+  std::mt19937_64 same_everywhere(42);
+  auto below = [&](int64_t n) { return static_cast<int64_t>(same_everywhere() % static_cast<uint64_t>(n)); };
+  for (int op_index = 0; op_index < 300; ++op_index) {
+    const rg::DType dt = below(2) == 0 ? rg::DType::f32 : rg::DType::f64;
+    const dist::ReduceOp op = kOps[static_cast<size_t>(below(4))];
+    // Mostly below one 32 KiB chunk or a few; now and then many.
+    const int64_t n = 1 + (below(8) == 0 ? below(capacity - 1000) : below(40000));
+    const int64_t offset = below(capacity - n + 1);
+    const int late = static_cast<int>(below(N));
+    const auto late_by = std::chrono::microseconds(below(2000));
+    const bool others_block = below(2) == 0;
+    CAPTURE(op_index);
+    CAPTURE(n);
+    CAPTURE(offset);
+    const std::string dtype = rg::dtype_name(dt);
+    CAPTURE(dtype);
+    const std::string reduce = dist::reduce_op_name(op);
+    CAPTURE(reduce);
+
+    rg::Tensor& buffer = buffers[dt];
+    // -1 outside the view: a sentinel no reduction of (r + 1) + (i % 7) produces.
+    buffer.fill_(-1.0);
+    rg::Tensor view = buffer.narrow(0, offset, n);
+    view.copy_(filled(n, dt, [&](int64_t i) { return (r + 1) + (i % 7); }));
+    if (r == late) std::this_thread::sleep_for(late_by);
+    auto work = pg->allreduce(view, op);
+    if (r != late && !others_block) std::this_thread::sleep_for(late_by);  // busy, not waiting
+    work->wait();
+    REQUIRE(mismatch(view, [&](int64_t i) { return expected_reduce(op, dt, i); }) == "");
+    const std::vector<double> all = buffer.to_vector();
+    int64_t touched = 0;
+    for (int64_t i = 0; i < capacity; ++i) touched += (i < offset || i >= offset + n) && all[i] != -1.0;
+    REQUIRE(touched == 0);
+  }
 }
 
 TEST_CASE("new_reduction_buffer with shared memory off is an ordinary tensor with the same results") {

@@ -9,12 +9,18 @@
 #   sync-only  mpirun -np 2, DDP whose hook AllReduces one element per bucket: the lockstep
 #              (every step waits for the slower rank) without the gradient traffic
 #   ddp        mpirun -np 2, DDP as W1 runs it                                     (variant (c))
+#   pinned     alone on core 0, then alone on core 1, summed: the baseline for ranks bound to those
+#              cores (the VM's two cores often differ in speed for minutes at a time, and the lockstep
+#              runs at the slower one's pace)
+#   steal      the hypervisor's steal time during the ddp run, in ms (/proc/stat): ~100 ms stalls of
+#              both cores at once, which one busy core alone rarely sees
 #
 # Each round prints the four figures (samples/s; pair: the sum of both processes) and, per round,
 # each one against 2 x alone; the last lines are the medians of those per-round ratios.
 #   pair / 2 alone        what a second busy core costs by itself (shared caches, memory, clocks)
 #   sync-only / 2 alone   plus data parallelism's lockstep
 #   ddp / 2 alone         plus moving the gradients: the scaling the issue asks >= 0.9 of
+#   ddp / pinned          the same against the cores the ranks ran on
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,19 +46,26 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 echo "# scaling_floor: model=$model rounds=$rounds steps=$steps"
-printf '%-6s %10s %10s %10s %10s   %s\n' round alone pair sync-only ddp "ratios to 2 x alone: pair sync-only ddp"
+steal_ms() { awk '/^cpu / { print $9 * 10 }' /proc/stat; }  # USER_HZ = 100
+printf '%-6s %9s %9s %9s %9s %9s %6s   %s\n' round alone pinned pair sync-only ddp steal \
+  "ratios to 2 x alone: pair sync-only ddp; ddp / pinned"
 for ((round = 1; round <= rounds; round++)); do
   alone=$("${train[@]}" 2>/dev/null | rate)
+  pinned=$( (taskset -c 0 "${train[@]}" 2>/dev/null | rate; taskset -c 1 "${train[@]}" 2>/dev/null | rate) |
+    awk '{ s += $1 } END { print s }')
   taskset -c 0 "${train[@]}" 2>/dev/null | rate >"$tmp/p0" &
   taskset -c 1 "${train[@]}" 2>/dev/null | rate >"$tmp/p1"
   wait
   pair=$(awk '{ s += $1 } END { print s }' "$tmp/p0" "$tmp/p1")
   sync=$(mpirun -np 2 --bind-to core "${train[@]}" --comm-hook sync-only 2>/dev/null | rate)
+  steal0=$(steal_ms)
   ddp=$(mpirun -np 2 --bind-to core "${train[@]}" 2>/dev/null | rate)
-  read -r rp rs rd < <(awk -v a="$alone" -v p="$pair" -v s="$sync" -v d="$ddp" \
-    'BEGIN { printf "%.3f %.3f %.3f\n", p / (2 * a), s / (2 * a), d / (2 * a) }')
-  printf '%-6s %10.1f %10.1f %10.1f %10.1f   %s %s %s\n' "$round" "$alone" "$pair" "$sync" "$ddp" "$rp" "$rs" "$rd"
-  echo "$rp $rs $rd" >>"$tmp/ratios"
+  steal=$(($(steal_ms) - steal0))
+  read -r rp rs rd rpin < <(awk -v a="$alone" -v p="$pair" -v s="$sync" -v d="$ddp" -v q="$pinned" \
+    'BEGIN { printf "%.3f %.3f %.3f %.3f\n", p / (2 * a), s / (2 * a), d / (2 * a), d / q }')
+  printf '%-6s %9.1f %9.1f %9.1f %9.1f %9.1f %6s   %s %s %s; %s\n' "$round" "$alone" "$pinned" "$pair" "$sync" "$ddp" \
+    "$steal" "$rp" "$rs" "$rd" "$rpin"
+  echo "$rp $rs $rd $rpin" >>"$tmp/ratios"
 done
 
 median() { sort -g | awk '{ x[NR] = $1 } END { print (NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2) }'; }
@@ -60,3 +73,4 @@ echo
 echo "median pair / (2 x alone)      = $(cut -d' ' -f1 "$tmp/ratios" | median)"
 echo "median sync-only / (2 x alone) = $(cut -d' ' -f2 "$tmp/ratios" | median)"
 echo "median ddp / (2 x alone)       = $(cut -d' ' -f3 "$tmp/ratios" | median)   (target >= 0.9)"
+echo "median ddp / pinned            = $(cut -d' ' -f4 "$tmp/ratios" | median)"

@@ -227,10 +227,9 @@ void CommThread::loop() {
 }
 
 void CommThread::back_off(int& sleeps, Clock::time_point idle_since) const {
-  const auto idle = Clock::now() - idle_since;
-  const bool caller_blocked = blocked_callers_.load(std::memory_order_relaxed) > 0;  // Note [Spinning for a blocked caller]
-  if (idle < std::chrono::microseconds(kSpinMicroseconds) ||
-      (caller_blocked && idle < std::chrono::microseconds(kBlockedSpinMicroseconds))) {
+  // Note [Spinning for a blocked caller]
+  if (blocked_callers_.load(std::memory_order_relaxed) > 0 &&
+      Clock::now() - idle_since < std::chrono::microseconds(kBlockedSpinMicroseconds)) {
     std::this_thread::yield();
   } else {
     std::this_thread::sleep_for(std::min(max_sleep_, std::chrono::microseconds(1 << std::min(sleeps++, 16))));

@@ -12,13 +12,16 @@
 // operation on the row "comm:<backend>" of this rank.
 //
 // Note [Polling, not spinning]: the thread calls MPI_Test (inside poll()), and between unsuccessful
-// polls it first yields, then sleeps (up to max_poll_sleep_us). A blocking MPI_Wait would busy-poll
-// the network inside MPI, and on a two-core machine with two ranks that spinning thread takes the
-// core the rank's compute thread (or the other rank) needs, so compute and communication would slow
-// each other instead of overlapping. Sleeping costs up to one sleep of latency per ring step, which
-// is why the thread only yields for the first kSpinMicroseconds without progress, and only then
-// sleeps, 1, 2, 4, ... us up to max_poll_sleep_us. Linux stretches every sleep by the thread's
-// timer slack (50 us by default: a "1 us" sleep takes ~55 us), so the thread sets its slack to 1 us.
+// polls it sleeps, 1, 2, 4, ... us up to max_poll_sleep_us. A blocking MPI_Wait would busy-poll the
+// network inside MPI, and on a two-core machine with two ranks that spinning thread takes the core
+// the rank's compute thread (or the other rank) needs, so compute and communication would slow each
+// other instead of overlapping. Sleeping costs up to one sleep of latency per ring step; where that
+// latency is what someone waits for, a blocked caller, the thread yields instead (Note [Spinning
+// for a blocked caller]). It used to yield for the first 50 us of every op without progress as
+// well; in W1 that cost the rank the step waits for ~0.1 ms of its core per step (its
+// communication thread's CPU, 0.38-0.69 -> 0.34-0.60 ms in interleaved runs; docs/ddp.md), for no
+// measurable gain in allreduce_bench. Linux stretches every sleep by the thread's timer slack
+// (50 us by default: a "1 us" sleep takes ~55 us), so the thread sets its slack to 1 us.
 //
 // Note [Short spins before sleeping]: a small collective takes a few microseconds on the wire, but
 // waking a sleeping thread costs about as much again. So after its last op the thread polls its
@@ -42,8 +45,7 @@
 //
 // Note [A waiting caller runs its op]: a caller that submits a collective and waits for it at once
 // (a blocking loop such as allreduce_bench's) pays two thread hand-offs, and this thread's polling
-// sleeps once an op runs longer than kSpinMicroseconds: ~5-10% of a 1-2 MiB AllReduce (measured,
-// docs/dist.md). So wait() on an op that is next in the queue, with nothing running and no send /
+// then slept between polls: ~5-10% of a 1-2 MiB AllReduce (measured, docs/dist.md). So wait() on an op that is next in the queue, with nothing running and no send /
 // recv queued, takes it out of the queue and runs it on the waiting thread, which has nothing else
 // to do: it polls with a yield every 16th poll (the core stays free for other processes' threads),
 // for up to kWaitHereMicroseconds or until another op is queued (a send / recv must not wait behind

@@ -19,9 +19,10 @@
 // latency is what someone waits for, a blocked caller, the thread yields instead (Note [Spinning
 // for a blocked caller]). It used to yield for the first 50 us of every op without progress as
 // well; in W1 that cost the rank the step waits for ~0.1 ms of its core per step (its
-// communication thread's CPU, 0.38-0.69 -> 0.34-0.60 ms in interleaved runs; docs/ddp.md), for no
-// measurable gain in allreduce_bench. Linux stretches every sleep by the thread's timer slack
-// (50 us by default: a "1 us" sleep takes ~55 us), so the thread sets its slack to 1 us.
+// communication thread's CPU, 0.38-0.69 -> 0.34-0.60 ms in interleaved runs; docs/ddp.md), and
+// dropping it moved allreduce_bench by no more than its noise. Linux stretches every sleep by the
+// thread's timer slack (50 us by default: a "1 us" sleep takes ~55 us), so the thread sets its
+// slack to 1 us.
 //
 // Note [Short spins before sleeping]: a small collective takes a few microseconds on the wire, but
 // waking a sleeping thread costs about as much again. So after its last op the thread polls its
@@ -60,8 +61,9 @@
 // the other's arrival up to a sleep late -- time the other rank, the one the step waits for, spent
 // waiting for its share of the reduction (Note [Shared gradient buffers]). So while a caller is
 // blocked in wait() or wait_on_device() the thread yields between polls instead of sleeping, for up
-// to kBlockedSpinMicroseconds without progress (beyond that -- a peer that is very late or never
-// comes, or more ranks than cores -- it sleeps again, and the core goes back to other processes).
+// to kBlockedSpinMicroseconds without progress. A yield still lets any other runnable thread on the
+// core go first (more ranks than cores: the np 3 and 4 tests took no longer); beyond that bound -- a
+// peer that is very late or never comes -- the thread sleeps again.
 //
 // Note [After a timeout]: MPI cannot cancel a collective another rank never joined. The timed-out op
 // is kept (it owns its tensors and buffers, which MPI may still write into if the late rank ever

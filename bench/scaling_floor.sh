@@ -41,6 +41,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 train=(build/bench/ddp_train --model "$model" --threads 1 --steps "$steps")
 rate() { grep '^RESULT' | sed 's/.*samples_per_s=\([0-9.]*\).*/\1/'; }  # samples/s of a RESULT line
+sum() { awk '{ s += $1 } END { print s }' "$@"; }  # of the numbers on stdin, or in the files named
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -51,12 +52,11 @@ printf '%-6s %9s %9s %9s %9s %9s %6s   %s\n' round alone pinned pair sync-only d
   "ratios to 2 x alone: pair sync-only ddp; ddp / pinned"
 for ((round = 1; round <= rounds; round++)); do
   alone=$("${train[@]}" 2>/dev/null | rate)
-  pinned=$( (taskset -c 0 "${train[@]}" 2>/dev/null | rate; taskset -c 1 "${train[@]}" 2>/dev/null | rate) |
-    awk '{ s += $1 } END { print s }')
+  pinned=$( (taskset -c 0 "${train[@]}" 2>/dev/null | rate; taskset -c 1 "${train[@]}" 2>/dev/null | rate) | sum)
   taskset -c 0 "${train[@]}" 2>/dev/null | rate >"$tmp/p0" &
   taskset -c 1 "${train[@]}" 2>/dev/null | rate >"$tmp/p1"
   wait
-  pair=$(awk '{ s += $1 } END { print s }' "$tmp/p0" "$tmp/p1")
+  pair=$(sum "$tmp/p0" "$tmp/p1")
   sync=$(mpirun -np 2 --bind-to core "${train[@]}" --comm-hook sync-only 2>/dev/null | rate)
   steal0=$(steal_ms)
   ddp=$(mpirun -np 2 --bind-to core "${train[@]}" 2>/dev/null | rate)

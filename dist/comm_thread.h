@@ -46,11 +46,12 @@
 //
 // Note [A waiting caller runs its op]: a caller that submits a collective and waits for it at once
 // (a blocking loop such as allreduce_bench's) pays two thread hand-offs, and this thread's polling
-// then slept between polls: ~5-10% of a 1-2 MiB AllReduce (measured, docs/dist.md). So wait() on an op that is next in the queue, with nothing running and no send /
-// recv queued, takes it out of the queue and runs it on the waiting thread, which has nothing else
-// to do: it polls with a yield every 16th poll (the core stays free for other processes' threads),
-// for up to kWaitHereMicroseconds or until another op is queued (a send / recv must not wait behind
-// it), and then hands it over as in Note [Small collectives start on the caller's thread], whose
+// then slept between polls: ~5-10% of a 1-2 MiB AllReduce (measured, docs/dist.md). So wait() on
+// an op that is next in the queue, with nothing running and no send / recv queued, takes it out
+// of the queue and runs it on the waiting thread, which has nothing else to do: it polls with a
+// yield every 16th poll (the core stays free for other processes' threads), for up to
+// kWaitHereMicroseconds or until another op is queued (a send / recv must not wait behind it), and
+// then hands it over as in Note [Small collectives start on the caller's thread], whose
 // ordering rules (starting_here_) it shares. wait(timeout) and wait_on_device() do not do this:
 // they must not run an op longer than asked, or block the host for a device's op.
 //

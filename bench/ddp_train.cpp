@@ -6,6 +6,8 @@
 //   mpirun -np 2 build/bench/ddp_train --model mlp --threads 1    # variant (c)
 //   ... --comm-hook fp16    # diagnostic, not W1: gradients travel as f16 (half the bytes)
 //   ... --comm-hook sync-only  # diagnostic, not W1: DDP's lockstep without the gradients (below)
+//   ... --trace FILE           # DDP's Chrome trace of both ranks, every step (tools/trace_timeline.py)
+//   ... --step-times FILE      # each timed step's wall ms (FILE.<rank> with 2+ ranks; scaling_floor.sh)
 //
 // The training set is loaded and standardised before the clock starts; each step gathers the next
 // per-rank batch of a seeded permutation (this rank's shard: every N-th example), runs forward,
@@ -56,7 +58,10 @@ int main(int argc, char** argv) {
       if (w.size > 1)
         ddp = std::make_unique<dist::DistributedDataParallel>(
             model, group,
-            dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb, .first_bucket_mb = flags.first_bucket_mb, .comm_hook = hook});
+            dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb,
+                             .first_bucket_mb = flags.first_bucket_mb,
+                             .comm_hook = hook,
+                             .trace = !flags.trace.empty()});
       optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
       const std::vector<int64_t> order = data::seeded_permutation(n, 7);
       int64_t cursor = w.rank;  // this rank's shard: every N-th example of the permutation
@@ -73,6 +78,7 @@ int main(int argc, char** argv) {
         opt.step();
       };
       const double seconds = bench::time_steps(step, flags, *group, ddp.get());
+      if (ddp && !flags.trace.empty()) ddp->write_trace(flags.trace);  // collective
       samples_per_s = static_cast<double>(flags.steps) * batch * w.size / seconds;
       overlap = bench::report_overlap(ddp.get(), w.rank);
     }

@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
       dist::DDPOptions ddp_options;
       ddp_options.bucket_cap_mb = flags.bucket_mb;
       ddp_options.first_bucket_mb = flags.first_bucket_mb;
+      ddp_options.comm_hook = dist::comm_hook_by_name(flags.comm_hook);
+      ddp_options.trace = !flags.trace.empty();
       if (w.size > 1) ddp = std::make_unique<dist::DistributedDataParallel>(model, group, ddp_options);
 
       int64_t step_index = 0;
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
         opt.step();
       };
       const double seconds = bench::time_steps(step, flags, *group, ddp.get());
+      if (ddp && !flags.trace.empty()) ddp->write_trace(flags.trace);  // collective
       tokens_per_s = static_cast<double>(flags.steps) * batch * block * w.size / seconds;
       overlap = bench::report_overlap(ddp.get(), w.rank);
     }

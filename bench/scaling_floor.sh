@@ -6,6 +6,9 @@
 #
 #   alone      build/bench/ddp_train --threads 1, the other core idle             (variant (a))
 #   pair       two of those at once, one per core, not talking to each other
+#   lockstep   the pair's own step times, step i of both taken as the slower of the two: what a
+#              perfect synchroniser (zero cost, zero bytes) would reach on those two busy cores --
+#              an upper bound on any synchronous data-parallel trainer in that round
 #   sync-only  mpirun -np 2, DDP whose hook AllReduces one element per bucket: the lockstep
 #              (every step waits for the slower rank) without the gradient traffic
 #   ddp        mpirun -np 2, DDP as W1 runs it                                     (variant (c))
@@ -18,6 +21,7 @@
 # Each round prints the four figures (samples/s; pair: the sum of both processes) and, per round,
 # each one against 2 x alone; the last lines are the medians of those per-round ratios.
 #   pair / 2 alone        what a second busy core costs by itself (shared caches, memory, clocks)
+#   lockstep / 2 alone    plus waiting, every step, for the slower core (no communication at all)
 #   sync-only / 2 alone   plus data parallelism's lockstep
 #   ddp / 2 alone         plus moving the gradients: the scaling the issue asks >= 0.9 of
 #   ddp / pinned          the same against the cores the ranks ran on
@@ -40,6 +44,7 @@ done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 train=(build/bench/ddp_train --model "$model" --threads 1 --steps "$steps")
+batch=$([[ $model == mlp ]] && echo 128 || echo 64)  # ddp_train's default per model
 rate() { grep '^RESULT' | sed 's/.*samples_per_s=\([0-9.]*\).*/\1/'; }  # samples/s of a RESULT line
 sum() { awk '{ s += $1 } END { print s }' "$@"; }  # of the numbers on stdin, or in the files named
 
@@ -48,29 +53,31 @@ trap 'rm -rf "$tmp"' EXIT
 
 echo "# scaling_floor: model=$model rounds=$rounds steps=$steps"
 steal_ms() { awk '/^cpu / { print $9 * 10 }' /proc/stat; }  # USER_HZ = 100
-printf '%-6s %9s %9s %9s %9s %9s %6s   %s\n' round alone pinned pair sync-only ddp steal \
-  "ratios to 2 x alone: pair sync-only ddp; ddp / pinned"
+printf '%-6s %9s %9s %9s %9s %9s %9s %6s   %s\n' round alone pinned pair lockstep sync-only ddp steal \
+  "ratios to 2 x alone: pair lockstep sync-only ddp; ddp / pinned"
 for ((round = 1; round <= rounds; round++)); do
   alone=$("${train[@]}" 2>/dev/null | rate)
   pinned=$( (taskset -c 0 "${train[@]}" 2>/dev/null | rate; taskset -c 1 "${train[@]}" 2>/dev/null | rate) | sum)
-  taskset -c 0 "${train[@]}" 2>/dev/null | rate >"$tmp/p0" &
-  taskset -c 1 "${train[@]}" 2>/dev/null | rate >"$tmp/p1"
+  taskset -c 0 "${train[@]}" --step-times "$tmp/t0" 2>/dev/null | rate >"$tmp/p0" &
+  taskset -c 1 "${train[@]}" --step-times "$tmp/t1" 2>/dev/null | rate >"$tmp/p1"
   wait
   pair=$(sum "$tmp/p0" "$tmp/p1")
+  lockstep=$(paste "$tmp/t0" "$tmp/t1" | awk -v n="$((2 * batch))" '{ s += ($1 > $2 ? $1 : $2) } END { print n * NR * 1e3 / s }')
   sync=$(mpirun -np 2 --bind-to core "${train[@]}" --comm-hook sync-only 2>/dev/null | rate)
   steal0=$(steal_ms)
   ddp=$(mpirun -np 2 --bind-to core "${train[@]}" 2>/dev/null | rate)
   steal=$(($(steal_ms) - steal0))
-  read -r rp rs rd rpin < <(awk -v a="$alone" -v p="$pair" -v s="$sync" -v d="$ddp" -v q="$pinned" \
-    'BEGIN { printf "%.3f %.3f %.3f %.3f\n", p / (2 * a), s / (2 * a), d / (2 * a), d / q }')
-  printf '%-6s %9.1f %9.1f %9.1f %9.1f %9.1f %6s   %s %s %s; %s\n' "$round" "$alone" "$pinned" "$pair" "$sync" "$ddp" \
-    "$steal" "$rp" "$rs" "$rd" "$rpin"
-  echo "$rp $rs $rd $rpin" >>"$tmp/ratios"
+  read -r rp rl rs rd rpin < <(awk -v a="$alone" -v p="$pair" -v l="$lockstep" -v s="$sync" -v d="$ddp" -v q="$pinned" \
+    'BEGIN { printf "%.3f %.3f %.3f %.3f %.3f\n", p / (2 * a), l / (2 * a), s / (2 * a), d / (2 * a), d / q }')
+  printf '%-6s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %6s   %s %s %s %s; %s\n' "$round" "$alone" "$pinned" "$pair" \
+    "$lockstep" "$sync" "$ddp" "$steal" "$rp" "$rl" "$rs" "$rd" "$rpin"
+  echo "$rp $rl $rs $rd $rpin" >>"$tmp/ratios"
 done
 
 median() { sort -g | awk '{ x[NR] = $1 } END { print (NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2) }'; }
 echo
 echo "median pair / (2 x alone)      = $(cut -d' ' -f1 "$tmp/ratios" | median)"
-echo "median sync-only / (2 x alone) = $(cut -d' ' -f2 "$tmp/ratios" | median)"
-echo "median ddp / (2 x alone)       = $(cut -d' ' -f3 "$tmp/ratios" | median)   (target >= 0.9)"
-echo "median ddp / pinned            = $(cut -d' ' -f4 "$tmp/ratios" | median)"
+echo "median lockstep / (2 x alone)  = $(cut -d' ' -f2 "$tmp/ratios" | median)"
+echo "median sync-only / (2 x alone) = $(cut -d' ' -f3 "$tmp/ratios" | median)"
+echo "median ddp / (2 x alone)       = $(cut -d' ' -f4 "$tmp/ratios" | median)   (target >= 0.9)"
+echo "median ddp / pinned            = $(cut -d' ' -f5 "$tmp/ratios" | median)"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -18,16 +19,20 @@ namespace bench {
 
 struct TrainFlags {
   std::string model, data, backend = "auto", comm_hook = "allreduce";
+  std::string step_times;  // --step-times FILE: each timed step's wall ms, one per line, in order
+  std::string trace;       // --trace FILE: DDP's Chrome trace of every rank (2+ ranks), all steps
   int steps = 200, warmup = 20, threads = 1, batch = 0, block = 128;
   double bucket_mb = 25, first_bucket_mb = 1;  // DDPOptions' defaults
 };
 
 // Parses "--flag value" pairs into `flags` (its fields hold the program's defaults). `extra` names
 // the flags beyond the common --data --steps --warmup --threads --batch --backend --bucket-mb
-// --first-bucket-mb --comm-hook that this program takes (--model, --block). False, after printing
-// the flags it takes, on anything else.
+// --first-bucket-mb --comm-hook --step-times --trace that this program takes (--model, --block). False,
+// after printing the flags it takes, on anything else.
 inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
-  std::string accepted = "--data --steps --warmup --threads --batch --backend --bucket-mb --first-bucket-mb --comm-hook";
+  std::string accepted =
+      "--data --steps --warmup --threads --batch --backend --bucket-mb --first-bucket-mb --comm-hook --step-times "
+      "--trace";
   for (const std::string& e : extra) accepted += " " + e;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -41,6 +46,8 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
     else if (flag == "--bucket-mb") flags.bucket_mb = std::stod(value);
     else if (flag == "--first-bucket-mb") flags.first_bucket_mb = std::stod(value);
     else if (flag == "--comm-hook") flags.comm_hook = value;
+    else if (flag == "--step-times") flags.step_times = value;
+    else if (flag == "--trace") flags.trace = value;
     else if (is_extra && flag == "--model") flags.model = value;
     else if (is_extra && flag == "--block") flags.block = std::stoi(value);
     else {
@@ -86,6 +93,13 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
   group.barrier()->wait();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const CpuTime thread1 = CpuTime::of(RUSAGE_THREAD), process1 = CpuTime::of(RUSAGE_SELF);
+  if (!flags.step_times.empty()) {  // with 2+ ranks each writes FILE.<rank>
+    const std::string path =
+        group.size() > 1 ? flags.step_times + "." + std::to_string(group.rank()) : flags.step_times;
+    std::ofstream out(path);
+    for (const double ms : step_ms) out << ms << '\n';
+    if (!out) std::fprintf(stderr, "could not write --step-times %s\n", path.c_str());
+  }
   if (flags.steps > 0) {
     const double per_step = 1e3 / flags.steps;  // seconds in all -> ms per step
     const double user = (thread1.user - thread0.user) * per_step, sys = (thread1.sys - thread0.sys) * per_step;
@@ -100,10 +114,11 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
   return seconds;
 }
 
-// DDP's overlap percentage over the timed steps (0 without DDP); rank 0 prints its summary to stderr.
+// DDP's overlap percentage over the timed steps (0 without DDP); every rank prints its summary to
+// stderr (the late rank's exposed communication is the one the step waits for).
 inline double report_overlap(const ringgrad::dist::DistributedDataParallel* ddp, int rank) {
   if (!ddp) return 0;
-  if (rank == 0) std::fprintf(stderr, "%s\n", ddp->stats().summary().c_str());
+  std::fprintf(stderr, "rank %d %s\n", rank, ddp->stats().summary().c_str());
   return ddp->stats().total.overlap_percent();
 }
 

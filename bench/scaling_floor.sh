@@ -6,9 +6,10 @@
 #
 #   alone      build/bench/ddp_train --threads 1, the other core idle             (variant (a))
 #   pair       two of those at once, one per core, not talking to each other
-#   lockstep   the pair's own step times, step i of both taken as the slower of the two: what a
-#              perfect synchroniser (zero cost, zero bytes) would reach on those two busy cores --
-#              an upper bound on any synchronous data-parallel trainer in that round
+#   lockstep   the pair's own step times, step i of both taken as the slower of the two: an
+#              estimate of what a synchroniser that costs nothing and moves nothing would reach on
+#              those two busy cores (not a strict bound: the two processes drift apart, so a stall
+#              that hits both cores at once can count in two different steps; short runs suffer most)
 #   sync-only  mpirun -np 2, DDP whose hook AllReduces one element per bucket: the lockstep
 #              (every step waits for the slower rank) without the gradient traffic
 #   ddp        mpirun -np 2, DDP as W1 runs it                                     (variant (c))
@@ -18,8 +19,8 @@
 #   steal      the hypervisor's steal time during the ddp run, in ms (/proc/stat): ~100 ms stalls of
 #              both cores at once, which one busy core alone rarely sees
 #
-# Each round prints the four figures (samples/s; pair: the sum of both processes) and, per round,
-# each one against 2 x alone; the last lines are the medians of those per-round ratios.
+# Each round prints the figures (samples/s; pair and lockstep: both processes together) and, per
+# round, each one against 2 x alone; the last lines are the medians of those per-round ratios.
 #   pair / 2 alone        what a second busy core costs by itself (shared caches, memory, clocks)
 #   lockstep / 2 alone    plus waiting, every step, for the slower core (no communication at all)
 #   sync-only / 2 alone   plus data parallelism's lockstep
@@ -62,7 +63,8 @@ for ((round = 1; round <= rounds; round++)); do
   taskset -c 1 "${train[@]}" --step-times "$tmp/t1" 2>/dev/null | rate >"$tmp/p1"
   wait
   pair=$(sum "$tmp/p0" "$tmp/p1")
-  lockstep=$(paste "$tmp/t0" "$tmp/t1" | awk -v n="$((2 * batch))" '{ s += ($1 > $2 ? $1 : $2) } END { print n * NR * 1e3 / s }')
+  lockstep=$(paste "$tmp/t0" "$tmp/t1" |
+    awk -v n="$((2 * batch))" '{ s += ($1 > $2 ? $1 : $2) } END { print n * NR * 1e3 / s }')  # s: ms
   sync=$(mpirun -np 2 --bind-to core "${train[@]}" --comm-hook sync-only 2>/dev/null | rate)
   steal0=$(steal_ms)
   ddp=$(mpirun -np 2 --bind-to core "${train[@]}" 2>/dev/null | rate)

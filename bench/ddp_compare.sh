@@ -12,6 +12,7 @@
 #   ringgrad (c) / (2 x ringgrad (a))   scaling to 2 ranks, target >= 0.9
 #   ringgrad (c) / torch (c)            target >= 1
 #   ringgrad (a) / torch (a), ringgrad (b) / torch (b)
+# and the scaling of each round, with its median.
 # Both implementations' (c) runs get the same launch: mpirun -np 2 --bind-to core (OpenMPI's default
 # for 2 ranks: one core each); --bind none lets the scheduler move them. The machine is shared and
 # noisy: compare ratios from one run, not figures from different runs, and run it on a quiet machine.
@@ -89,3 +90,9 @@ echo "ringgrad (c) / torch (c)          = $(ratio "${m[ringgradc]}" "${m[torchc]
 echo "ringgrad (a) / torch (a)          = $(ratio "${m[ringgrada]}" "${m[torcha]}")"
 echo "ringgrad (b) / torch (b)          = $(ratio "${m[ringgradb]}" "${m[torchb]}")"
 echo "torch (c) / (2 x torch (a))       = $(ratio "${m[torchc]}" "${m[torcha]}" 2)   (for reference)"
+# The scaling round by round ((a) and (c) of the same round, minutes apart rather than the whole
+# run): the spread says how much of a ratio near its target is the machine's noise.
+per_round=$(paste <(awk '$1 == "ringgrad" && $2 == "a" { print $3 }' "$tmp/results") \
+  <(awk '$1 == "ringgrad" && $2 == "c" { print $3 }' "$tmp/results") | awk '{ printf "%.3f\n", $2 / (2 * $1) }')
+echo "ringgrad (c) / (2 x (a)) per round: $(echo "$per_round" | tr '\n' ' ')(median $(echo "$per_round" | sort -g |
+  awk '{ x[NR] = $1 } END { printf "%.3f", NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }'))"

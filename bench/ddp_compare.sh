@@ -70,10 +70,10 @@ for ((round = 1; round <= rounds; round++)); do
   done
 done
 
-med() {  # med IMPL VARIANT: the median samples/s of those runs
-  awk -v i="$1" -v v="$2" '$1 == i && $2 == v { print $3 }' "$tmp/results" | sort -g |
-    awk '{ x[NR] = $1 } END { print (NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2) }'
-}
+median() { sort -g | awk '{ x[NR] = $1 } END { print (NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2) }'; }
+# runs IMPL VARIANT: the samples/s of those runs, in run order (one per round)
+runs() { awk -v i="$1" -v v="$2" '$1 == i && $2 == v { print $3 }' "$tmp/results"; }
+med() { runs "$1" "$2" | median; }  # med IMPL VARIANT: the median samples/s of those runs
 ratio() { awk -v x="$1" -v y="$2" -v k="${3:-1}" 'BEGIN { printf "%.2f", x / (k * y) }'; }  # x / (k y)
 
 declare -A m
@@ -90,9 +90,7 @@ echo "ringgrad (c) / torch (c)          = $(ratio "${m[ringgradc]}" "${m[torchc]
 echo "ringgrad (a) / torch (a)          = $(ratio "${m[ringgrada]}" "${m[torcha]}")"
 echo "ringgrad (b) / torch (b)          = $(ratio "${m[ringgradb]}" "${m[torchb]}")"
 echo "torch (c) / (2 x torch (a))       = $(ratio "${m[torchc]}" "${m[torcha]}" 2)   (for reference)"
-# The scaling round by round ((a) and (c) of the same round, minutes apart rather than the whole
-# run): the spread says how much of a ratio near its target is the machine's noise.
-per_round=$(paste <(awk '$1 == "ringgrad" && $2 == "a" { print $3 }' "$tmp/results") \
-  <(awk '$1 == "ringgrad" && $2 == "c" { print $3 }' "$tmp/results") | awk '{ printf "%.3f\n", $2 / (2 * $1) }')
-echo "ringgrad (c) / (2 x (a)) per round: $(echo "$per_round" | tr '\n' ' ')(median $(echo "$per_round" | sort -g |
-  awk '{ x[NR] = $1 } END { printf "%.3f", NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }'))"
+# The scaling round by round ((a) and (c) of the same round ran within a minute of each other): the
+# spread says how much of a ratio near its target is the machine's noise.
+per_round=$(paste <(runs ringgrad a) <(runs ringgrad c) | awk '{ printf "%.3f\n", $2 / (2 * $1) }')
+echo "ringgrad (c) / (2 x (a)) per round: $(echo "$per_round" | tr '\n' ' ')(median $(echo "$per_round" | median))"

@@ -44,8 +44,8 @@ done
 [[ -x build/bench/ddp_train ]] || { echo "build/bench/ddp_train missing: build first (scripts/test.sh)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-train=(build/bench/ddp_train --model "$model" --threads 1 --steps "$steps")
-batch=$([[ $model == mlp ]] && echo 128 || echo 64)  # ddp_train's default per model
+batch=$([[ $model == mlp ]] && echo 128 || echo 64)  # per rank: W1's and W2's (../shared/WORKLOADS.md)
+train=(build/bench/ddp_train --model "$model" --threads 1 --steps "$steps" --batch "$batch")
 rate() { grep '^RESULT' | sed 's/.*samples_per_s=\([0-9.]*\).*/\1/'; }  # samples/s of a RESULT line
 sum() { awk '{ s += $1 } END { print s }' "$@"; }  # of the numbers on stdin, or in the files named
 

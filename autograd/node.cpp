@@ -35,7 +35,9 @@ Node::~Node() {
 AutogradMeta& autograd_meta(const Tensor& t) {
   TensorImpl* impl = t.impl();
   RG_CHECK(impl != nullptr, "autograd", "use of an undefined tensor");
-  if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
+  if (!impl->autograd)  // core/tensor.h cannot delete an AutogradMeta: tell it how (AutogradMetaDeleter)
+    impl->autograd = std::unique_ptr<AutogradMeta, AutogradMetaDeleter>(
+        new AutogradMeta(), AutogradMetaDeleter{[](AutogradMeta* meta) { delete meta; }});
   return *impl->autograd;
 }
 

@@ -1,4 +1,5 @@
-// Where a tensor's bytes live. Every tensor carries one; every op dispatches on it in its front end.
+// Where a tensor's bytes live. Every tensor carries one; the backend seam (core/native/backend.h) picks
+// each op's kernel by it.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace ringgrad {
@@ -119,9 +120,12 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : 0;
+// A thread count from the environment; more than this is a typo or a runaway script, and would only
+// exhaust the process's thread limit.
+constexpr int64_t kMaxThreads = 1024;
+
+int env_count(const char* name) {
+  return static_cast<int>(env::integer(name, "threads", 1, kMaxThreads).value_or(0));
 }
 
 std::mutex g_pool_mutex;
@@ -140,10 +144,10 @@ ThreadPool& pool() {
 }  // namespace
 
 int default_num_threads() {
-  if (int n = env_int("RINGGRAD_NUM_THREADS"); n > 0) return n;
-  int ranks_on_node = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (ranks_on_node <= 0) ranks_on_node = env_int("MPI_LOCALNRANKS");
-  if (ranks_on_node <= 0) ranks_on_node = env_int("SLURM_NTASKS_PER_NODE");
+  if (int n = env_count("RINGGRAD_NUM_THREADS"); n > 0) return n;
+  int ranks_on_node = env_count("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (ranks_on_node <= 0) ranks_on_node = env_count("MPI_LOCALNRANKS");
+  if (ranks_on_node <= 0) ranks_on_node = env_count("SLURM_NTASKS_PER_NODE");
   if (ranks_on_node <= 0) ranks_on_node = 1;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / ranks_on_node);

@@ -1,5 +1,5 @@
 // The window of max pooling, written once for both backends (../shared/STYLE.md, "One kernel body,
-// two launchers"): core/native/conv.cpp calls it per output on the CPU, core/cuda/conv.cu per CUDA
+// two launchers"): core/cpu/conv.cpp calls it per output on the CPU, core/cuda/conv.cu per CUDA
 // thread, so the CPU tests cover the rule the GPU follows.
 #pragma once
 

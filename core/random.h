@@ -44,7 +44,7 @@ RG_HOST_DEVICE RG_INLINE float uint_to_unit_float(uint32_t x) {
 
 // Whether dropout keeps element e of a tensor (probability 1 - rate): the draw of element e under
 // (seed, offset) as above. Attention dropout recomputes its mask from these three numbers in the
-// backward instead of storing it; the CPU (core/native/transformer.cpp) and CUDA kernels draw alike.
+// backward instead of storing it; the CPU (core/cpu/rows.h) and CUDA kernels draw alike.
 RG_HOST_DEVICE RG_INLINE bool dropout_keep(uint64_t seed, uint64_t offset, uint64_t e, float rate) {
   return uint_to_unit_float(philox4x32(offset + e / 4, 0, seed).v[e % 4]) >= rate;
 }

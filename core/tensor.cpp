@@ -7,7 +7,6 @@
 #include <ostream>
 #include <sstream>
 
-#include "autograd/node.h"
 #include "core/elementwise.h"
 #include "core/ops.h"
 

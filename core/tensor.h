@@ -34,13 +34,20 @@ class Node;
 struct AutogradMeta;
 }  // namespace autograd
 
+// Destroys a TensorImpl's autograd state. core/ only names that type (autograd/node.h defines it, and
+// core/ includes nothing of autograd/), so whoever creates the state hands over how to destroy it.
+struct AutogradMetaDeleter {
+  void (*destroy)(autograd::AutogradMeta*) = nullptr;
+  void operator()(autograd::AutogradMeta* meta) const { destroy(meta); }
+};
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
   Shape strides;
   int64_t offset = 0;
   DType dtype = DType::f32;
-  std::unique_ptr<autograd::AutogradMeta> autograd;  // null until autograd needs it
+  std::unique_ptr<autograd::AutogradMeta, AutogradMetaDeleter> autograd;  // null until autograd needs it
 
   TensorImpl();
   ~TensorImpl();

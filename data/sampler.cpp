@@ -4,17 +4,19 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/random.h"
 
 namespace ringgrad::data {
 namespace {
 
-// Until the dist module provides a process group, the defaults come from the launcher's environment
-// (OpenMPI's mpirun sets these for every rank).
-int64_t env_or(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoll(v) : fallback;
+// data/ sits below dist/ and must not depend on it, so the defaults come from the launcher's
+// environment, the same place MPI itself learns the world from (OpenMPI's mpirun sets these for every
+// rank; dist::init's world has the same size and ranks). A sampler in a program that builds its own
+// groups passes num_replicas and rank explicitly.
+int64_t launcher_value(const char* name, int64_t fallback, int64_t min) {
+  return env::integer(name, "DistributedSampler", min, int64_t(1) << 31).value_or(fallback);
 }
 
 }  // namespace
@@ -37,8 +39,8 @@ std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions options)
     : size_(dataset_size),
-      num_replicas_(options.num_replicas > 0 ? options.num_replicas : env_or("OMPI_COMM_WORLD_SIZE", 1)),
-      rank_(options.rank >= 0 ? options.rank : env_or("OMPI_COMM_WORLD_RANK", 0)),
+      num_replicas_(options.num_replicas > 0 ? options.num_replicas : launcher_value("OMPI_COMM_WORLD_SIZE", 1, 1)),
+      rank_(options.rank >= 0 ? options.rank : launcher_value("OMPI_COMM_WORLD_RANK", 0, 0)),
       options_(options) {
   RG_CHECK(dataset_size >= 0, "DistributedSampler", "dataset size must be >= 0, got ", dataset_size);
   RG_CHECK(rank_ >= 0 && rank_ < num_replicas_, "DistributedSampler", "rank ", rank_, " is not in [0, ",

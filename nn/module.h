@@ -20,11 +20,9 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/state_dict.h"
 
 namespace ringgrad::nn {
-
-// An ordered list of (name, tensor): parameters first, then buffers, in registration order.
-using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
 class Module : public std::enable_shared_from_this<Module> {
  public:
@@ -66,6 +64,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void zero_grad(bool set_to_none = true);
 
   // ---- state ------------------------------------------------------------------------------------
+  // Parameters first, then buffers, in registration order, with dotted names.
   StateDict state_dict() const;
   // Copies values into this module's tensors. strict: missing and unexpected keys are errors; a
   // shape mismatch is always an error. Nothing is modified unless every check passes.

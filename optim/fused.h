@@ -1,15 +1,20 @@
 // Fused per-tensor optimizer updates: one pass over parameter, gradient and state, instead of a chain
-// of tensor ops that would each read and write the whole tensor. The math is in optim/fused_math.h,
-// shared by the CPU loop (fused.cpp) and the CUDA kernel (core/cuda/optim.cu).
+// of tensor ops that would each read and write the whole tensor. The math is in core/optim_math.h,
+// shared by the CPU loop (core/cpu/optim.cpp) and the CUDA kernel (core/cuda/optim.cu); fused.cpp
+// checks the tensors and calls them through the backend seam (core/native/backend.h).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "core/optim_math.h"
 #include "core/tensor.h"
-#include "optim/fused_math.h"
 
 namespace ringgrad::optim {
+
+// The hyperparameters of one update (core/optim_math.h), under the optimizers' namespace too.
+using ringgrad::AdamHyper;
+using ringgrad::SgdHyper;
 
 // param, grad: same shape and dtype, dense, on one device (CPU or CUDA). master/momentum: f32 (f64 for f64 params) or
 // undefined.
@@ -19,9 +24,10 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& master, 
                  const Tensor& exp_avg_sq, const AdamHyper& h);
 
 // One optimizer step's updates, added parameter by parameter. CPU parameters are updated when
-// added; CUDA ones are queued and launched by run() as multi-tensor kernels, one per group of
-// parameters of one device and dtype (Note [Multi-tensor updates] in core/cuda/optim.cu). The
-// queue holds the tensors, so a temporary gradient (a cast) lives until its update has launched.
+// added; CUDA ones (backend_batches_updates) are queued and launched by run() as multi-tensor
+// kernels, one per group of parameters of one device and dtype (Note [Multi-tensor updates] in
+// core/cuda/optim.cu). The queue holds the tensors, so a temporary gradient (a cast) lives until its
+// update has launched.
 //
 //   FusedUpdates updates;
 //   for (...) updates.sgd(param, grad, master, momentum, hyper);

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "nn/module.h"
+#include "nn/state_dict.h"
 
 namespace ringgrad::optim {
 

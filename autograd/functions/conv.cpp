@@ -1,5 +1,7 @@
-// Differentiable conv2d and max_pool2d (kernels and gradient formulas in core/native/conv.cpp).
+// Differentiable conv2d and max_pool2d (front ends and gradient formulas in core/native/conv.cpp, kernels
+// in core/cpu/conv.cpp and core/cuda/conv.cu).
 #include "autograd/engine.h"
+#include "core/native/backend.h"
 #include "core/native/native.h"
 #include "core/ops.h"
 
@@ -32,7 +34,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 
 // y = max over each window;  dx = dy routed to each window's argmax
 Tensor max_pool2d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding) {
-  if (x.device().is_cuda() && x.dtype() != DType::bf16) {  // cuDNN, no argmax: Note [Max pooling on cuDNN]
+  // cuDNN where the device has it (not for bf16), no argmax: Note [Max pooling on cuDNN]
+  if (native::backend_has_cudnn_pooling(x.device()) && x.dtype() != DType::bf16) {
     Tensor out = native::max_pool2d_cudnn(x, kernel_size, stride, padding);
     record("max_pool2d", {out}, {x},
            [x = x.detach(), y = out.detach(), kernel_size, stride, padding](const TensorList& g, const NeedsGrad&) {

@@ -106,7 +106,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              if (grads[1].defined()) native::mm_out(grads[1], dy_t, x2);
              else grads[1] = native::mm(dy_t, x2);
            }
-           if (has_bias) grads.push_back(n[2] ? native::reduce(ReduceOp::sum, g2, {0}, false) : Tensor());
+           if (has_bias) grads.push_back(n[2] ? native::reduce(RowReduction::sum, g2, {0}, false) : Tensor());
            return grads;
          });
   return y;

@@ -30,7 +30,7 @@ int64_t count_of(const Tensor& a, const std::vector<int64_t>& reduced) {
 
 // out = sum over dims;  da = g broadcast over the reduced dims
 Tensor sum(const Tensor& a, const Shape& dims, bool keepdim) {
-  Tensor out = native::reduce(ReduceOp::sum, a, dims, keepdim);
+  Tensor out = native::reduce(RowReduction::sum, a, dims, keepdim);
   const auto reduced = native::reduction_dims("sum", dims, a.dim());
   record("sum", {out}, {a}, [shape = a.shape(), reduced, keepdim](const TensorList& g, const NeedsGrad&) {
     return TensorList{native::expand(with_kept_dims(g[0], reduced, keepdim), shape)};
@@ -40,7 +40,7 @@ Tensor sum(const Tensor& a, const Shape& dims, bool keepdim) {
 
 // out = mean over dims;  da = g / n broadcast over the reduced dims
 Tensor mean(const Tensor& a, const Shape& dims, bool keepdim) {
-  Tensor out = native::reduce(ReduceOp::mean, a, dims, keepdim);
+  Tensor out = native::reduce(RowReduction::mean, a, dims, keepdim);
   const auto reduced = native::reduction_dims("mean", dims, a.dim());
   const double n = static_cast<double>(count_of(a, reduced));
   record("mean", {out}, {a}, [shape = a.shape(), reduced, keepdim, n](const TensorList& g, const NeedsGrad&) {
@@ -64,9 +64,9 @@ Tensor var(const Tensor& a, const Shape& dims, bool keepdim, bool unbiased) {
 // out = max along dim;  da = g at the argmax position (first one on ties), 0 elsewhere
 Tensor max(const Tensor& a, int64_t dim, bool keepdim) {
   dim = wrap_dim(dim, a.dim(), "max");
-  Tensor out = native::reduce(ReduceOp::max, a, {dim}, keepdim);
+  Tensor out = native::reduce(RowReduction::max, a, {dim}, keepdim);
   if (!autograd::any_requires_grad({&a})) return out;
-  Tensor idx = native::reduce(ReduceOp::argmax, a, {dim}, /*keepdim=*/true);
+  Tensor idx = native::reduce(RowReduction::argmax, a, {dim}, /*keepdim=*/true);
   record("max", {out}, {a}, [shape = a.shape(), idx, dim, keepdim](const TensorList& g, const NeedsGrad&) {
     Tensor gk = keepdim ? g[0] : native::unsqueeze(g[0], dim);
     return TensorList{native::scatter_add(shape, dim, idx, gk)};
@@ -75,7 +75,7 @@ Tensor max(const Tensor& a, int64_t dim, bool keepdim) {
 }
 
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
-  return native::reduce(ReduceOp::argmax, a, {dim}, keepdim);
+  return native::reduce(RowReduction::argmax, a, {dim}, keepdim);
 }
 
 // Sums the broadcast dims of `a` away until it has `shape` (the backward of broadcasting).

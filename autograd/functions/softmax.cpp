@@ -15,7 +15,7 @@ Tensor softmax(const Tensor& a, int64_t dim) {
   const int64_t d = wrap_dim(dim, std::max<int64_t>(a.dim(), 1), "softmax");
   record("softmax", {y}, {a}, [y = y.detach(), d](const TensorList& g, const NeedsGrad&) {
     Tensor gy = native::binary(BinaryOp::mul, g[0], y);
-    Tensor s = y.dim() == 0 ? gy : native::reduce(ReduceOp::sum, gy, {d}, /*keepdim=*/true);
+    Tensor s = y.dim() == 0 ? gy : native::reduce(RowReduction::sum, gy, {d}, /*keepdim=*/true);
     return TensorList{native::binary(BinaryOp::mul, y, native::binary(BinaryOp::sub, g[0], s))};
   });
   return y;
@@ -26,7 +26,7 @@ Tensor log_softmax(const Tensor& a, int64_t dim) {
   Tensor y = native::softmax(a, dim, /*log=*/true);
   const int64_t d = wrap_dim(dim, std::max<int64_t>(a.dim(), 1), "log_softmax");
   record("log_softmax", {y}, {a}, [y = y.detach(), d](const TensorList& g, const NeedsGrad&) {
-    Tensor s = y.dim() == 0 ? g[0] : native::reduce(ReduceOp::sum, g[0], {d}, /*keepdim=*/true);
+    Tensor s = y.dim() == 0 ? g[0] : native::reduce(RowReduction::sum, g[0], {d}, /*keepdim=*/true);
     Tensor p = native::unary(UnaryOp::exp, y);
     return TensorList{native::binary(BinaryOp::sub, g[0], native::binary(BinaryOp::mul, p, s))};
   });

@@ -1,5 +1,6 @@
 // The differentiable pieces of a transformer block: embedding, layer_norm, the causal
-// scale-mask-softmax and causal self-attention (kernels in core/native/transformer.cpp).
+// scale-mask-softmax and causal self-attention (front ends in core/native/transformer.cpp, kernels in
+// core/{cpu,cuda}/rows.* and core/{cpu,cuda}/attention.*).
 #include <cmath>
 
 #include "autograd/engine.h"
@@ -74,7 +75,7 @@ Tensor causal_self_attention(const Tensor& q, const Tensor& k, const Tensor& v) 
 }
 
 // qkv: (B, T, 3C) -> (B, T, C): the same attention straight from the packed projection (Note
-// [Attention without head copies] in core/native/transformer.cpp). Saves qkv and the probabilities.
+// [Attention without head copies] in core/cpu/attention.cpp). Saves qkv and the probabilities.
 Tensor causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout, Generator& gen) {
   const int64_t probabilities = qkv.dim() == 3 && n_head > 0 ? qkv.size(0) * n_head * qkv.size(1) * qkv.size(1) : 0;
   const uint64_t seed = gen.seed();

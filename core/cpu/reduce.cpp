@@ -18,12 +18,12 @@ using accumulator_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same
                                          std::conditional_t<std::is_floating_point_v<T>, double, int64_t>>;
 
 template <class T>
-void reduce_typed(ReduceOp op, const T* in, void* out_raw, int64_t rows, int64_t cols) {
+void reduce_typed(RowReduction op, const T* in, void* out_raw, int64_t rows, int64_t cols) {
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(cols, 1));
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* row = in + r * cols;
-      if (op == ReduceOp::sum || op == ReduceOp::mean) {
+      if (op == RowReduction::sum || op == RowReduction::mean) {
         // Four running sums: four independent additions in flight instead of one chain.
         accumulator_t<T> part[4] = {0, 0, 0, 0};
         int64_t c = 0;
@@ -31,7 +31,7 @@ void reduce_typed(ReduceOp op, const T* in, void* out_raw, int64_t rows, int64_t
           for (int q = 0; q < 4; ++q) part[q] += load(row[c + q]);
         for (; c < cols; ++c) part[0] += load(row[c]);
         accumulator_t<T> acc = (part[0] + part[1]) + (part[2] + part[3]);
-        if (op == ReduceOp::mean) acc = cols ? acc / static_cast<accumulator_t<T>>(cols) : acc;
+        if (op == RowReduction::mean) acc = cols ? acc / static_cast<accumulator_t<T>>(cols) : acc;
         static_cast<T*>(out_raw)[r] = store_as<T>(static_cast<compute_t<T>>(acc));
       } else {
         // max / argmax: NaN wins (as in PyTorch), first occurrence on ties.
@@ -46,7 +46,7 @@ void reduce_typed(ReduceOp op, const T* in, void* out_raw, int64_t rows, int64_t
             if (v > best_value) best = c, best_value = v;
           }
         }
-        if (op == ReduceOp::max) static_cast<T*>(out_raw)[r] = row[best];
+        if (op == RowReduction::max) static_cast<T*>(out_raw)[r] = row[best];
         else static_cast<int64_t*>(out_raw)[r] = best;
       }
     }
@@ -56,7 +56,7 @@ void reduce_typed(ReduceOp op, const T* in, void* out_raw, int64_t rows, int64_t
 // Each thread owns a band of columns and walks every row over it: the inner loop is a contiguous
 // acc[j] += x[i, j], which vectorises, and reads the input once in its own order.
 template <class T>
-void reduce_cols_typed(ReduceOp op, const T* in, T* out, int64_t rows, int64_t cols) {
+void reduce_cols_typed(RowReduction op, const T* in, T* out, int64_t rows, int64_t cols) {
   const int64_t grain = std::max<int64_t>(16, 32768 / std::max<int64_t>(rows, 1));
   parallel_for(cols, grain, [&](int64_t begin, int64_t end) {
     std::vector<accumulator_t<T>> acc(static_cast<size_t>(end - begin), 0);
@@ -66,7 +66,7 @@ void reduce_cols_typed(ReduceOp op, const T* in, T* out, int64_t rows, int64_t c
     }
     for (int64_t j = begin; j < end; ++j) {
       accumulator_t<T> a = acc[static_cast<size_t>(j - begin)];
-      if (op == ReduceOp::mean && rows) a /= static_cast<accumulator_t<T>>(rows);
+      if (op == RowReduction::mean && rows) a /= static_cast<accumulator_t<T>>(rows);
       out[j] = store_as<T>(static_cast<compute_t<T>>(a));
     }
   });
@@ -74,15 +74,15 @@ void reduce_cols_typed(ReduceOp op, const T* in, T* out, int64_t rows, int64_t c
 
 }  // namespace
 
-void reduce_cols(ReduceOp op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols) {
-  RG_CHECK(op == ReduceOp::sum || op == ReduceOp::mean, "reduce", "reduce_cols takes sum or mean");
+void reduce_cols(RowReduction op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols) {
+  RG_CHECK(op == RowReduction::sum || op == RowReduction::mean, "reduce", "reduce_cols takes sum or mean");
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     reduce_cols_typed<T>(op, static_cast<const T*>(in), static_cast<T*>(out), rows, cols);
   });
 }
 
-void reduce_rows(ReduceOp op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols) {
+void reduce_rows(RowReduction op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     reduce_typed<T>(op, static_cast<const T*>(in), out, rows, cols);

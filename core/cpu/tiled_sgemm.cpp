@@ -27,6 +27,7 @@
 // docs/performance.md (change 13).
 #include "core/cpu/tiled_sgemm.h"
 
+#include "core/env.h"
 #include "core/error.h"
 
 #include <algorithm>
@@ -258,10 +259,7 @@ void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 }
 
 bool tiled_sgemm_suits(bool /*trans_a*/, int64_t /*m*/, int64_t /*n*/, int64_t k) {
-  static const bool forced_off = [] {
-    const char* v = std::getenv("RINGGRAD_GEMM");
-    return v != nullptr && std::strcmp(v, "openblas") == 0;
-  }();
+  static const bool forced_off = env::choice("RINGGRAD_GEMM", "gemm", {"auto", "openblas"}) == "openblas";
   return !forced_off && k <= kKC;
 }
 

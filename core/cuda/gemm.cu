@@ -17,6 +17,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/device.h"
+#include "core/cuda/gemm.h"
 #include "core/kernels.h"
 
 namespace ringgrad::cuda {

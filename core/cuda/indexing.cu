@@ -1,10 +1,12 @@
 // Indexing kernels on CUDA: index_select / index_add (embedding forward and backward), gather /
-// scatter_add, one_hot. The front end (core/native/indexing.cpp) checks every index value on the
-// host before launching, so these kernels never see one out of range.
+// scatter_add, one_hot. The CPU versions are in core/cpu/indexing.cpp. The front end
+// (core/native/indexing.cpp) checks every index value on the host before launching, so these kernels
+// never see one out of range.
 //
 // The adding kernels use atomicAdd: repeated indices (a token that occurs twice in a batch) add into
 // one row from several threads. Float atomics make the order of those additions, and so the last
-// bits of a sum, vary from run to run; the front end computes them in f32 / f64 only.
+// bits of a sum, vary from run to run; the front end computes them in f32 / f64 only (the seam's
+// backend_accumulate_dtype).
 #include <cstdint>
 
 #include "core/cuda/device.h"

@@ -1,15 +1,16 @@
 // The CUDA launcher for the fused optimizer updates: a grid-stride kernel over the functors of
-// optim/fused_math.h, the same ones the CPU loop runs (optim/fused.cpp).
+// core/optim_math.h, the same ones the CPU loop runs (core/cpu/optim.cpp).
 #include <vector>
 
 #include "core/cuda/device.h"
 #include "core/cuda/launch.h"
-#include "optim/fused_math.h"
+#include "core/kernels.h"
+#include "core/optim_math.h"
 
-namespace ringgrad::optim::cuda {
+namespace ringgrad::cuda {
 namespace {
 
-using namespace ringgrad::cuda::detail;
+using namespace detail;
 
 template <class Step>
 __global__ void step_kernel(Step step, int64_t n) {
@@ -19,7 +20,7 @@ __global__ void step_kernel(Step step, int64_t n) {
 template <class Step>
 void launch(const Step& step, int64_t n, const void* param) {
   if (n == 0) return;
-  ringgrad::cuda::DeviceGuard guard(ringgrad::cuda::device_of(param));
+  DeviceGuard guard(device_of(param));
   step_kernel<<<blocks_for(n), kThreads>>>(step, n);
   RG_CUDA_CHECK_LAUNCH();
 }
@@ -90,7 +91,7 @@ void launch_many(const std::vector<Step>& steps, const std::vector<int64_t>& n) 
 template <class Args, class Make>
 void update_many(int device, DType param_dtype, const Args* args, size_t count, Make make) {
   if (count == 0) return;
-  ringgrad::cuda::DeviceGuard guard(device);
+  DeviceGuard guard(device);
   dispatch_param(param_dtype, [&](auto p, auto s) {
     std::vector<decltype(make(p, s, args[0]))> steps;
     std::vector<int64_t> n;
@@ -142,4 +143,4 @@ void adam_update(DType param_dtype, void* param, const void* grad, void* master,
   });
 }
 
-}  // namespace ringgrad::optim::cuda
+}  // namespace ringgrad::cuda

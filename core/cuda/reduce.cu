@@ -201,9 +201,9 @@ void sum_rows(bool mean, int device, const T* in, T* out, int64_t rows, int64_t 
 
 }  // namespace
 
-void reduce_rows(ReduceOp op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols) {
+void reduce_rows(RowReduction op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols) {
   if (rows == 0) return;
-  const bool is_max = op == ReduceOp::max || op == ReduceOp::argmax;
+  const bool is_max = op == RowReduction::max || op == RowReduction::argmax;
   RG_CHECK(!is_max || cols > 0, "max", "cannot take the max of an empty row (", rows, " rows of 0 elements)");
   const int device = device_of(out);
   DeviceGuard guard(device);
@@ -211,9 +211,9 @@ void reduce_rows(ReduceOp op, DType dtype, const void* in, void* out, int64_t ro
     using T = decltype(tag);
     const T* typed_in = static_cast<const T*>(in);
     if (is_max) {
-      launch(MaxReducer<T>{op == ReduceOp::argmax}, typed_in, out, rows, cols);
+      launch(MaxReducer<T>{op == RowReduction::argmax}, typed_in, out, rows, cols);
     } else {
-      sum_rows(op == ReduceOp::mean, device, typed_in, static_cast<T*>(out), rows, cols);
+      sum_rows(op == RowReduction::mean, device, typed_in, static_cast<T*>(out), rows, cols);
     }
   });
 }

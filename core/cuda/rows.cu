@@ -1,7 +1,7 @@
 // Row kernels on CUDA: softmax / log_softmax, the causal softmax of attention (and its backward),
 // attention dropout, layer_norm (and its backward), and the two halves of cross-entropy. The CPU
-// versions live in the op front ends (core/native/softmax.cpp, core/native/transformer.cpp), which
-// also choose between them, check arguments, and hand both the same dense rows in the same compute
+// versions are in core/cpu/rows.cpp; the op front ends (core/native/softmax.cpp,
+// core/native/transformer.cpp) check arguments and hand both the same dense rows in the same compute
 // dtype (f32, or f64 for f64 tensors), so each formula below is the CPU's, distributed over a warp
 // per row (See core/cuda/launch.h).
 //
@@ -283,16 +283,27 @@ void layer_norm_backward_rows(DType dtype, const void* g, const void* x, const v
   });
 }
 
-void nll_pick(DType dtype, const void* logp, const int64_t* target, void* picked, int64_t n, int64_t c,
-              int64_t ignore_index) {
-  if (n == 0) return;
-  DeviceGuard guard(device_of(picked));
+// -logp[i, t[i]] per row on the device, summed there (reduce_rows, as the front end's sum of a tensor
+// would); one scalar comes back.
+double nll_sum(DType dtype, const void* logp, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index) {
+  if (n == 0) return 0.0;
+  const int device = device_of(logp);
+  DeviceGuard guard(device);
+  const size_t esize = dtype_size(dtype);
+  Scratch picked(allocator(device), esize * static_cast<size_t>(n));
   dispatch_compute("cross_entropy", dtype, [&](auto tag) {
     using T = decltype(tag);
-    nll_pick_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(logp), target, static_cast<T*>(picked), n,
-                                                    c, ignore_index);
+    nll_pick_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(logp), target, picked.as<T>(), n, c,
+                                                    ignore_index);
   });
   RG_CUDA_CHECK_LAUNCH();
+  Scratch total(allocator(device), esize);
+  reduce_rows(RowReduction::sum, dtype, picked.as<void>(), total.as<void>(), 1, n);
+  double host = 0;
+  float host_f32 = 0;
+  void* to = dtype == DType::f64 ? static_cast<void*>(&host) : static_cast<void*>(&host_f32);
+  copy_bytes(to, Device::cpu(), total.as<void>(), Device::cuda(device), esize);
+  return dtype == DType::f64 ? host : static_cast<double>(host_f32);
 }
 
 void softmax_minus_one_hot(DType dtype, void* p, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,

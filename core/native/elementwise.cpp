@@ -161,7 +161,8 @@ void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
     backend_cast_copy(dst.device(), dst.dtype(), src.dtype(), make_args("copy_", dst, {&src}));
     return;
   }
-#ifdef RINGGRAD_WITH_CUDA
+  RG_CHECK(backend_can_copy_between(src.device(), dst.device()), "copy_", "cannot copy between ", src.desc(), " and ",
+           dst.desc(), " in a build without CUDA");
   // Across devices: a dense copy of src in dst's dtype and shape on src's device (src itself when it
   // already is one -- which keeps a pinned source pinned), move the bytes, then (if dst is strided)
   // scatter them into place on dst's device.
@@ -169,13 +170,9 @@ void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
   Tensor staged = src_ready ? src : empty(dst.shape(), dst.dtype(), src.device());
   if (!src_ready) copy_(staged, src);
   Tensor landed = dst.is_contiguous() ? dst : empty(dst.shape(), dst.dtype(), dst.device());
-  cuda::copy_bytes(landed.raw_data(), dst.device(), staged.raw_data(), src.device(), staged.nbytes(), non_blocking,
-                   staged.storage()->pinned());
+  backend_copy_bytes(landed.raw_data(), dst.device(), staged.raw_data(), src.device(), staged.nbytes(), non_blocking,
+                     staged.storage()->pinned());
   if (!landed.is_same(dst)) copy_(dst, landed);
-#else
-  (void)non_blocking;
-  RG_FAIL("copy_", "cannot copy between ", src.desc(), " and ", dst.desc(), " in a build without CUDA");
-#endif
 }
 
 Tensor cast(const Tensor& a, DType dtype) {
@@ -191,25 +188,22 @@ Tensor to_device(const Tensor& a, Device device, bool non_blocking) {
 }
 
 Tensor empty_pinned(const Shape& shape, DType dtype) {
-#ifdef RINGGRAD_WITH_CUDA
+  RG_CHECK(backend_has_pinned_memory(), "pin_memory",
+           "page-locked memory needs the CUDA backend, which this build does not have (", shape_str(shape), " ",
+           dtype_name(dtype), ")");
   const size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  void* block = cuda::pinned_allocate(nbytes);
+  void* block = backend_pinned_allocate(nbytes);
   auto storage = std::make_shared<Storage>(
-      block, nbytes, Device::cpu(), [nbytes](void* p) { cuda::pinned_release(p, nbytes); }, /*pinned=*/true);
+      block, nbytes, Device::cpu(), [nbytes](void* p) { backend_pinned_release(p, nbytes); }, /*pinned=*/true);
   return make_view(storage, shape, contiguous_strides(shape), 0, dtype);
-#else
-  RG_FAIL("pin_memory", "page-locked memory needs the CUDA backend, which this build does not have (",
-          shape_str(shape), " ", dtype_name(dtype), ")");
-#endif
 }
 
 Tensor pin_memory(const Tensor& a) {
-  RG_CHECK(a.defined() && a.device().is_cpu(), "pin_memory", "only CPU tensors can be pinned, got ",
+  // Pinned memory is host memory: a GPU tensor has nothing to pin.
+  RG_CHECK(a.defined() && a.device() == Device::cpu(), "pin_memory", "only CPU tensors can be pinned, got ",
            a.defined() ? a.desc() : std::string("undefined"));
-#ifndef RINGGRAD_WITH_CUDA
-  RG_FAIL("pin_memory", "page-locked memory needs the CUDA backend, which this build does not have (", a.desc(),
-          ")");
-#endif
+  RG_CHECK(backend_has_pinned_memory(), "pin_memory",
+           "page-locked memory needs the CUDA backend, which this build does not have (", a.desc(), ")");
   if (a.storage()->pinned() && a.is_contiguous()) return a;
   Tensor out = empty_pinned(a.shape(), a.dtype());
   copy_(out, a);

@@ -1,9 +1,7 @@
 // Joining and indexing: cat (any device, built on copy_), and index_select / index_add, gather /
-// scatter_add and one_hot: CPU kernels here, CUDA kernels in core/cuda/indexing.cu. Index values are
-// checked on the host for both (a GPU's are copied back first), so a bad index is a clear error,
-// not a device-side fault.
-#include <cstring>
-
+// scatter_add and one_hot, whose kernels the backend seam picks (core/cpu/indexing.cpp,
+// core/cuda/indexing.cu). Index values are checked on the host for both (a GPU's are copied back
+// first), so a bad index is a clear error, not a device-side fault.
 #include "core/native/backend.h"
 #include "core/native/native.h"
 
@@ -31,20 +29,8 @@ Split3 split3(const Shape& shape, int64_t dim) {
   return s;
 }
 
-// dst[i] += src[i] for n elements of a floating type.
-void add_elements(DType t, void* dst, const void* src, int64_t n) {
-  dispatch_floating(t, [&](auto tag) {
-    using T = decltype(tag);
-    T* d = static_cast<T*>(dst);
-    const T* s = static_cast<const T*>(src);
-    for (int64_t i = 0; i < n; ++i) d[i] = store_as<T>(load(d[i]) + load(s[i]));
-  });
-}
-
-#ifdef RINGGRAD_WITH_CUDA
-// The f32 / f64 dtype the CUDA adding kernels (atomics) run in for dtype t.
-DType cuda_add_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
-#endif
+// t as a dense tensor of dtype dt: t itself when it already is one, else a copy (cast copies).
+Tensor dense(const Tensor& t, DType dt) { return t.dtype() == dt ? contiguous(t) : cast(t, dt); }
 
 }  // namespace
 
@@ -86,73 +72,31 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   for (int64_t k = 0; k < idx.numel(); ++k)
     RG_CHECK(ip[k] >= 0 && ip[k] < s.mid, "index_select", "index[", k, "] = ", ip[k],
              " out of range for dimension ", dim, " of ", a.desc());
-  if (a.device().is_cuda()) {
-#ifdef RINGGRAD_WITH_CUDA
-    cuda::index_select(a.element_size(), src.raw_data(), idx.data<int64_t>(), out.raw_data(), s.outer, s.mid,
-                       idx.numel(), s.inner);
-#endif
-    return out;
-  }
-  const size_t row_bytes = static_cast<size_t>(s.inner) * a.element_size();
-  const char* sp = static_cast<const char*>(src.raw_data());
-  char* op = static_cast<char*>(out.raw_data());
-  for (int64_t o = 0; o < s.outer; ++o)
-    for (int64_t k = 0; k < idx.numel(); ++k)
-      std::memcpy(op + (o * idx.numel() + k) * row_bytes, sp + (o * s.mid + ip[k]) * row_bytes, row_bytes);
+  backend_index_select(a.device(), a.element_size(), src.raw_data(), idx.data<int64_t>(), out.raw_data(), s.outer,
+                       s.mid, idx.numel(), s.inner);
   return out;
 }
 
 // The indices come from a forward index_select, already checked.
 Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
   const Split3 d = split3(shape, dim);
-  if (src.device().is_cuda()) {
-#ifdef RINGGRAD_WITH_CUDA
-    const DType ct = cuda_add_dtype(src.dtype());
-    Tensor out = empty(shape, ct, src.device());
-    out.zero_();
-    Tensor s = contiguous(cast(src, ct)), idx = contiguous(index);
-    cuda::index_add(ct, out.raw_data(), idx.data<int64_t>(), s.raw_data(), d.outer, d.mid, idx.numel(), d.inner);
-    return out.dtype() == src.dtype() ? out : cast(out, src.dtype());
-#endif
-  }
-  Tensor out = empty(shape, src.dtype(), src.device());
+  const DType ct = backend_accumulate_dtype(src.device(), src.dtype());
+  Tensor out = empty(shape, ct, src.device());
   out.zero_();
-  Tensor s = contiguous(src), idx = contiguous(index);
-  const int64_t k_count = idx.numel();
-  const int64_t* ip = idx.data<int64_t>();
-  const size_t esize = src.element_size();
-  char* op = static_cast<char*>(out.raw_data());
-  const char* sp = static_cast<const char*>(s.raw_data());
-  for (int64_t o = 0; o < d.outer; ++o)
-    for (int64_t k = 0; k < k_count; ++k)
-      add_elements(src.dtype(), op + ((o * d.mid + ip[k]) * d.inner) * esize,
-                   sp + ((o * k_count + k) * d.inner) * esize, d.inner);
-  return out;
+  Tensor s = dense(src, ct), idx = contiguous(index);
+  backend_index_add(src.device(), ct, out.raw_data(), idx.data<int64_t>(), s.raw_data(), d.outer, d.mid, idx.numel(),
+                    d.inner);
+  return out.dtype() == src.dtype() ? out : cast(out, src.dtype());
 }
 
 namespace {
 
-// Calls fn(position in index, element offset in a tensor of `a_strides`) for every element of a
-// dense index tensor, replacing the coordinate along `dim` by the index value.
-template <class Fn>
-void for_each_gather_position(const char* op, const Tensor& index, const Shape& a_shape,
-                              const Shape& a_strides, int64_t dim, Fn&& fn) {
+// Checks every value of a dense index tensor (on the host) against the size of `a` along `dim`.
+void check_gather_index(const char* op, const Tensor& index, const Shape& a_shape, int64_t dim) {
   const int64_t* ip = index.data<int64_t>();
-  const int64_t ndim = index.dim();
-  for (int64_t p = 0; p < index.numel(); ++p) {
-    int64_t rest = p, offset = 0;
-    for (int64_t d = ndim - 1; d >= 0; --d) {
-      int64_t coord = rest % index.size(d);
-      rest /= index.size(d);
-      if (d == dim) {
-        coord = ip[p];
-        RG_CHECK(coord >= 0 && coord < a_shape[d], op, "index value ", coord, " out of range for dimension ",
-                 dim, " of size ", a_shape[d]);
-      }
-      offset += coord * a_strides[d];
-    }
-    fn(p, offset);
-  }
+  for (int64_t p = 0; p < index.numel(); ++p)
+    RG_CHECK(ip[p] >= 0 && ip[p] < a_shape[dim], op, "index value ", ip[p], " out of range for dimension ", dim,
+             " of size ", a_shape[dim]);
 }
 
 void check_gather_shapes(const char* op, const Tensor& a, int64_t dim, const Tensor& index) {
@@ -163,14 +107,11 @@ void check_gather_shapes(const char* op, const Tensor& a, int64_t dim, const Ten
              a.desc(), " in dimension ", d);
 }
 
-}  // namespace
-
-#ifdef RINGGRAD_WITH_CUDA
-// The geometry the CUDA gather / scatter kernels walk (See GatherGeometry in core/kernels.h).
-cuda::GatherGeometry gather_geometry(const char* op, const Tensor& index, const Shape& a_strides, int64_t dim) {
-  RG_CHECK(index.dim() <= cuda::GatherGeometry::kMaxDims, op, "the CUDA kernel takes at most ",
-           cuda::GatherGeometry::kMaxDims, " dims, got index ", index.desc());
-  cuda::GatherGeometry g;
+// The geometry the gather / scatter kernels walk (See GatherGeometry in core/kernels.h).
+GatherGeometry gather_geometry(const char* op, const Tensor& index, const Shape& a_strides, int64_t dim) {
+  RG_CHECK(index.dim() <= GatherGeometry::kMaxDims, op, "the kernel takes at most ", GatherGeometry::kMaxDims,
+           " dims, got index ", index.desc());
+  GatherGeometry g;
   g.ndim = static_cast<int>(index.dim());
   g.dim = static_cast<int>(dim);
   for (int64_t d = 0; d < index.dim(); ++d) {
@@ -179,7 +120,8 @@ cuda::GatherGeometry gather_geometry(const char* op, const Tensor& index, const 
   }
   return g;
 }
-#endif
+
+}  // namespace
 
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   check_index("gather", index, a);
@@ -187,48 +129,22 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   check_gather_shapes("gather", a, dim, index);
   Tensor idx = contiguous(index);
   Tensor out = empty(index.shape(), a.dtype(), a.device());
-  const size_t esize = a.element_size();
-  // Checks every index value (on the host), and on the CPU also copies the elements.
-  const bool on_cpu = a.device().is_cpu();
-  const Tensor host_idx = idx.to(Device::cpu());
-  const char* ap = static_cast<const char*>(a.raw_data());
-  char* op = static_cast<char*>(out.raw_data());
-  for_each_gather_position("gather", host_idx, a.shape(), a.strides(), dim, [&](int64_t p, int64_t off) {
-    if (on_cpu) std::memcpy(op + p * esize, ap + off * static_cast<int64_t>(esize), esize);
-  });
-  if (!on_cpu) {
-#ifdef RINGGRAD_WITH_CUDA
-    cuda::gather(esize, a.raw_data(), idx.data<int64_t>(), out.raw_data(), idx.numel(),
+  check_gather_index("gather", idx.to(Device::cpu()), a.shape(), dim);
+  backend_gather(a.device(), a.element_size(), a.raw_data(), idx.data<int64_t>(), out.raw_data(), idx.numel(),
                  gather_geometry("gather", idx, a.strides(), dim));
-#endif
-  }
   return out;
 }
 
 // The indices come from a forward gather, already checked.
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
   Tensor idx = contiguous(index);
-  if (src.device().is_cuda()) {
-#ifdef RINGGRAD_WITH_CUDA
-    const DType ct = cuda_add_dtype(src.dtype());
-    Tensor out = empty(shape, ct, src.device());
-    out.zero_();
-    Tensor s = contiguous(cast(src, ct));
-    cuda::scatter_add(ct, out.raw_data(), idx.data<int64_t>(), s.raw_data(), idx.numel(),
-                      gather_geometry("scatter_add", idx, out.strides(), dim));
-    return out.dtype() == src.dtype() ? out : cast(out, src.dtype());
-#endif
-  }
-  Tensor out = empty(shape, src.dtype(), src.device());
+  const DType ct = backend_accumulate_dtype(src.device(), src.dtype());
+  Tensor out = empty(shape, ct, src.device());
   out.zero_();
-  Tensor s = contiguous(src);
-  const size_t esize = src.element_size();
-  char* op = static_cast<char*>(out.raw_data());
-  const char* sp = static_cast<const char*>(s.raw_data());
-  for_each_gather_position("scatter_add", idx, shape, out.strides(), dim, [&](int64_t p, int64_t off) {
-    add_elements(src.dtype(), op + off * static_cast<int64_t>(esize), sp + p * esize, 1);
-  });
-  return out;
+  Tensor s = dense(src, ct);
+  backend_scatter_add(src.device(), ct, out.raw_data(), idx.data<int64_t>(), s.raw_data(), idx.numel(),
+                      gather_geometry("scatter_add", idx, out.strides(), dim));
+  return out.dtype() == src.dtype() ? out : cast(out, src.dtype());
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype) {
@@ -245,14 +161,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype) {
   for (int64_t i = 0; i < idx.numel(); ++i)
     RG_CHECK(ip[i] >= 0 && ip[i] < num_classes, "one_hot", "index ", ip[i], " at position ", i,
              " is not in [0, ", num_classes, ")");
-  if (indices.device().is_cuda()) {
-#ifdef RINGGRAD_WITH_CUDA
-    cuda::one_hot(idx.data<int64_t>(), out.data<double>(), idx.numel(), num_classes);
-#endif
-  } else {
-    double* op = out.data<double>();
-    for (int64_t i = 0; i < idx.numel(); ++i) op[i * num_classes + ip[i]] = 1.0;
-  }
+  backend_one_hot(indices.device(), idx.data<int64_t>(), out.data<double>(), idx.numel(), num_classes);
   return dtype == DType::f64 ? out : cast(out, dtype);
 }
 

@@ -50,9 +50,10 @@ void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulat
 
 }  // namespace
 
-// The CPU BLAS has no f16/bf16 GEMM: compute those in f32 and round the result once.
+// A device whose GEMM has no f16/bf16 product (the CPU BLAS): compute those in f32 and round the result
+// once.
 bool needs_f32_compute(const Tensor& a) {
-  return a.device().is_cpu() && (a.dtype() == DType::f16 || a.dtype() == DType::bf16);
+  return (a.dtype() == DType::f16 || a.dtype() == DType::bf16) && !backend_gemm_takes(a.device(), a.dtype());
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {

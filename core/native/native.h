@@ -1,6 +1,7 @@
 // Op front ends without autograd: each checks its arguments, allocates the result and calls the
-// kernel of the tensors' device (core/kernels.h). The differentiable ops of core/ops.h are built on
-// these (autograd/functions/); backward formulas call them too.
+// kernel of the tensors' device through the backend seam (core/native/backend.h, over the kernels of
+// core/kernels.h). The differentiable ops of core/ops.h are built on these (autograd/functions/);
+// backward formulas call them too.
 #pragma once
 
 #include <vector>
@@ -41,7 +42,7 @@ void binary_(BinaryOp op, const Tensor& self, const Tensor& other);  // self = o
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // dst = src, broadcasting src to dst's shape, converting dtype and crossing devices as needed.
 // non_blocking: a host-to-GPU copy from pinned memory is queued and returns at once (see
-// cuda::copy_bytes); otherwise, and for every other pair of devices, copies are synchronous.
+// copy_bytes in core/kernels.h); otherwise, and for every other pair of devices, copies are synchronous.
 void copy_(const Tensor& dst, const Tensor& src, bool non_blocking = false);
 Tensor cast(const Tensor& a, DType dtype);      // new contiguous tensor
 Tensor to_device(const Tensor& a, Device device, bool non_blocking = false);  // new contiguous tensor
@@ -54,7 +55,7 @@ Tensor contiguous(const Tensor& a);             // a itself when already contigu
 // Normalises `dims` for a tensor of ndim dims: {} means all; negative dims wrap; duplicates are errors.
 std::vector<int64_t> reduction_dims(const char* op, const Shape& dims, int64_t ndim);
 // sum / mean / max / argmax over `dims`; argmax and max take exactly one dim.
-Tensor reduce(ReduceOp op, const Tensor& a, const Shape& dims, bool keepdim);
+Tensor reduce(RowReduction op, const Tensor& a, const Shape& dims, bool keepdim);
 
 // ---- matrix products ------------------------------------------------------------------------------
 Tensor mm(const Tensor& a, const Tensor& b);   // a: (M, K), b: (K, N) -> (M, N)
@@ -68,7 +69,7 @@ void mm_out(const Tensor& out, const Tensor& a, const Tensor& b);
 bool needs_f32_compute(const Tensor& a);
 Tensor bmm(const Tensor& a, const Tensor& b);  // a: (B, M, K), b: (B, K, N) -> (B, M, N)
 
-// ---- transformer kernels (core/native/transformer.cpp) ----------------------------------------------
+// ---- transformer ops (core/native/transformer.cpp) --------------------------------------------------
 // layer_norm over the last dim of x (..., C); weight / bias (C) optional. mean, rstd: (rows) in the
 // compute dtype (f32, or f64 for f64), for the backward.
 struct LayerNormOutput {
@@ -83,7 +84,7 @@ Tensor causal_softmax(const Tensor& scores, double scale);
 Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale);
 // qkv: (B, T, 3C), rows [q | k | v], n_head heads of D = C / n_head -> y: (B, T, C), heads side by
 // side, and att: (B, n_head, T, T), the probabilities the backward needs (compute dtype; only
-// the causal blocks are defined). Note [Attention without head copies] in transformer.cpp.
+// the causal blocks are defined). Note [Attention without head copies] in core/cpu/attention.cpp.
 struct AttentionOutput {
   Tensor y, att;
 };
@@ -117,9 +118,10 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype);
 
-// ---- convolution and pooling (CPU) --------------------------------------------------------------------
+// ---- convolution and pooling ----------------------------------------------------------------------------
 // x: (N, C, H, W), weight: (O, C, KH, KW), bias: (O) or undefined -> (N, O, OH, OW)
-// *cols, when given, receives the im2col matrix the forward built, for the backward to reuse.
+// *cols, when given, receives the im2col matrix the forward built, for the backward to reuse (left
+// undefined on a device that convolves directly: backend_has_direct_conv2d in core/native/backend.h).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
               Tensor* cols = nullptr);
 // Fills the requested gradients (null pointers are skipped). cols: the forward's, or undefined to
@@ -130,8 +132,9 @@ void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, 
 // flat position (row * W + col) of its maximum within its (H, W) plane.
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Tensor* indices);
 Tensor max_pool2d_backward(const Tensor& grad, const Shape& input_shape, const Tensor& indices);
-// CUDA tensors only: cuDNN's max pooling, in x's own dtype, and its backward from x and y (Note [Max
-// pooling on cuDNN], core/cuda/conv.cu). Same checks and output shape as max_pool2d.
+// CUDA tensors only (backend_has_cudnn_pooling): cuDNN's max pooling, in x's own dtype, and its
+// backward from x and y (Note [Max pooling on cuDNN], core/cuda/conv.cu). Same checks and output shape
+// as max_pool2d.
 Tensor max_pool2d_cudnn(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding);
 Tensor max_pool2d_cudnn_backward(const Tensor& grad, const Tensor& x, const Tensor& y, int64_t kernel, int64_t stride,
                                  int64_t padding);

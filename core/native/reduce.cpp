@@ -23,11 +23,11 @@ std::vector<int64_t> reduction_dims(const char* op, const Shape& dims, int64_t n
   return out;
 }
 
-Tensor reduce(ReduceOp op, const Tensor& a, const Shape& dims, bool keepdim) {
+Tensor reduce(RowReduction op, const Tensor& a, const Shape& dims, bool keepdim) {
   static const char* names[] = {"sum", "mean", "max", "argmax"};
   const char* name = names[static_cast<int>(op)];
   RG_CHECK(a.defined(), name, "undefined tensor argument");
-  if (op == ReduceOp::mean) {
+  if (op == RowReduction::mean) {
     RG_CHECK(is_floating(a.dtype()), name, "needs a floating-point tensor, got ", a.desc());
   }
   const std::vector<int64_t> reduced = reduction_dims(name, dims, a.dim());
@@ -45,23 +45,24 @@ Tensor reduce(ReduceOp op, const Tensor& a, const Shape& dims, bool keepdim) {
     if (!is_reduced) out_shape.push_back(a.size(d));
     else if (keepdim) out_shape.push_back(1);
   }
-  if (op == ReduceOp::max || op == ReduceOp::argmax) {
+  if (op == RowReduction::max || op == RowReduction::argmax) {
     RG_CHECK(cols > 0, name, "cannot reduce an empty dimension of ", a.desc());
   }
   // Summing the leading dims of a dense tensor (a bias gradient: (B*T, C) -> (C)): the kept
-  // elements are the columns, so sum down them in place instead of copying the transpose.
+  // elements are the columns, so sum down them in place instead of copying the transpose (where the
+  // device's backend can: the CPU's).
   const bool leading_reduced = !reduced.empty() && reduced.back() == static_cast<int64_t>(reduced.size()) - 1;
-  if ((op == ReduceOp::sum || op == ReduceOp::mean) && leading_reduced && a.device().is_cpu() &&
-      a.is_contiguous() && !kept.empty()) {
+  if ((op == RowReduction::sum || op == RowReduction::mean) && leading_reduced &&
+      backend_has_reduce_cols(a.device()) && a.is_contiguous() && !kept.empty()) {
     Tensor out = empty(out_shape, a.dtype(), a.device());
-    if (rows > 0) cpu::reduce_cols(op, a.dtype(), a.raw_data(), out.raw_data(), cols, rows);
+    if (rows > 0) backend_reduce_cols(a.device(), op, a.dtype(), a.raw_data(), out.raw_data(), cols, rows);
     return out;
   }
   // The permuted view shares storage; contiguous() copies only when the layout requires it.
   Shape pshape, pstrides;
   for (int64_t d : perm) pshape.push_back(a.size(d)), pstrides.push_back(a.stride(d));
   Tensor dense = contiguous(make_view(a.storage(), pshape, pstrides, a.offset(), a.dtype()));
-  Tensor out = empty(out_shape, op == ReduceOp::argmax ? DType::i64 : a.dtype(), a.device());
+  Tensor out = empty(out_shape, op == RowReduction::argmax ? DType::i64 : a.dtype(), a.device());
   if (rows > 0) backend_reduce_rows(a.device(), op, a.dtype(), dense.raw_data(), out.raw_data(), rows, cols);
   return out;
 }

@@ -1,6 +1,7 @@
 // The per-element math of the fused optimizer updates, written once for both backends (../shared/
-// STYLE.md, "One kernel body, two launchers"): optim/fused.cpp loops over these functors on the CPU,
-// core/cuda/optim.cu runs them in a grid-stride kernel, so the CPU tests cover the GPU's arithmetic.
+// STYLE.md, "One kernel body, two launchers"): core/cpu/optim.cpp loops over these functors on the
+// CPU, core/cuda/optim.cu runs them in a grid-stride kernel, so the CPU tests cover the GPU's
+// arithmetic. The optimizers (optim/) reach them through the backend seam (optim/fused.cpp).
 //
 // P is the parameter's storage type (float, double, Half, BFloat16); S the state type (double for
 // f64 parameters, float otherwise). `master` is the f32 master copy of an f16/bf16 parameter (null
@@ -15,7 +16,7 @@
 #include "core/error.h"
 #include "core/host_device.h"
 
-namespace ringgrad::optim {
+namespace ringgrad {
 
 struct SgdHyper {
   double lr, momentum, dampening, weight_decay;
@@ -102,38 +103,4 @@ void dispatch_param(DType t, Fn&& fn) {
   }
 }
 
-#ifdef RINGGRAD_WITH_CUDA
-// The CUDA launchers (core/cuda/optim.cu); every pointer on one device, n elements, dtype = P's.
-namespace cuda {
-void sgd_update(DType param_dtype, void* param, const void* grad, void* master, void* momentum, int64_t n,
-                const SgdHyper& h);
-void adam_update(DType param_dtype, void* param, const void* grad, void* master, void* exp_avg, void* exp_avg_sq,
-                 int64_t n, const AdamHyper& h);
-
-// One parameter's update for the multi-tensor launchers: its pointers (null where a state is
-// absent), element count and hyperparameters.
-struct SgdArgs {
-  void* param;
-  const void* grad;
-  void* master;
-  void* momentum;
-  int64_t n;
-  SgdHyper h;
-};
-struct AdamArgs {
-  void* param;
-  const void* grad;
-  void* master;
-  void* exp_avg;
-  void* exp_avg_sq;
-  int64_t n;
-  AdamHyper h;
-};
-// Every parameter of `args` on GPU `device`, of dtype param_dtype, each at most once: one kernel
-// launch per group of up to a few dozen parameters (Note [Multi-tensor updates] in core/cuda/optim.cu).
-void sgd_update_many(int device, DType param_dtype, const SgdArgs* args, size_t count);
-void adam_update_many(int device, DType param_dtype, const AdamArgs* args, size_t count);
-}  // namespace cuda
-#endif
-
-}  // namespace ringgrad::optim
+}  // namespace ringgrad

@@ -18,6 +18,6 @@
 #ifdef RINGGRAD_WITH_MPI
 #include "dist/init.h"
 #include "dist/process_group.h"
-#include "dist/ddp.h"
+#include "dist/ddp/ddp.h"
 #endif
 #include "optim/optim.h"

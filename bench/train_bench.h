@@ -74,7 +74,7 @@ struct CpuTime {
 // other threads' (communication, BLAS) CPU time. On a core of its own, wall minus all CPU is time
 // the rank waited with nothing to run -- the early rank's, mostly: the step waits for the late one,
 // whose CPU is the figure to shrink (a rank whose caller is blocked spins, so its "other threads"
-// CPU includes idle time: Note [Spinning for a blocked caller] in dist/comm_thread.h).
+// CPU includes idle time: Note [Spinning for a blocked caller] in dist/comm_thread.cpp).
 inline double time_steps(const std::function<void()>& step, const TrainFlags& flags, ringgrad::dist::ProcessGroup& group,
                          ringgrad::dist::DistributedDataParallel* ddp) {
   using Clock = std::chrono::steady_clock;

@@ -1,75 +1,25 @@
-// CommThread: the one thread that runs a process group's operations, in submission order.
+// CommThread: the thread that runs a process group's operations.
 //
-// An operation is a PendingOp: start() (called on this thread, or on a caller's: see the two Notes
-// on callers below) posts nonblocking MPI calls, poll() advances it and says whether it finished.
-// The thread polls the running collective until it finishes or its deadline passes, then completes
-// its Work and takes the next one. See Note
-// [Collective order] in dist/process_group.h for why collectives never overlap or reorder.
-// Point-to-point ops (send / recv) start in submission order too but do not wait for each other or
-// for the running collective: they are polled alongside it, each with its own deadline.
+// An operation is a PendingOp: its start function posts nonblocking calls and returns it, and
+// poll() advances it and says whether it finished. CommThread keeps one invariant: a group's
+// collectives run one at a time, in submission order, whichever thread runs them (Note [Collective
+// order] in dist/process_group.h says why). Sends and receives start in submission order too, but
+// do not wait for each other or for the running collective: they are polled alongside it. Every op
+// has a deadline, and an op that misses it breaks the group (Note [After a timeout]).
+//
+// Ops run on the thread's own loop (CommThread::loop in dist/comm_thread.cpp), except in two cases
+// that each save two thread hand-offs: a small collective submitted to an idle group starts on the
+// submitting thread, and a caller that waits for the next queued op runs it itself. Either one
+// hands the op over to the thread if it does not finish soon; meanwhile the thread starts nothing.
 //
 // The thread also keeps the group's counters (GroupStats) and, when asked, one TraceEvent per
 // operation on the row "comm:<backend>" of this rank.
 //
-// Note [Polling, not spinning]: the thread calls MPI_Test (inside poll()), and between unsuccessful
-// polls it sleeps, 1, 2, 4, ... us up to max_poll_sleep_us. A blocking MPI_Wait would busy-poll the
-// network inside MPI, and on a two-core machine with two ranks that spinning thread takes the core
-// the rank's compute thread (or the other rank) needs, so compute and communication would slow each
-// other instead of overlapping. Sleeping costs up to one sleep of latency per ring step; where that
-// latency is what someone waits for, a blocked caller, the thread yields instead (Note [Spinning
-// for a blocked caller]). It used to yield for the first 50 us of every op without progress as
-// well; in W1 that cost the rank the step waits for ~0.1 ms of its core per step (its
-// communication thread's CPU, 0.38-0.69 -> 0.34-0.60 ms in interleaved runs; docs/ddp.md), and
-// dropping it moved allreduce_bench by no more than its noise. Linux stretches every sleep by the
-// thread's timer slack (50 us by default: a "1 us" sleep takes ~55 us), so the thread sets its
-// slack to 1 us.
-//
-// Note [Short spins before sleeping]: a small collective takes a few microseconds on the wire, but
-// waking a sleeping thread costs about as much again. So after its last op the thread polls its
-// queue for up to kSpinMicroseconds, yielding the core between polls, before it sleeps: back-to-back
-// collectives skip the wake-up, while an idle group costs nothing. Only after an op of its own
-// ended: woken for an op that a caller took meanwhile (Note [A waiting caller runs its op]), the
-// thread goes back to sleep at once rather than take turns on the core with that caller's polls.
-// (A caller waiting for an op this thread runs does not spin: on a machine with fewer cores than
-// threads its spinning slowed the communication threads more than it saved -- measured,
-// docs/dist.md.)
-//
-// Note [Small collectives start on the caller's thread]: handing an op to this thread and its
-// completion back costs two thread wake-ups, ~15-20 us on a two-core machine -- several times the
-// wire time of a 4 KiB AllReduce. So when the group is idle (nothing running or queued) a collective
-// of at most kStartHereBytes is started by the submitting thread itself, which polls it for up to
-// kStartHereMicroseconds. When the peers are there too (a synchronous loop), it completes before
-// submit returns, with no thread involved. Otherwise it is handed over and this thread finishes it:
-// the caller loses at most those microseconds, and computation still overlaps the rest. Order is
-// kept: an op submitted meanwhile queues behind it (collective_active_), and this thread starts
-// nothing while a caller is starting one (starting_here_) -- one thread runs ops at a time.
-//
-// Note [A waiting caller runs its op]: a caller that submits a collective and waits for it at once
-// (a blocking loop such as allreduce_bench's) pays two thread hand-offs, and this thread's polling
-// then slept between polls: ~5-10% of a 1-2 MiB AllReduce (measured, docs/dist.md). So wait() on
-// an op that is next in the queue, with nothing running and no send / recv queued, takes it out
-// of the queue and runs it on the waiting thread, which has nothing else to do: it polls with a
-// yield every 16th poll (the core stays free for other processes' threads), for up to
-// kWaitHereMicroseconds or until another op is queued (a send / recv must not wait behind it), and
-// then hands it over as in Note [Small collectives start on the caller's thread], whose
-// ordering rules (starting_here_) it shares. wait(timeout) and wait_on_device() do not do this:
-// they must not run an op longer than asked, or block the host for a device's op.
-//
-// Note [Spinning for a blocked caller]: the sleeps of Note [Polling, not spinning] keep this thread
-// off the core while the rank's compute thread needs it. Once that thread blocks in wait() for an
-// op that runs here, the core has nothing else to do, and a sleep only delays the op: in DDP the
-// rank that finished its backward first waits for the other's last bucket, and, asleep, it noticed
-// the other's arrival up to a sleep late -- time the other rank, the one the step waits for, spent
-// waiting for its share of the reduction (Note [Shared gradient buffers]). So while a caller is
-// blocked in wait() or wait_on_device() the thread yields between polls instead of sleeping, for up
-// to kBlockedSpinMicroseconds without progress. A yield still lets any other runnable thread on the
-// core go first (more ranks than cores: the np 3 and 4 tests took no longer); beyond that bound -- a
-// peer that is very late or never comes -- the thread sleeps again.
-//
-// Note [After a timeout]: MPI cannot cancel a collective another rank never joined. The timed-out op
-// is kept (it owns its tensors and buffers, which MPI may still write into if the late rank ever
-// arrives), the group is marked broken, and every later op fails at once with a message naming the
-// op that timed out. Receive requests of point-to-point ops are cancelled.
+// Notes: here, at PendingOp, [Polling, not spinning] and [After a timeout]. In dist/comm_thread.cpp,
+// next to the code they explain: [Small collectives start on the caller's thread] and [A waiting
+// caller runs its op] (ops on a caller's thread), [Short spins before sleeping] and [Spinning for a
+// blocked caller] (how the thread waits), [Simulated network]. What each of these choices was
+// measured to cost: docs/comm_thread_tuning.md.
 #pragma once
 
 #include <atomic>
@@ -77,6 +27,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -90,24 +41,34 @@
 
 namespace ringgrad::dist {
 
-inline constexpr int kSpinMicroseconds = 50;  // See Note [Short spins before sleeping]
-inline constexpr int kBlockedSpinMicroseconds = 3000;  // See Note [Spinning for a blocked caller]
-// See Note [Small collectives start on the caller's thread].
-inline constexpr size_t kStartHereBytes = size_t{64} << 10;
-inline constexpr int kStartHereMicroseconds = 30;
-inline constexpr int kWaitHereMicroseconds = 1000;  // See Note [A waiting caller runs its op]
-
+// Note [Polling, not spinning]: poll() must never block: it tests (MPI_Test and the like) and
+// returns. The communication thread calls it, and between polls that find the op unfinished it
+// sleeps, 1, 2, 4, ... us up to max_poll_sleep_us. A blocking MPI_Wait would busy-poll the network
+// inside MPI: where a rank has one core, that spinning thread takes the core the rank's compute
+// thread (or another rank) needs, and compute and communication slow each other down instead of
+// overlapping. A sleep delays noticing the op's progress by up to its own length (at every ring
+// step, say); where that delay is what someone waits for -- a caller blocked on the op -- the
+// thread yields between polls instead (Note [Spinning for a blocked caller] in
+// dist/comm_thread.cpp). Linux stretches every sleep by the thread's timer slack, 50 us by default,
+// so the thread sets its own slack to 1 us.
+//
+// Note [After a timeout]: MPI cannot cancel a collective another rank never joined. An op whose
+// deadline passes, or whose poll() throws a ringgrad::Error, is abandon()ed -- what can be cancelled
+// is (posted receives), the rest stays posted -- and kept: it owns its tensors and buffers, which
+// MPI may still write into if the late rank ever arrives, so it is never freed (shutdown() leaks
+// it). The group is marked broken, and every later op fails at once with a message naming the op
+// that timed out or failed.
 class PendingOp {
  public:
   virtual ~PendingOp() = default;
-  virtual bool poll() = 0;      // true once finished (may throw ringgrad::Error)
-  virtual void abandon() {}     // after a timeout: cancel what can be cancelled
+  virtual bool poll() = 0;   // true once finished (may throw ringgrad::Error); never blocks
+  virtual void abandon() {}  // after a timeout: cancel what can be cancelled
   // For an op that completes on a GPU stream: enqueues a wait for it on the default stream (Note
   // [Waiting on the device] in dist/work.h). Empty for ops that complete on the host.
   virtual std::function<void()> device_wait() const { return nullptr; }
 };
 
-class CommThread : public std::enable_shared_from_this<CommThread> {
+class CommThread : public WorkRunner {
  public:
   // rank / size / backend only label error messages.
   CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us, bool trace,
@@ -131,12 +92,14 @@ class CommThread : public std::enable_shared_from_this<CommThread> {
     }
     return enqueue(std::move(info), StartFn(std::move(start)));
   }
-  // Work::wait() calls it: when `work`'s op is next in the queue and nothing runs, runs it to its
-  // end on the calling thread (Note [A waiting caller runs its op]); otherwise returns at once.
-  void run_if_next(Work& work);
-  // Work's waits bracket their blocking with these (Note [Spinning for a blocked caller]).
-  void caller_blocks() { blocked_callers_.fetch_add(1, std::memory_order_relaxed); }
-  void caller_unblocks() { blocked_callers_.fetch_sub(1, std::memory_order_relaxed); }
+
+  // WorkRunner, for the Works this thread creates: wait() first offers to run its op on the
+  // waiting thread (Note [A waiting caller runs its op]), and brackets its blocking with
+  // caller_blocks() / caller_unblocks() (Note [Spinning for a blocked caller]).
+  void run_if_next(Work& work) override;
+  void caller_blocks() override { blocked_callers_.fetch_add(1, std::memory_order_relaxed); }
+  void caller_unblocks() override { blocked_callers_.fetch_sub(1, std::memory_order_relaxed); }
+
   void shutdown();  // the destructor's work; callable earlier (derived groups call it first)
   // After shutdown: whether an op timed out or failed (its MPI requests may still be live).
   bool broken() const { return !broken_.empty(); }
@@ -160,44 +123,73 @@ class CommThread : public std::enable_shared_from_this<CommThread> {
     void* callable_;
     std::unique_ptr<PendingOp> (*call_)(void*, uint64_t);
   };
-  struct Task {
+  struct Task {  // a queued op
     StartFn start;
     std::shared_ptr<Work> work;
     const OpInfo& info() const { return work->info(); }
   };
-  struct Running {
+  struct Running {  // a started op
     Task task;
     std::unique_ptr<PendingOp> op;
     Clock::time_point deadline;
     double start_us = 0;
-    // On the caller's thread (Note [Small collectives start on the caller's thread]): complete()
-    // then only records the end in end_us / error, and run_on_caller() does the rest.
+    // On a caller's thread: complete() then only records the end in end_us / error, and
+    // end_on_caller() does the rest.
     bool started_here = false;
     double end_us = 0;
     std::exception_ptr error;
   };
+  // What one pass of loop() took from the queue and finished.
+  struct Pass {
+    std::vector<Task> to_start;  // in submission order; moved from once started, the size kept
+    bool adopted = false;        // took over a collective a caller had handed over
+    int collectives_done = 0, p2p_done = 0;
+  };
+
+  // Submission.
   // Under the lock: when the group is idle and `info` a small collective, takes the group for the
   // caller's thread, assigns the sequence number and returns the op's Work (moved from `info`);
   // otherwise null, and `info` is untouched.
   std::shared_ptr<Work> claim_if_idle(OpInfo& info);
-  // Runs a claimed op on the caller's thread for up to kStartHereMicroseconds, then hands it over.
-  void run_here(const std::shared_ptr<Work>& work, StartRef start);
-  // Starts `running` (claimed: collective_active_ and starting_here_ set) on the calling thread and
-  // polls it for up to `budget`, then completes it here or hands it over to this thread
-  // (handed_over_). from_wait (Note [A waiting caller runs its op]): the loop yields now and then
-  // and ends when another op is queued, and other threads may hold the Work; otherwise (submit)
-  // the loop is tight and the Work, not yet returned, is finished without a lock.
-  void run_on_caller(Running& running, StartRef start, std::chrono::microseconds budget, bool from_wait);
   std::shared_ptr<Work> enqueue(OpInfo info, StartFn start);  // for the communication thread
+
+  // The functions declared inline below are the parts of one bigger function, each called from one
+  // place only: inline, so that the compiler puts them back together (on paths where a small
+  // collective's whole cost is a fraction of a microsecond). Defined in dist/comm_thread.cpp.
+
+  // On a caller's thread (both Notes on callers). run_here: a claimed op, for up to
+  // kStartHereMicroseconds. run_on_caller: starts `running` (claimed: collective_active_ and
+  // starting_here_ set) and polls it for up to `budget`, then completes it there (end_on_caller)
+  // or hands it over to this thread (hand_over). from_wait: the caller is in wait() -- the poll
+  // loop yields now and then and ends when another op is queued, and other threads may hold the
+  // Work; otherwise (submit) the loop is tight and the Work, not yet returned, is finished without
+  // a lock.
+  void run_here(const std::shared_ptr<Work>& work, StartRef start);
+  void run_on_caller(Running& running, StartRef start, std::chrono::microseconds budget, bool from_wait);
+  inline bool poll_on_caller(Running& running, StartRef start, std::chrono::microseconds budget, bool from_wait);
+  inline void end_on_caller(std::unique_lock<std::mutex>& lock, Running& running, bool from_wait);  // unlocks
+  inline void hand_over(std::unique_lock<std::mutex>& lock, Running& running, double handover_us);  // unlocks
+
+  // The communication thread: loop() repeats passes of these, in this order.
   void loop();
+  inline void spin_for_next_op() const;            // Note [Short spins before sleeping]
+  inline bool take_ops(bool running, Pass& pass);  // under the lock; false: time to end the thread
+  inline void count_busy_time(bool was_running, double& last_us);
+  inline void start_taken(Pass& pass);
+  inline void poll_running(Pass& pass);
+  inline void end_p2p(int done);                   // under the lock
+  // Between passes that made no progress; `sleeps` and `idle_since` carry the back-off.
+  void back_off(int& sleeps, Clock::time_point idle_since) const;
+
+  // One op, on whichever thread runs it.
   // Starts running.task by calling `start` at `now`: false when it finished at once (failed to
   // start, or the group is broken).
   bool start(Running& running, StartRef start, Clock::time_point now);
   // Polls one running op: true once it finished (its Work is then completed). Without
-  // check_deadline the timeout is not looked at (a clock read saved: see run_on_caller()).
+  // check_deadline the timeout is not looked at (a clock read saved: see poll_on_caller()).
   bool advance(Running& running, bool check_deadline = true);
-  // Between polls of an op that made no progress; `sleeps` and `idle_since` carry the back-off.
-  void back_off(int& sleeps, Clock::time_point idle_since) const;
+  void time_out(Running& running);     // Note [After a timeout]
+  void abandon(Running& running);      // keeps its op in abandoned_
   void complete(Running& running, std::exception_ptr error);
   void count(const Running& running, bool failed, double end_us);  // stats and trace; under mutex_
   bool network_delay_passed(const Running& running) const;  // Note [Simulated network]
@@ -212,13 +204,14 @@ class CommThread : public std::enable_shared_from_this<CommThread> {
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
   uint64_t next_seq_ = 0, next_p2p_seq_ = 0;
-  // queue_.size() (+1 while a handed-over op waits), readable without the mutex (the idle spin).
+  // queue_.size(), +1 while a handed-over op waits for this thread, readable without the mutex: the
+  // thread's idle spin and a waiting caller's poll loop end when it changes.
   std::atomic<size_t> queued_{0};
   std::atomic<int> blocked_callers_{0};  // threads blocked in a Work's wait for an op of this thread
-  // Under mutex_: what the thread runs, and the counters other threads read.
+  // Under mutex_: what runs, and the counters other threads read.
   bool collective_active_ = false;  // a collective (running here, or being started by a caller)
   int p2p_active_ = 0;              // that many sends / receives
-  bool starting_here_ = false;      // a caller is starting a collective: start nothing meanwhile
+  bool starting_here_ = false;      // a caller is running a collective: start nothing meanwhile
   std::unique_ptr<Running> handed_over_;  // a caller-started collective for this thread to finish
   bool stopping_ = false;
   GroupStats stats_;

@@ -1,8 +1,22 @@
-// GroupBase: what every MPI-based backend shares (internal). It owns the group's communicators
-// (duplicates of MPI_COMM_WORLD, so its messages never match another group's), the communication
-// thread, reusable scratch buffers, the argument checks, point-to-point send / recv and the debug
-// check. A backend supplies only start_*: post the nonblocking MPI calls of one collective and
-// return a PendingOp that finishes it. The defaults are the MPI library's collectives.
+// GroupBase: what every backend shares (internal) -- the MPI ones (dist/backends/mpi_group.h) and
+// nccl alike. It owns the group's communication thread (order, timeouts, stats, trace), checks
+// every operation's arguments, stages tensors to where the backend works on them (dist/staging.h:
+// the only place it looks at devices), and runs send / recv, the barrier and the debug check over
+// the group's MPI communicators (dist/mpi_comms.h: the only place it touches MPI). A backend
+// supplies only start_*: start one collective on the staged tensors and return a PendingOp that
+// finishes it.
+//
+// dist/ itself is the process-group core, what every group is made of: init (the MPI world),
+// process_group.h (the public API), work / comm_thread / requests (how an operation runs) and this
+// base with its two seams, staging and mpi_comms. Around it, the wings: backends/ (one file per
+// backend, named as new_group names it, and MpiGroupBase), algorithms/ (the collective algorithms
+// as PendingOps), shm/ (one machine's shared memory) and ddp/ (DistributedDataParallel, built on
+// the public ProcessGroup alone).
+//
+// What it does not hold is the MPI data path -- scratch buffers, ring tuning, shared-memory slots
+// and reduction buffers, MPI's own collectives -- which only backends that move tensors over MPI
+// use: MpiGroupBase (dist/backends/mpi_group.h). nccl moves tensors with NCCL; it uses MPI for its
+// bootstrap and, through this class, for what every backend runs over the communicators.
 //
 // Note [Debug mode]: with RINGGRAD_DIST_DEBUG=1 (or GroupOptions::debug_check) every collective
 // first all-gathers a fingerprint -- op name, reduce op or root, shape, dtype -- from every rank over
@@ -14,23 +28,19 @@
 // its next one (whose fingerprint differs); one that issues nothing more still ends in the timeout.
 #pragma once
 
-#include <mpi.h>
-
-#include <cstddef>
-#include <atomic>
+#include <cstdint>
+#include <functional>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "dist/algorithms.h"
 #include "dist/comm_thread.h"
 #include "dist/process_group.h"
-#include "dist/shared_buffer.h"
-#include "dist/shared_memory.h"
+#include "dist/staging.h"
 
 namespace ringgrad::dist::detail {
+
+class MpiComms;  // dist/mpi_comms.h
 
 class GroupBase : public ProcessGroup {
  public:
@@ -49,46 +59,49 @@ class GroupBase : public ProcessGroup {
   std::shared_ptr<Work> barrier() override;
   std::shared_ptr<Work> send(const Tensor& t, int dst, int tag) override;
   std::shared_ptr<Work> recv(const Tensor& t, int src, int tag) override;
-  // Note [Shared gradient buffers] where shared_slots_ is set (every rank on this machine, shared
-  // memory allowed), else the ordinary buffer.
+  // new_in_place_buffer's where the backend has one, else the ordinary buffer.
   Tensor new_reduction_buffer(int64_t numel, DType dtype, Device device) override;
-  bool reduces_in_place(const Tensor& t) const override { return shared_buffer_of(t) != nullptr; }
 
   GroupStats stats() const override { return comm_thread_->stats(); }
   std::vector<TraceEvent> trace_events() const override { return comm_thread_->trace_events(); }
 
  protected:
-  // Called on the communication thread. `tag` is unique to this op among recent ones (p2p backends).
+  // Called on the communication thread, with the staged tensors (Note [CUDA tensors through host
+  // staging] in dist/staging.h). `tag` is unique to this op among recent ones (p2p backends).
   virtual std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) = 0;
-  // Defaults: MPI_Ibcast / MPI_Iallgather (bytes) / MPI_Ireduce_scatter_block (in the accumulation
-  // type). Backends with their own algorithms override them.
-  virtual std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int tag);
-  virtual std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag);
+  virtual std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int tag) = 0;
+  virtual std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag) = 0;
   virtual std::unique_ptr<PendingOp> start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
-                                                          int tag);
+                                                          int tag) = 0;
   // Every backend uses MPI_Ibarrier: a barrier moves no data, so a hand-written one saves nothing.
   virtual std::unique_ptr<PendingOp> start_barrier(int tag);
 
+  // A backend that reduces some buffers in place (MpiGroupBase: Note [Shared gradient buffers]):
+  // the buffer new_reduction_buffer returns, or an undefined tensor for the ordinary one (arguments
+  // already checked) ...
+  virtual Tensor new_in_place_buffer(int64_t numel, DType dtype, Device device) {
+    (void)numel, (void)dtype, (void)device;
+    return Tensor();
+  }
+  // ... and the Work of an AllReduce of t (checked, described by info) when t lies in such a buffer
+  // -- submitted with submit_collective, neither staged nor through start_allreduce -- else null.
+  virtual std::shared_ptr<Work> allreduce_in_place(const OpInfo& info, const Tensor& t, ReduceOp op) {
+    (void)info, (void)t, (void)op;
+    return nullptr;
+  }
+
   // Derived destructors call this first: queued ops still call start_* above.
   void shutdown() { comm_thread_->shutdown(); }
+  // After shutdown(): whether an op failed or timed out, so that MPI may still be working on the
+  // group's requests (Note [After a timeout] in dist/comm_thread.h).
+  bool broken() const { return comm_thread_->broken(); }
 
-  Channel channel(int tag) const { return Channel{comm_, rank_, size_, tag}; }
-  // Maps shared_slots_ when options (or RINGGRAD_DIST_SHM) allow and every rank is on this machine.
-  // Collective: a backend's constructor calls it on every rank.
-  void use_shared_memory(const GroupOptions& options);
+  // A backend that moves GPU memory itself (nccl) sets its device (Staging::set_native_device).
+  void set_native_device(Device device) { staging_.set_native_device(device); }
 
-  // A backend that moves GPU memory itself (nccl) sets its device: collectives then take tensors on
-  // that device as they are, instead of staging them through the host (Note [CUDA tensors through
-  // host staging] in group_base.cpp), and stage CPU tensors through that device instead.
-  void set_native_device(Device device) { native_device_ = device; }
+  // The group's communicators: MPI backends run their data path over comm(), nccl its bootstrap.
+  MpiComms& comms() const { return *comms_; }
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1;
-  Scratch scratch_;
-  RingTuning ring_tuning_;
-  std::unique_ptr<SharedSlots> shared_slots_;  // null: small AllReduces go over MPI
-
- private:
   // info: the op's name, detail and bytes (OpInfo). start: (int tag) -> std::unique_ptr<PendingOp>,
   // called on the communication thread (or the caller's: see CommThread::submit).
   template <class Start>
@@ -97,6 +110,10 @@ class GroupBase : public ProcessGroup {
     return comm_thread_->submit(std::move(info),
                                 [start = std::move(start)](uint64_t seq) { return start(collective_tag(seq)); });
   }
+
+  int rank_ = 0, size_ = 1;
+
+ private:
   // MPI guarantees tags up to 32767; consecutive ops get different tags, so a timed-out op's late
   // messages never match the next op's receives.
   static int collective_tag(uint64_t seq) { return static_cast<int>(seq % 32768); }
@@ -104,42 +121,14 @@ class GroupBase : public ProcessGroup {
   std::shared_ptr<Work> submit_checked(OpInfo info, std::function<std::unique_ptr<PendingOp>(int tag)> start);
   std::shared_ptr<Work> submit_p2p(OpInfo info, std::function<std::unique_ptr<PendingOp>()> start);
   void check_peer(const char* op, int peer, int tag, const Tensor& t) const;
-  // The live shared buffer t lies in, or null (the ordinary path).
-  std::shared_ptr<SharedBuffer> shared_buffer_of(const Tensor& t) const;
-  // The tensor a collective's start_* works on: t itself, or its host copy (inputs) / a host
-  // buffer copied back on completion (outputs).
-  Device work_device() const;
-  void check_stageable(const char* op, const Tensor& t) const;
-  Tensor stage_in(const char* op, const Tensor& t) const;
-  Tensor stage_out(const char* op, const Tensor& t) const;
 
   std::string backend_;
   double timeout_seconds_;
   bool debug_check_ = false;
-  std::string trace_path_;             // written at destruction when set
-  MPI_Comm p2p_comm_ = MPI_COMM_NULL;  // send / recv: user tags never meet collective tags
-  MPI_Comm debug_comm_ = MPI_COMM_NULL;
+  std::string trace_path_;  // written at destruction when set
+  std::unique_ptr<MpiComms> comms_;
+  Staging staging_;
   std::shared_ptr<CommThread> comm_thread_;  // shared with the Works it may run (weak_ptr)
-  std::optional<Device> native_device_;
-  // Buffers from new_reduction_buffer that live in shared memory; each dies with its last tensor.
-  mutable std::mutex shared_buffers_mutex_;
-  std::vector<std::weak_ptr<SharedBuffer>> shared_buffers_;
-  std::atomic<bool> any_shared_buffers_{false};  // lets every other AllReduce skip the lock
-};
-
-// Every collective by the ring algorithms (dist/ring.cpp): backend "ring" itself, and the base of
-// backends that replace only its AllReduce ("auto").
-class RingFamilyGroup : public GroupBase {
- public:
-  RingFamilyGroup(std::string backend, const GroupOptions& options) : GroupBase(std::move(backend), options) {}
-  ~RingFamilyGroup() override { shutdown(); }
-
- protected:
-  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override;
-  std::unique_ptr<PendingOp> start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
-                                                  int tag) override;
-  std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int tag) override;
-  std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag) override;
 };
 
 // Throws unless t is defined and contiguous; `op` and `what` name it in the message.

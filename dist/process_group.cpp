@@ -3,8 +3,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env.h"
 #include "core/ops.h"
-#include "dist/backends.h"
+#include "dist/backends/backends.h"
 #include "dist/init.h"
 
 namespace ringgrad::dist {
@@ -24,13 +25,7 @@ Tensor ProcessGroup::new_reduction_buffer(int64_t numel, DType dtype, Device dev
 }
 
 double default_collective_timeout() {
-  const char* env = std::getenv("RINGGRAD_COLLECTIVE_TIMEOUT");
-  if (env == nullptr || *env == '\0') return 300.0;
-  char* end = nullptr;
-  const double seconds = std::strtod(env, &end);
-  RG_CHECK(end != env && *end == '\0' && seconds > 0, "dist", "RINGGRAD_COLLECTIVE_TIMEOUT='", env,
-           "' is not a positive number of seconds");
-  return seconds;
+  return env::number_above("RINGGRAD_COLLECTIVE_TIMEOUT", "dist", 0.0).value_or(300.0);
 }
 
 // The one place a backend is chosen.

@@ -1,8 +1,10 @@
-// ProcessGroup: the collectives data parallelism needs, on CPU tensors, each asynchronous.
+// ProcessGroup: the collectives data parallelism needs, each asynchronous.
 //
-// N is the world size. Tensors must be defined, contiguous, on the CPU, of dtype f32, f64, f16,
-// bf16, i32 or i64 (allreduce, reduce_scatter) or any dtype (broadcast, allgather, send / recv:
-// they move bytes).
+// N is the world size. Tensors must be defined, contiguous, of dtype f32, f64, f16, bf16, i32 or i64
+// (allreduce, reduce_scatter) or any dtype (broadcast, allgather, send / recv: they move bytes).
+// They may be on the CPU or, in a build with CUDA, on this rank's GPU: the MPI-based backends stage
+// GPU tensors through host memory (Note [CUDA tensors through host staging]), and `nccl` moves GPU
+// memory itself and stages CPU tensors through its GPU.
 //
 //   auto pg = dist::new_group("auto");                 // or "mpi", "ring", "tree", "hierarchical"
 //   auto work = pg->allreduce(grad, dist::ReduceOp::avg);
@@ -68,7 +70,7 @@ struct GroupOptions {
   // The communication thread sleeps at most this long between polls of an unfinished operation.
   // See Note [Polling, not spinning] in dist/comm_thread.h.
   int max_poll_sleep_us = 100;
-  // ring: segment size of the pipeline (Note [Ring pipelining] in dist/ring_pipeline.h).
+  // ring: segment size of the pipeline (Note [Ring pipelining] in dist/algorithms/ring_pipeline.h).
   size_t ring_segment_bytes = size_t{1} << 20;
   // auto: AllReduces below this many bytes use the tree, the rest the ring. Unset:
   // RINGGRAD_AUTO_THRESHOLD (bytes, K/M suffixes allowed), else kAutoThresholdBytes.
@@ -86,7 +88,7 @@ struct GroupOptions {
   // this process) when destroyed.
   std::optional<bool> trace;
   // tree, auto: small AllReduces through shared memory when every rank is on one machine (Note
-  // [Shared-memory AllReduce] in dist/shared_memory.h). Unset: RINGGRAD_DIST_SHM, else on.
+  // [Shared-memory AllReduce] in dist/shm/slots.h). Unset: RINGGRAD_DIST_SHM, else on.
   std::optional<bool> shared_memory;
 };
 
@@ -130,10 +132,10 @@ class ProcessGroup {
   // A zero-filled 1-D tensor of `numel` elements for data this group will AllReduce again and again
   // (DDP's gradient buckets). Where the group can, it lives in memory that every rank of the machine
   // maps, and an AllReduce of it -- or of a view into it -- sums across the ranks' buffers in place,
-  // with no copy and no message (Note [Shared gradient buffers] in dist/shared_buffer.h; backends
-  // "tree" and "auto" on one machine, unless shared memory is switched off). Otherwise it is an
-  // ordinary tensor. Either way it behaves like one. Collective: every rank calls it with the same
-  // arguments in the same order, and reduces its own buffer where the others reduce theirs.
+  // with no copy and no message (Note [Shared gradient buffers] in dist/shm/reduction_buffer.h;
+  // backends "tree" and "auto" on one machine, unless shared memory is switched off). Otherwise it
+  // is an ordinary tensor. Either way it behaves like one. Collective: every rank calls it with the
+  // same arguments in the same order, and reduces its own buffer where the others reduce theirs.
   virtual Tensor new_reduction_buffer(int64_t numel, DType dtype, Device device = Device::cpu());
   // Whether an AllReduce of t on this group sums it in place across the ranks' shared buffers
   // (t lies in one from new_reduction_buffer that is shared memory), rather than over messages.
@@ -147,14 +149,17 @@ class ProcessGroup {
   virtual std::vector<TraceEvent> trace_events() const = 0;
 };
 
-// A process group over all ranks of the world, with the backend named at run time:
+// A process group over all ranks of the world, with the backend named at run time (each is
+// dist/backends/<name>.cpp; the algorithms they run are in dist/algorithms/):
 //   "mpi"          the MPI library's nonblocking collectives (MPI_Iallreduce, ...)
-//   "ring"         pipelined ring reduce-scatter + all-gather over MPI point-to-point (dist/ring.cpp)
+//   "ring"         pipelined ring reduce-scatter + all-gather over MPI point-to-point
+//                  (dist/algorithms/ring.cpp)
 //   "tree"         AllReduce for small messages: through shared memory when every rank is on one
-//                  machine (dist/shared_memory.h), else recursive doubling (dist/tree.cpp); the rest MPI's
-//   "auto"         tree below GroupOptions::auto_threshold_bytes, ring above (dist/auto_backend.cpp)
+//                  machine (dist/shm/slots.h), else recursive doubling (dist/algorithms/tree.cpp);
+//                  the rest MPI's
+//   "auto"         tree below GroupOptions::auto_threshold_bytes, ring above
 //   "hierarchical" reduce within each node, ring among node leaders, broadcast within each node
-//                  (dist/hierarchical.cpp)
+//                  (dist/algorithms/hierarchical.cpp)
 // Collective: every rank must call it, in the same order as other group creations.
 std::unique_ptr<ProcessGroup> new_group(const std::string& backend, const GroupOptions& options = {});
 

@@ -1,4 +1,5 @@
-// RequestsOp: a PendingOp made of MPI requests, finished by a callback (internal).
+// RequestsOp: a PendingOp made of MPI requests, finished by a callback; abandon_request: what a
+// PendingOp does with its requests after a timeout (internal).
 #pragma once
 
 #include <mpi.h>
@@ -10,6 +11,13 @@
 #include "dist/mpi_check.h"
 
 namespace ringgrad::dist::detail {
+
+// Cancels a posted receive, frees a posted send (See Note [After a timeout] in dist/comm_thread.h).
+inline void abandon_request(MPI_Request& r, bool is_receive) {
+  if (r == MPI_REQUEST_NULL) return;
+  if (is_receive) MPI_Cancel(&r);
+  MPI_Request_free(&r);
+}
 
 class RequestsOp : public PendingOp {
  public:

@@ -1,7 +1,6 @@
 #include "dist/work.h"
 
 #include "core/error.h"
-#include "dist/comm_thread.h"
 
 namespace ringgrad::dist {
 
@@ -12,10 +11,10 @@ std::string describe_op(const OpInfo& info, const std::string& backend, int rank
 
 namespace {
 // Tells the op's communication thread that a caller is blocked on it while in scope (Note
-// [Spinning for a blocked caller] in dist/comm_thread.h). No runner: nothing to tell.
+// [Spinning for a blocked caller] in dist/comm_thread.cpp). No runner: nothing to tell.
 class BlockedCaller {
  public:
-  explicit BlockedCaller(CommThread* runner) : runner_(runner) {
+  explicit BlockedCaller(WorkRunner* runner) : runner_(runner) {
     if (runner_) runner_->caller_blocks();
   }
   ~BlockedCaller() {
@@ -25,14 +24,14 @@ class BlockedCaller {
   BlockedCaller& operator=(const BlockedCaller&) = delete;
 
  private:
-  CommThread* runner_;
+  WorkRunner* runner_;
 };
 }  // namespace
 
 void Work::wait() {
   if (!finished_.load(std::memory_order_acquire)) {
-    // Note [A waiting caller runs its op]. (A Work that was never queued has no runner.)
-    std::shared_ptr<CommThread> runner = runner_.lock();
+    // Note [A waiting caller runs its op] (in dist/comm_thread.cpp). No runner: the group is gone.
+    std::shared_ptr<WorkRunner> runner = runner_.lock();
     if (runner) runner->run_if_next(*this);
     BlockedCaller blocked(runner.get());
     std::unique_lock lock(mutex_);
@@ -44,7 +43,7 @@ void Work::wait() {
 void Work::wait_on_device() {
   std::function<void()> enqueue_wait;
   {
-    const std::shared_ptr<CommThread> runner = runner_.lock();
+    const std::shared_ptr<WorkRunner> runner = runner_.lock();
     BlockedCaller blocked(runner.get());
     std::unique_lock lock(mutex_);
     done_cv_.wait(lock, [&] { return done_ || device_wait_ != nullptr; });

@@ -10,7 +10,7 @@
 //   collective throws, as in wait().
 // - is_completed() never blocks; it is true for failed collectives too (check error()).
 // - wait() on an op that has not started yet, with nothing running before it, runs the op on the
-//   waiting thread (Note [A waiting caller runs its op] in dist/comm_thread.h); otherwise waiting
+//   waiting thread (Note [A waiting caller runs its op] in dist/comm_thread.cpp); otherwise waiting
 //   sleeps on a condition variable and never spins.
 // - wait_on_device() is wait() for a GPU consumer (Note [Waiting on the device]).
 //
@@ -37,13 +37,33 @@
 
 namespace ringgrad::dist {
 
-class CommThread;
+class Work;
+
+// What a Work needs from the thread that runs its op (CommThread, dist/comm_thread.h), for one
+// reason: a caller that waits for the op concerns that thread. It may run the op on the waiting
+// thread (Note [A waiting caller runs its op] in dist/comm_thread.cpp), and it polls without
+// sleeping while a caller is blocked (Note [Spinning for a blocked caller], same file). A Work holds
+// its runner weakly, as it may outlive its group; that weak_ptr is the runner's own weak_from_this()
+// (hence enable_shared_from_this here: converting a weak_ptr<CommThread> would lock it, two atomic
+// operations per op).
+class WorkRunner : public std::enable_shared_from_this<WorkRunner> {
+ public:
+  // Called by wait() first: runs `work`'s op to its end on the calling thread when the op may run
+  // there now; otherwise returns at once.
+  virtual void run_if_next(Work& work) = 0;
+  // Bracket a wait's blocking (BlockedCaller in dist/work.cpp).
+  virtual void caller_blocks() = 0;
+  virtual void caller_unblocks() = 0;
+
+ protected:
+  ~WorkRunner() = default;
+};
 
 // What an operation is, for error messages. Its detail is formatted only when a message needs it:
-// formatting "sum, (1000,) f32 cpu" for every op (ostringstream, Tensor::desc) was ~17% of the CPU
-// time of a small AllReduce, whose description is almost never read. The detail is a plain function
-// of the op's operands rather than a closure holding them: such a closure does not fit in
-// std::function's inline storage, and its allocation was another few percent.
+// formatting "sum, (1000,) f32 cpu" (ostringstream, Tensor::desc) for every op would cost a small
+// AllReduce a large share of its time, for a description that is almost never read. The detail is
+// a plain function of the op's operands rather than a closure holding them: such a closure does not
+// fit in std::function's inline storage, and would cost an allocation per op.
 struct OpInfo {
   // What the detail is formatted from: the tensors and integer arguments (reduce op, root, peer,
   // tag) the op works on. Holding the tensors keeps them describable after the op.
@@ -66,10 +86,8 @@ class Work {
  public:
   // The Work keeps the op's OpInfo: whoever runs the op reads it from here (one copy per op, not
   // one per owner: a small AllReduce's whole cost is well under a microsecond). runner: the
-  // communication thread of the op's group, which wait() asks to let the waiting thread run the
-  // op (Note [A waiting caller runs its op] in dist/comm_thread.h) and tells that it blocks (Note
-  // [Spinning for a blocked caller]); weak, because a Work may outlive its group.
-  Work(OpInfo info, std::string backend, int rank, int size, std::weak_ptr<CommThread> runner = {})
+  // communication thread of the op's group (WorkRunner above); none for a Work no one can run.
+  Work(OpInfo info, std::string backend, int rank, int size, std::weak_ptr<WorkRunner> runner = {})
       : info_(std::move(info)), backend_(std::move(backend)), rank_(rank), size_(size), runner_(std::move(runner)) {}
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
@@ -103,7 +121,7 @@ class Work {
   const OpInfo info_;
   const std::string backend_;
   const int rank_, size_;
-  const std::weak_ptr<CommThread> runner_;
+  const std::weak_ptr<WorkRunner> runner_;
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;

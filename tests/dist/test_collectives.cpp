@@ -363,7 +363,7 @@ TEST_CASE("a send queued behind a waited-for collective still runs beside it") {
   // Rank 1 receives before it joins the AllReduce, and rank 0 sends after submitting it: the
   // AllReduce can only finish once the send has run. A wait() that ran the AllReduce on its own
   // thread and kept the send behind it would deadlock (Note [A waiting caller runs its op] in
-  // dist/comm_thread.h); the 10 s timeout turns that into a failure here. Second round: the send
+  // dist/comm_thread.cpp); the 10 s timeout turns that into a failure here. Second round: the send
   // comes from another thread while rank 0's main thread is already waiting.
   const int N = dist::world().size, r = dist::world().rank;
   if (N == 1) return;

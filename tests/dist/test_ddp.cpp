@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "autograd/engine.h"
-#include "dist/ddp.h"
+#include "dist/ddp/ddp.h"
 #include "dist_test_util.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -75,7 +75,7 @@ Batch my_shard(const Batch& b) {
 }
 
 // "ring" reduces the buckets over messages; "auto" on one machine puts them in shared memory and
-// sums them in place (Note [Shared gradient buffers] in dist/shared_buffer.h).
+// sums them in place (Note [Shared gradient buffers] in dist/shm/reduction_buffer.h).
 std::shared_ptr<dist::ProcessGroup> group(const std::string& backend = "ring") {
   dist::GroupOptions options = test_options();
   if (backend == "auto") options.shared_memory = true;  // whatever RINGGRAD_DIST_SHM says

@@ -9,7 +9,7 @@
 #include <chrono>
 
 #include "data/data.h"
-#include "dist/ddp.h"
+#include "dist/ddp/ddp.h"
 #include "dist_test_util.h"
 #include "nn/nn.h"
 
@@ -18,7 +18,7 @@ TEST_CASE("a skipped collective times out with a message instead of hanging") {
   // "tree" waits on shared memory (every rank is on this machine), "tree/p2p" in MPI point-to-point.
   // 1000 elements start on the caller's thread and are handed over; 100000 (400 KB) queue, and a
   // wait() that comes first runs them on the waiting thread (Note [A waiting caller runs its op] in
-  // dist/comm_thread.h): the deadline holds on every thread that can run an op.
+  // dist/comm_thread.cpp): the deadline holds on every thread that can run an op.
   for (const std::string variant : {"mpi", "ring", "tree", "tree/p2p"}) {
     for (const int64_t n : {int64_t{1000}, int64_t{100000}}) {
       CAPTURE(variant);
@@ -58,7 +58,7 @@ TEST_CASE("ddp: one rank with one batch fewer ends every rank with the timeout d
   const int N = dist::world().size, r = dist::world().rank;
   if (N == 1) return;
   // "ring" waits in messages, "auto" in the shared gradient buffer's flags (Note [Shared gradient
-  // buffers] in dist/shared_buffer.h): both must end in the diagnosis.
+  // buffers] in dist/shm/reduction_buffer.h): both must end in the diagnosis.
   for (const std::string backend : {"ring", "auto"}) {
     CAPTURE(backend);
     // 2 batches of 4 per rank, plus one example: with padding off, rank 0 gets a third batch.

@@ -1,4 +1,5 @@
-// Backend "hierarchical": AllReduce in three stages, the standard shape at scale.
+// The hierarchical AllReduce: three stages, the standard shape at scale (backend "hierarchical",
+// dist/backends/hierarchical.cpp, which builds the Topology: what a "node" is).
 //
 //   1. reduce inside each node to its leader (node rank 0)      MPI_Ireduce on the node communicator
 //   2. AllReduce among the leaders, one per node                 the pipelined ring (ring_pipeline.h)
@@ -8,53 +9,20 @@
 // A flat ring over all N ranks crosses the network with 2(N-1)/N of the data per rank; here only
 // leaders talk across nodes, so inter-node traffic falls by the number of ranks per node.
 //
-// What a "node" is: by default the ranks sharing a machine (MPI_COMM_TYPE_SHARED). Setting
-// GroupOptions::ranks_per_node or RINGGRAD_RANKS_PER_NODE=k declares ranks [0, k) node 0, [k, 2k)
-// node 1, ... -- so one machine can test (and teach) the multi-node path. The last node may be
-// smaller.
-//
 // Arithmetic: stages 1 and 2 run in the accumulation type (f32 for f16 / bf16, Note
 // [Half-precision accumulation]); each leader divides once for AVG by the world size and rounds
 // once, then broadcasts the tensor's own dtype (half the bytes for f16). Every rank of a node
-// receives its leader's bits, and leaders agree bit for bit because the ring does. Broadcast,
-// all-gather and reduce-scatter are MPI's over the whole group (GroupBase defaults).
+// receives its leader's bits, and leaders agree bit for bit because the ring does.
 #include <mpi.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
-#include "dist/algorithms.h"
-#include "dist/backends.h"
-#include "dist/group_base.h"
-#include "dist/ring_pipeline.h"
+#include "dist/algorithms/algorithms.h"
+#include "dist/algorithms/ring_pipeline.h"
 
 namespace ringgrad::dist::detail {
 namespace {
-
-// 0 means "the real machines".
-int ranks_per_node_from(const GroupOptions& options) {
-  if (options.ranks_per_node) {
-    RG_CHECK(*options.ranks_per_node > 0, "dist.new_group", "ranks_per_node must be positive, got ",
-             *options.ranks_per_node);
-    return *options.ranks_per_node;
-  }
-  const char* env = std::getenv("RINGGRAD_RANKS_PER_NODE");
-  if (env == nullptr || *env == '\0') return 0;
-  char* end = nullptr;
-  const long k = std::strtol(env, &end, 10);
-  RG_CHECK(end != env && *end == '\0' && k > 0, "dist.new_group", "RINGGRAD_RANKS_PER_NODE='", env,
-           "' is not a positive integer");
-  return static_cast<int>(k);
-}
-
-struct Topology {
-  MPI_Comm node = MPI_COMM_NULL;     // the ranks of this node
-  MPI_Comm leaders = MPI_COMM_NULL;  // node leaders only (MPI_COMM_NULL elsewhere)
-  int node_rank = 0, node_size = 1;
-  int leader_rank = 0, num_nodes = 1;  // valid on leaders
-};
 
 template <class T>
 class HierarchicalAllreduce : public PendingOp {
@@ -157,52 +125,17 @@ class HierarchicalAllreduce : public PendingOp {
   std::unique_ptr<RingPipeline<Acc>> ring_;
 };
 
-class HierarchicalGroup final : public GroupBase {
- public:
-  explicit HierarchicalGroup(const GroupOptions& options) : GroupBase("hierarchical", options) {
-    const int k = ranks_per_node_from(options);
-    if (k > 0) {
-      RG_MPI_CHECK(MPI_Comm_split(comm_, rank_ / k, rank_, &topo_.node));
-    } else {
-      RG_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &topo_.node));
-    }
-    RG_MPI_CHECK(MPI_Comm_set_errhandler(topo_.node, MPI_ERRORS_RETURN));
-    RG_MPI_CHECK(MPI_Comm_rank(topo_.node, &topo_.node_rank));
-    RG_MPI_CHECK(MPI_Comm_size(topo_.node, &topo_.node_size));
-    RG_MPI_CHECK(MPI_Comm_split(comm_, topo_.node_rank == 0 ? 0 : MPI_UNDEFINED, rank_, &topo_.leaders));
-    if (topo_.leaders != MPI_COMM_NULL) {
-      RG_MPI_CHECK(MPI_Comm_set_errhandler(topo_.leaders, MPI_ERRORS_RETURN));
-      RG_MPI_CHECK(MPI_Comm_rank(topo_.leaders, &topo_.leader_rank));
-      RG_MPI_CHECK(MPI_Comm_size(topo_.leaders, &topo_.num_nodes));
-    }
-  }
-  ~HierarchicalGroup() override {
-    shutdown();
-    // Same rule as GroupBase's communicators (Note [After a timeout]): only a healthy group frees.
-    if (stats().failed > 0) return;
-    if (topo_.leaders != MPI_COMM_NULL) MPI_Comm_free(&topo_.leaders);
-    MPI_Comm_free(&topo_.node);
-  }
-
- protected:
-  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    // The accumulation type is f32 for f16 / bf16 (Note [Half-precision accumulation]), else the dtype.
-    const size_t acc_bytes = std::max<size_t>(dtype_size(t.dtype()), sizeof(float));
-    const int64_t slots = ring_tuning_.slot_elems(acc_bytes);
-    return with_accumulator(scratch_, t, slots, [&](auto zero, auto* work, auto* slot_buffer) -> std::unique_ptr<PendingOp> {
-      return std::make_unique<HierarchicalAllreduce<decltype(zero)>>(t, op, tag, topo_, size_, work, slot_buffer,
-                                                                    ring_tuning_);
-    });
-  }
-
- private:
-  Topology topo_;
-};
-
 }  // namespace
 
-std::unique_ptr<ProcessGroup> new_hierarchical_group(const GroupOptions& options) {
-  return std::make_unique<HierarchicalGroup>(options);
+std::unique_ptr<PendingOp> hierarchical_allreduce(const Tensor& t, ReduceOp op, int tag, const Topology& topo,
+                                                  int world_size, Scratch& scratch, RingTuning tuning) {
+  // The accumulation type is f32 for f16 / bf16 (Note [Half-precision accumulation]), else the dtype.
+  const size_t acc_bytes = std::max<size_t>(dtype_size(t.dtype()), sizeof(float));
+  const int64_t slots = tuning.slot_elems(acc_bytes);
+  return with_accumulator(scratch, t, slots, [&](auto zero, auto* work, auto* slot_buffer) -> std::unique_ptr<PendingOp> {
+    return std::make_unique<HierarchicalAllreduce<decltype(zero)>>(t, op, tag, topo, world_size, work, slot_buffer,
+                                                                  tuning);
+  });
 }
 
 }  // namespace ringgrad::dist::detail

@@ -2,6 +2,9 @@
 // interface and the same communication thread as the MPI backends -- so submission order, Work
 // handles, timeouts with a diagnosis, stats, traces and the debug mode (Note [Debug mode]) are the
 // ones documented in dist/process_group.h and dist/comm_thread.h. Built only with the CUDA backend.
+// It derives from GroupBase (dist/group_base.h) alone, not from the MPI backends' MpiGroupBase: MPI
+// carries only its bootstrap below and, as for every backend, send / recv, the barrier and the debug
+// check (dist/mpi_comms.h).
 //
 // Bootstrap: rank 0 makes an ncclUniqueId, MPI_Bcast hands it to every rank, and each calls
 // ncclCommInitRank on its own GPU -- the GPU of its local rank (parse_device("cuda", local_rank)),
@@ -43,10 +46,11 @@
 #include "core/cuda/device.h"
 #include "core/cuda/streams.h"
 #include "core/kernels.h"
-#include "dist/backends.h"
+#include "dist/backends/backends.h"
 #include "dist/group_base.h"
 #include "dist/init.h"
 #include "dist/mpi_check.h"
+#include "dist/mpi_comms.h"
 
 namespace ringgrad::dist::detail {
 namespace {
@@ -257,6 +261,7 @@ class NcclGroup final : public GroupBase {
       }
   }
 
+  const MPI_Comm comm_ = comms().comm();  // the bootstrap's: NCCL moves the data
   Device device_;
   std::shared_ptr<Communicator> comm_state_ = std::make_shared<Communicator>();
   cudaStream_t stream_ = nullptr;

@@ -1,5 +1,12 @@
 // POSIX shared-memory segments that every rank of one machine maps (internal): the mechanics shared
-// by SharedSlots (dist/shared_memory.h) and SharedBuffer (dist/shared_buffer.h).
+// by SharedSlots (dist/shm/slots.h) and SharedBuffer (dist/shm/reduction_buffer.h).
+//
+// dist/shm/ is the shared memory of one machine, one concept per file pair:
+//   segment           creating, mapping and unlinking a segment (this file)
+//   slots             SharedSlots: small AllReduces copied through per-rank slots (tree, auto)
+//   reduction_buffer  SharedBuffer: the buffers new_reduction_buffer hands out (DDP's buckets),
+//                     AllReduced in place across every rank's copy
+// MpiGroupBase (dist/backends/mpi_group.h) owns a group's slots and buffers.
 //
 // Rank 0 creates a segment and writes a random nonce into its first 8 bytes; the other ranks map it
 // by name and check the nonce. A rank that maps something else under that name (another /dev/shm,

@@ -12,8 +12,9 @@
 // Op s (counted per group, the same on every rank) is: copy the tensor, widened to the
 // accumulation type, into my slot of parity s % 2 with a header (the op's tag, byte count, dtype
 // and reduce op); publish s (a release store to that parity's `posted`, which shares a cache line
-// with the header and the first data: Note [One line to wait for] in shared_memory.cpp); wait until every rank has published s (acquire loads, polled by
-// the communication thread like any other op, so the group's timeout applies); check the headers
+// with the header and the first data: Note [One line to wait for] in dist/shm/slots.cpp); wait
+// until every rank has published s (acquire loads, polled by the communication thread like any
+// other op, so the group's timeout applies); check the headers
 // agree; then reduce all slots in rank order 0, 1, ..., N-1, so every rank computes the same sum in
 // the same order and ends with identical bits.
 //
@@ -43,7 +44,7 @@
 #include <memory>
 
 #include "core/tensor.h"
-#include "dist/algorithms.h"
+#include "dist/algorithms/algorithms.h"
 #include "dist/comm_thread.h"
 #include "dist/process_group.h"
 

@@ -1,6 +1,7 @@
-// Backend "tree": AllReduce by recursive doubling, the latency-optimal algorithm for small messages.
-// (When every rank is on one machine, tensors that fit a slot go through shared memory instead:
-// Note [Shared-memory AllReduce] in dist/shared_memory.h. What follows is the path between machines.)
+// The tree: AllReduce by recursive doubling, the latency-optimal algorithm for small messages
+// (backends "tree" and "auto", dist/backends/). When every rank is on one machine, tensors that fit
+// a slot go through shared memory instead (Note [Shared-memory AllReduce] in dist/shm/slots.h).
+// What follows is the path between machines.
 //
 // With p the largest power of two <= N: in step k = 0 .. log2(p) - 1 rank r exchanges its whole
 // partial result with rank r XOR 2^k and adds what it receives. After log2(p) steps every rank
@@ -20,20 +21,17 @@
 //
 // Every rank ends with identical bits: in each step both partners add the same two operands, and
 // floating-point addition is commutative. f16 / bf16 are summed in f32 and rounded once; AVG
-// divides once at the end on every rank (Notes in dist/process_group.h). Broadcast, all-gather,
-// reduce-scatter and barrier are MPI's (GroupBase defaults).
+// divides once at the end on every rank (Notes in dist/process_group.h).
 #include <mpi.h>
 
 #include <algorithm>
 #include <type_traits>
 #include <vector>
 
-#include "dist/algorithms.h"
-#include "dist/backends.h"
+#include "dist/algorithms/algorithms.h"
+#include "dist/algorithms/reduce_kernels.h"
 #include "dist/mpi_check.h"
-#include "dist/group_base.h"
-#include "dist/reduce_kernels.h"
-#include "dist/shared_memory.h"
+#include "dist/shm/slots.h"
 
 namespace ringgrad::dist::detail {
 namespace {
@@ -151,25 +149,6 @@ std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel 
                           [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
     return std::make_unique<TreeAllreduce<decltype(zero)>>(t, op, ch.tag, ch.comm, ch.rank, ch.size, work, recv);
   });
-}
-
-namespace {
-
-class TreeGroup final : public GroupBase {
- public:
-  explicit TreeGroup(const GroupOptions& options) : GroupBase("tree", options) { use_shared_memory(options); }
-  ~TreeGroup() override { shutdown(); }
-
- protected:
-  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    return tree_allreduce(t, op, channel(tag), scratch_, shared_slots_.get());
-  }
-};
-
-}  // namespace
-
-std::unique_ptr<ProcessGroup> new_tree_group(const GroupOptions& options) {
-  return std::make_unique<TreeGroup>(options);
 }
 
 }  // namespace ringgrad::dist::detail

@@ -1,4 +1,4 @@
-#include "dist/shared_buffer.h"
+#include "dist/shm/reduction_buffer.h"
 
 #include <sys/mman.h>
 
@@ -12,8 +12,8 @@
 
 #include "core/error.h"
 #include "core/ops.h"
-#include "dist/reduce_kernels.h"
-#include "dist/shm_segment.h"
+#include "dist/algorithms/reduce_kernels.h"
+#include "dist/shm/segment.h"
 
 namespace ringgrad::dist::detail {
 

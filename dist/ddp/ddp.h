@@ -13,9 +13,9 @@
 //  1. Construction: every rank must hold the same parameters (names, shapes, dtypes -- checked, an
 //     error names the first difference and the ranks that differ); rank 0's parameters and buffers
 //     are broadcast, so all replicas start identical.
-//  2. Parameters are grouped into buckets (dist/reducer.h): one contiguous buffer per bucket, and
-//     each parameter's .grad is a view into it, so the gradients are already where the AllReduce
-//     needs them -- no copy in or out.
+//  2. Parameters are grouped into buckets (dist/ddp/reducer.h): one contiguous buffer per bucket,
+//     and each parameter's .grad is a view into it, so the gradients are already where the
+//     AllReduce needs them -- no copy in or out.
 //  3. During backward, each parameter's post-accumulate-grad hook marks it ready. A bucket whose
 //     parameters are all ready is reduced asynchronously on the group's communication thread while
 //     backward goes on computing earlier layers' gradients: communication overlaps computation.
@@ -26,6 +26,13 @@
 // of their gradients is the gradient of the mean loss over all N·B examples -- exactly one
 // process training with batch N·B. Summing would give N times that: the same as multiplying the
 // learning rate by N behind the user's back.
+//
+// dist/ddp/ is data parallelism on top of a ProcessGroup: this file (the public entry), options.h
+// (what DDP is configured with and reports), comm_hook.h (the hook types and the built-in hooks)
+// and reducer.h (internal: the buckets and overlapped reductions behind DistributedDataParallel).
+// Headers include downwards only -- ddp.h -> options.h -> comm_hook.h, reducer.h -> options.h --
+// so ddp.h never includes reducer.h (it holds a std::unique_ptr<Reducer>), and nothing in dist/
+// includes ddp.h.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +43,8 @@
 
 #include "core/tensor.h"
 #include "core/trace.h"
+#include "dist/ddp/comm_hook.h"
+#include "dist/ddp/options.h"
 #include "dist/process_group.h"
 #include "nn/module.h"
 
@@ -46,86 +55,6 @@ class GradScaler;
 namespace ringgrad::dist {
 
 class Reducer;
-
-// One bucket as a communication hook sees it.
-struct GradBucket {
-  int index = 0;                             // launch order, the same on every rank
-  Tensor buffer;                             // (numel) of one dtype; the parameters' .grad are views into it
-  std::vector<std::string> parameter_names;  // in buffer order
-};
-
-// What a hook started: the Work to wait for, and what to run once it completed (may be empty).
-struct HookWork {
-  std::shared_ptr<Work> work;
-  std::function<void()> then;
-};
-
-// A communication hook reduces one bucket across the ranks of the group: once its Work completed
-// and `then` ran, bucket.buffer must hold the gradient averaged over ranks. It is called on the
-// thread running backward, in bucket index order on every rank; it must issue the same collectives
-// on every rank.
-using CommHook = std::function<HookWork(ProcessGroup& group, GradBucket& bucket)>;
-
-// The default: AllReduce-average. f16 buckets are divided by N first and then summed, so that a
-// backend summing in f16 (NCCL) cannot overflow where the average would not.
-HookWork allreduce_hook(ProcessGroup& group, GradBucket& bucket);
-// For f32 models: the bucket travels as f16 (half the bytes), averaged, and is widened back. The
-// division by N happens in f32 before the cast, so the f16 values stay in range. Costs ~3 decimal
-// digits of the gradient (f16 has an 11-bit significand).
-HookWork fp16_compress_hook(ProcessGroup& group, GradBucket& bucket);
-// By name: "allreduce" or "fp16" (examples' --comm-hook).
-CommHook comm_hook_by_name(const std::string& name);
-
-struct DDPOptions {
-  double bucket_cap_mb = 25;     // bucket size limit (MiB); a larger parameter gets a bucket of its own
-  double first_bucket_mb = 1;    // the first bucket is small so that communication starts early
-  // Parameters that receive no gradient in a backward are reduced with zero gradients (the model
-  // skips some parameters, e.g. a conditional branch). Off: that is an error naming them.
-  bool find_unused_parameters = false;
-  // Rank 0's buffers (running statistics, counters: state that is not a parameter) are broadcast at
-  // construction and at the start of every forward, as PyTorch's DDP does, so buffers a rank updates
-  // on its own shard cannot drift apart. One broadcast per buffer; nothing when the model has none.
-  // The buffers are those the module has at construction (updated in place, as running statistics
-  // are; a buffer replaced by a new tensor later is not followed -- as in PyTorch).
-  bool broadcast_buffers = true;
-  // After the first synchronising backward, rebuild the buckets once from the order in which
-  // gradients actually became ready (rank 0's order, broadcast so every rank agrees).
-  bool rebuild_buckets = true;
-  CommHook comm_hook;  // empty: allreduce_hook
-  // Record trace events: forward / backward nodes on a "compute" row, each bucket's reduction on
-  // the group's communication row (trace_events(), write_trace()).
-  bool trace = false;
-};
-
-// Where the time of one optimizer step went, on this rank. A step ends with a synchronising
-// backward; it begins at the first forward after the previous step ended.
-struct DDPStepTimes {
-  double compute_ms = 0;        // first forward -> end of the last backward's computation
-  double comm_ms = 0;           // sum over buckets of their reductions' time on the communication thread
-  double exposed_comm_ms = 0;   // end of backward's computation -> every reduction done (what waiting cost)
-  double overlap_percent() const {  // share of communication hidden behind computation
-    return comm_ms > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_comm_ms / comm_ms) : 100.0;
-  }
-};
-
-struct DDPStats {
-  int64_t steps = 0;           // synchronising backwards
-  int64_t bucket_reductions = 0;
-  int64_t bytes_reduced = 0;   // bucket bytes handed to the comm hook
-  DDPStepTimes total;          // summed over steps
-  DDPStepTimes last;           // the last step
-  std::string summary() const;  // one line: steps, compute / comm / exposed ms per step, overlap %
-};
-
-// Read-only description of a bucket, for tests and docs.
-struct BucketInfo {
-  int index = 0;
-  DType dtype = DType::f32;
-  int64_t numel = 0;
-  std::vector<std::string> parameter_names;
-  // Reduced in place in memory every rank maps (ProcessGroup::reduces_in_place), not over messages.
-  bool in_shared_memory = false;
-};
 
 class DistributedDataParallel {
  public:

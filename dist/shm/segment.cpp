@@ -1,4 +1,4 @@
-#include "dist/shm_segment.h"
+#include "dist/shm/segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,9 +1,12 @@
 // The collective algorithms written here, as PendingOps any group can start (internal).
 //
-// A backend (ring, tree, auto, hierarchical) is a choice among these; each algorithm is a state
-// machine over nonblocking MPI point-to-point calls that the group's communication thread polls
-// (dist/comm_thread.h). The algorithms live in ring.cpp / ring_pipeline.h (ring reduce-scatter,
-// all-reduce, all-gather, chain broadcast) and tree.cpp (recursive doubling).
+// dist/algorithms/ holds the algorithms; dist/backends/ the backends (ring, tree, auto,
+// hierarchical) that choose among them. Each algorithm is a state machine over nonblocking MPI
+// calls that the group's communication thread polls (dist/comm_thread.h): ring.cpp /
+// ring_pipeline.h (ring reduce-scatter, all-reduce, all-gather, chain broadcast), tree.cpp
+// (recursive doubling, or the shared-memory slots of dist/shm/slots.h) and hierarchical.cpp (within
+// nodes, then the ring among their leaders); reduce_kernels.h holds the elementwise pieces every
+// reduction shares.
 #pragma once
 
 #include <mpi.h>
@@ -17,14 +20,15 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "dist/algorithms/reduce_kernels.h"
 #include "dist/comm_thread.h"
 #include "dist/process_group.h"
-#include "dist/reduce_kernels.h"
+#include "dist/requests.h"
 
 namespace ringgrad::dist::detail {
 
 // Where one collective's messages go: a communicator, this rank's place in it, and the tag that
-// keeps this op's messages apart from the previous op's (See GroupBase::submit).
+// keeps this op's messages apart from the previous op's (See GroupBase::submit_collective).
 struct Channel {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
@@ -100,17 +104,22 @@ std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tenso
 // input: S, output: (N, *S).
 std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch);
 std::unique_ptr<PendingOp> chain_broadcast(const Tensor& t, int root, Channel ch);
-class SharedSlots;  // dist/shared_memory.h
+class SharedSlots;  // dist/shm/slots.h
 // t: any shape, reduced in place by recursive doubling -- or, when `shared` is not null and t fits
-// its slots, through shared memory (Note [Shared-memory AllReduce] in dist/shared_memory.h).
+// its slots, through shared memory (Note [Shared-memory AllReduce] in dist/shm/slots.h).
 std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch,
                                           SharedSlots* shared);
 
-// Cancels a posted receive, frees a posted send (See Note [After a timeout] in dist/comm_thread.h).
-inline void abandon_request(MPI_Request& r, bool is_receive) {
-  if (r == MPI_REQUEST_NULL) return;
-  if (is_receive) MPI_Cancel(&r);
-  MPI_Request_free(&r);
-}
+// The nodes of the hierarchical AllReduce, as backend "hierarchical" splits the group.
+struct Topology {
+  MPI_Comm node = MPI_COMM_NULL;     // the ranks of this node
+  MPI_Comm leaders = MPI_COMM_NULL;  // node leaders only (MPI_COMM_NULL elsewhere)
+  int node_rank = 0, node_size = 1;
+  int leader_rank = 0, num_nodes = 1;  // valid on leaders
+};
+// t: any shape, reduced in place over the world_size ranks of topo's nodes: within each node to its
+// leader, among the leaders by the ring, then broadcast within each node.
+std::unique_ptr<PendingOp> hierarchical_allreduce(const Tensor& t, ReduceOp op, int tag, const Topology& topo,
+                                                  int world_size, Scratch& scratch, RingTuning tuning);
 
 }  // namespace ringgrad::dist::detail

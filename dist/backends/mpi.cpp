@@ -8,18 +8,20 @@
 
 #include <type_traits>
 
-#include "dist/backends.h"
-#include "dist/group_base.h"
-#include "dist/reduce_kernels.h"
+#include "dist/algorithms/algorithms.h"
+#include "dist/algorithms/reduce_kernels.h"
+#include "dist/backends/backends.h"
+#include "dist/backends/mpi_group.h"
+#include "dist/mpi_check.h"
 #include "dist/requests.h"
 
 namespace ringgrad::dist::detail {
 
 namespace {
 
-class MpiGroup final : public GroupBase {
+class MpiGroup final : public MpiGroupBase {
  public:
-  explicit MpiGroup(const GroupOptions& options) : GroupBase("mpi", options) {}
+  explicit MpiGroup(const GroupOptions& options) : MpiGroupBase("mpi", options) {}
   ~MpiGroup() override { shutdown(); }
 
  protected:

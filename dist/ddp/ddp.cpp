@@ -1,4 +1,4 @@
-#include "dist/ddp.h"
+#include "dist/ddp/ddp.h"
 
 #include <cstdio>
 #include <sstream>
@@ -6,7 +6,7 @@
 #include "autograd/engine.h"
 #include "core/error.h"
 #include "core/ops.h"
-#include "dist/reducer.h"
+#include "dist/ddp/reducer.h"
 #include "optim/grad_scaler.h"
 
 namespace ringgrad::dist {
@@ -96,32 +96,6 @@ std::vector<TraceEvent> decode_events(const std::string& text) {
 
 }  // namespace
 
-// ---- communication hooks ------------------------------------------------------------------------
-
-HookWork allreduce_hook(ProcessGroup& group, GradBucket& bucket) {
-  // Note [Average, not sum] in dist/ddp.h.
-  if (bucket.buffer.dtype() == DType::f16 && group.size() > 1) {
-    bucket.buffer.mul_(1.0 / group.size());  // divide first: an f16 sum of N gradients may overflow
-    return {group.allreduce(bucket.buffer, ReduceOp::sum), nullptr};
-  }
-  return {group.allreduce(bucket.buffer, ReduceOp::avg), nullptr};
-}
-
-HookWork fp16_compress_hook(ProcessGroup& group, GradBucket& bucket) {
-  RG_CHECK(bucket.buffer.dtype() == DType::f32, "dist.fp16_compress_hook", "expects f32 gradients, but bucket ",
-           bucket.index, " is ", dtype_name(bucket.buffer.dtype()), " (rank ", group.rank(), "/", group.size(), ")");
-  Tensor buffer = bucket.buffer;
-  buffer.mul_(1.0 / group.size());  // in f32, so the f16 copy holds the (in-range) average's terms
-  Tensor half = buffer.to(DType::f16);
-  return {group.allreduce(half, ReduceOp::sum), [buffer, half]() mutable { buffer.copy_(half); }};
-}
-
-CommHook comm_hook_by_name(const std::string& name) {
-  if (name == "allreduce") return allreduce_hook;
-  if (name == "fp16") return fp16_compress_hook;
-  RG_FAIL("dist.comm_hook_by_name", "unknown communication hook '", name, "'; available: allreduce, fp16");
-}
-
 // ---- DistributedDataParallel -------------------------------------------------------------------
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
@@ -188,17 +162,6 @@ void DistributedDataParallel::write_trace(const std::string& path) {
     events.insert(events.end(), rank_events.begin(), rank_events.end());
   }
   write_chrome_trace(path, events);
-}
-
-std::string DDPStats::summary() const {
-  const double n = steps > 0 ? static_cast<double>(steps) : 1.0;
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "ddp: %lld steps, %lld bucket reductions; per step: compute %.2f ms, comm %.2f ms, exposed comm "
-                "%.2f ms, overlap %.0f%%",
-                static_cast<long long>(steps), static_cast<long long>(bucket_reductions), total.compute_ms / n,
-                total.comm_ms / n, total.exposed_comm_ms / n, total.overlap_percent());
-  return line;
 }
 
 void sync_found_inf(optim::GradScaler& scaler, std::shared_ptr<ProcessGroup> group) {

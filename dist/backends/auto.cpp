@@ -14,25 +14,18 @@
 #include <cstdlib>
 #include <string>
 
-#include "dist/algorithms.h"
-#include "dist/backends.h"
-#include "dist/group_base.h"
+#include "core/env.h"
+#include "dist/algorithms/algorithms.h"
+#include "dist/backends/backends.h"
+#include "dist/backends/ring.h"
 
 namespace ringgrad::dist::detail {
 namespace {
 
 size_t threshold_from(const GroupOptions& options) {
   if (options.auto_threshold_bytes) return *options.auto_threshold_bytes;
-  const char* env = std::getenv("RINGGRAD_AUTO_THRESHOLD");
-  if (env == nullptr || *env == '\0') return kAutoThresholdBytes;
-  const std::string s = env;
-  char* end = nullptr;
-  const double value = std::strtod(s.c_str(), &end);
-  const std::string unit = end;
-  const double scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : -1;
-  RG_CHECK(end != s.c_str() && value >= 0 && scale > 0, "dist.new_group", "RINGGRAD_AUTO_THRESHOLD='", s,
-           "' is not a byte count (e.g. 65536, 64K, 1M)");
-  return static_cast<size_t>(value * scale);
+  const auto bytes = env::bytes("RINGGRAD_AUTO_THRESHOLD", "dist.new_group");
+  return bytes ? static_cast<size_t>(*bytes) : kAutoThresholdBytes;
 }
 
 class AutoGroup final : public RingFamilyGroup {

@@ -1,8 +1,8 @@
 // RingPipeline: the ring reduce-scatter (and optional all-gather), chunked and pipelined (internal).
 //
 // N ranks stand in a ring; rank r sends to r+1 and receives from r-1 (mod N). The n elements are
-// cut into N chunks (chunk_begin / chunk_size in dist/reduce_kernels.h: any n works, 0 and 1
-// included; chunks may be empty).
+// cut into N chunks (chunk_begin / chunk_size in dist/algorithms/reduce_kernels.h: any n works, 0
+// and 1 included; chunks may be empty).
 //
 //   reduce-scatter, step g = 0 .. N-2: send chunk (r - g - shift), receive chunk (r - g - 1 - shift)
 //     and reduce it into the partial sums. After N-1 steps rank r owns chunk (r + 1 - shift), fully
@@ -44,7 +44,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "dist/algorithms.h"
+#include "dist/algorithms/algorithms.h"
 #include "dist/mpi_check.h"
 
 namespace ringgrad::dist::detail {

@@ -1,5 +1,5 @@
 // Reducer: the buckets, the backward hooks and the overlapped reductions behind
-// DistributedDataParallel (internal; read dist/ddp.h first).
+// DistributedDataParallel (internal; read dist/ddp/ddp.h first).
 //
 // Note [Bucket assignment]: parameters go into buckets in reverse registration order -- the order in
 // which backward will (roughly) produce their gradients, last layer first -- filling a bucket until
@@ -34,9 +34,14 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "dist/ddp.h"
+#include "core/tensor.h"
+#include "core/trace.h"
+#include "dist/ddp/comm_hook.h"
+#include "dist/ddp/options.h"
+#include "dist/process_group.h"
 
 namespace ringgrad::dist {
 

@@ -1,18 +1,17 @@
-// Backend "ring": AllReduce and ReduceScatter by the pipelined ring (dist/ring_pipeline.h), a ring
+// The ring algorithms: AllReduce and ReduceScatter by the pipelined ring (ring_pipeline.h), a ring
 // all-gather and a pipelined chain broadcast, all over MPI point-to-point (MPI_Isend / MPI_Irecv).
+// Backend "ring" runs all four (dist/backends/ring.cpp).
 //
 // The ring is bandwidth-optimal: each rank sends 2(N-1)/N of the data for an AllReduce whatever N.
-// Its cost is 2(N-1) message latencies, which is why small tensors want the tree (dist/tree.cpp)
-// and why backend "auto" switches between the two (dist/auto_backend.cpp).
+// Its cost is 2(N-1) message latencies, which is why small tensors want the tree (tree.cpp) and why
+// backend "auto" switches between the two (dist/backends/auto.cpp).
 #include <mpi.h>
 
 #include <cstring>
 #include <type_traits>
 
-#include "dist/algorithms.h"
-#include "dist/backends.h"
-#include "dist/group_base.h"
-#include "dist/ring_pipeline.h"
+#include "dist/algorithms/algorithms.h"
+#include "dist/algorithms/ring_pipeline.h"
 
 namespace ringgrad::dist::detail {
 
@@ -162,9 +161,10 @@ Acc* ring_slots(Scratch& scratch, RingTuning tuning) {
 }
 
 // The ring reads each rank's input in place and writes the partial sums chunk by chunk as they
-// arrive (Note [Each chunk is reduced once] in dist/ring_pipeline.h), so nothing is copied or
-// widened before it starts. in_place: the partial sums may live in `input` itself (an AllReduce of
-// a tensor whose storage type is its accumulation type); otherwise they go to scratch buffer 0.
+// arrive (Note [Each chunk is reduced once] in dist/algorithms/ring_pipeline.h), so nothing is
+// copied or widened before it starts. in_place: the partial sums may live in `input` itself (an
+// AllReduce of a tensor whose storage type is its accumulation type); otherwise they go to scratch
+// buffer 0.
 template <class Make>
 std::unique_ptr<PendingOp> with_ring_buffers(Scratch& scratch, const Tensor& input, bool in_place, RingTuning tuning,
                                              Make make) {
@@ -213,24 +213,6 @@ std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& in
 
 std::unique_ptr<PendingOp> chain_broadcast(const Tensor& t, int root, Channel ch) {
   return std::make_unique<ChainBroadcast>(t, root, ch.tag, ch.comm, ch.rank, ch.size);
-}
-
-std::unique_ptr<PendingOp> RingFamilyGroup::start_allreduce(const Tensor& t, ReduceOp op, int tag) {
-  return ring_allreduce(t, op, channel(tag), scratch_, ring_tuning_);
-}
-std::unique_ptr<PendingOp> RingFamilyGroup::start_reduce_scatter(const Tensor& output, const Tensor& input,
-                                                                 ReduceOp op, int tag) {
-  return ring_reduce_scatter(output, input, op, channel(tag), scratch_, ring_tuning_);
-}
-std::unique_ptr<PendingOp> RingFamilyGroup::start_broadcast(const Tensor& t, int root, int tag) {
-  return chain_broadcast(t, root, channel(tag));
-}
-std::unique_ptr<PendingOp> RingFamilyGroup::start_allgather(const Tensor& output, const Tensor& input, int tag) {
-  return ring_allgather(output, input, channel(tag));
-}
-
-std::unique_ptr<ProcessGroup> new_ring_group(const GroupOptions& options) {
-  return std::make_unique<RingFamilyGroup>("ring", options);
 }
 
 }  // namespace ringgrad::dist::detail

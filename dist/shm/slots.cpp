@@ -1,4 +1,4 @@
-#include "dist/shared_memory.h"
+#include "dist/shm/slots.h"
 
 #include <sys/mman.h>
 
@@ -11,8 +11,8 @@
 
 #include "core/error.h"
 #include "dist/mpi_check.h"
-#include "dist/reduce_kernels.h"
-#include "dist/shm_segment.h"
+#include "dist/algorithms/reduce_kernels.h"
+#include "dist/shm/segment.h"
 
 namespace ringgrad::dist::detail {
 

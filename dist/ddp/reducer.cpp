@@ -1,4 +1,4 @@
-#include "dist/reducer.h"
+#include "dist/ddp/reducer.h"
 
 #include <algorithm>
 #include <map>
@@ -77,8 +77,9 @@ void Reducer::build_buckets(const std::vector<int>& order) {
 
   // One reduction buffer per (dtype, device), each bucket a view of it starting on a cache line.
   // Collective (every rank builds the same buckets): on one machine it is memory every rank maps,
-  // which the AllReduce sums in place (Note [Shared gradient buffers] in dist/shared_buffer.h) --
-  // one such buffer per dtype rather than per bucket, since each costs two small collectives.
+  // which the AllReduce sums in place (Note [Shared gradient buffers] in
+  // dist/shm/reduction_buffer.h) -- one such buffer per dtype rather than per bucket, since each
+  // costs two small collectives.
   using Key = std::pair<DType, std::string>;  // (dtype, device)
   std::vector<Key> keys(members.size());
   std::vector<int64_t> numels(members.size()), starts(members.size());

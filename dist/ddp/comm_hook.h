@@ -1,0 +1,45 @@
+// Communication hooks: how DistributedDataParallel reduces one bucket (public; dist/ddp/ddp.h
+// includes it). The types a hook sees, and the built-in hooks, which the Reducer calls
+// (dist/ddp/reducer.h) and users may pass in DDPOptions::comm_hook or wrap in their own.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "dist/process_group.h"
+
+namespace ringgrad::dist {
+
+// One bucket as a communication hook sees it.
+struct GradBucket {
+  int index = 0;                             // launch order, the same on every rank
+  Tensor buffer;                             // (numel) of one dtype; the parameters' .grad are views into it
+  std::vector<std::string> parameter_names;  // in buffer order
+};
+
+// What a hook started: the Work to wait for, and what to run once it completed (may be empty).
+struct HookWork {
+  std::shared_ptr<Work> work;
+  std::function<void()> then;
+};
+
+// A communication hook reduces one bucket across the ranks of the group: once its Work completed
+// and `then` ran, bucket.buffer must hold the gradient averaged over ranks. It is called on the
+// thread running backward, in bucket index order on every rank; it must issue the same collectives
+// on every rank.
+using CommHook = std::function<HookWork(ProcessGroup& group, GradBucket& bucket)>;
+
+// The default: AllReduce-average. f16 buckets are divided by N first and then summed, so that a
+// backend summing in f16 (NCCL) cannot overflow where the average would not.
+HookWork allreduce_hook(ProcessGroup& group, GradBucket& bucket);
+// For f32 models: the bucket travels as f16 (half the bytes), averaged, and is widened back. The
+// division by N happens in f32 before the cast, so the f16 values stay in range. Costs ~3 decimal
+// digits of the gradient (f16 has an 11-bit significand).
+HookWork fp16_compress_hook(ProcessGroup& group, GradBucket& bucket);
+// By name: "allreduce" or "fp16" (examples' --comm-hook).
+CommHook comm_hook_by_name(const std::string& name);
+
+}  // namespace ringgrad::dist

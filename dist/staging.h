@@ -1,0 +1,61 @@
+// Staging: where a group's operations run their data -- the host, or the one GPU a backend drives
+// itself (nccl) -- and the copies that bring a caller's tensor there and its result back
+// (internal). GroupBase looks at devices only through this unit: it stages every collective's
+// tensors in and out, and every send / recv's through the host, and wraps the started op so that
+// the results land in the caller's tensors before the Work completes.
+//
+// Note [CUDA tensors through host staging]: the MPI backends move host memory, so a collective on a
+// GPU tensor copies it to a pinned host tensor when it is submitted (on the caller's thread, which is
+// the moment its data must be final), runs on the copy, and copies the result back to the GPU on the
+// communication thread before its Work completes -- so after wait() the GPU tensor holds the result,
+// as for a CPU tensor. Every copy is a synchronous cudaMemcpy on the legacy default stream, ordered
+// with the kernels that produced and will read the tensor. It costs two copies per collective; the
+// nccl backend (GPU-resident) avoids them, and stages CPU tensors the other way, through its GPU.
+// This is what lets several ranks share one GPU in tests.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "dist/comm_thread.h"
+
+namespace ringgrad::dist::detail {
+
+class Staging {
+ public:
+  Staging() = default;
+  // backend / rank / size only label error messages.
+  Staging(std::string backend, int rank, int size) : backend_(std::move(backend)), rank_(rank), size_(size) {}
+
+  // A backend that moves GPU memory itself (nccl) sets its device: collectives then take tensors on
+  // that device as they are, instead of staging them through the host, and stage CPU tensors
+  // through that device instead.
+  void set_native_device(Device device) { native_device_ = device; }
+
+  // The tensor a collective's start_* works on: t itself, or its copy on the work device (inputs:
+  // copied now) / a buffer there (outputs: copied back by staged() when the op finishes).
+  Tensor in(const char* op, const Tensor& t) const;
+  Tensor out(const char* op, const Tensor& t) const;
+
+  // Point-to-point runs over MPI on host memory whatever the backend: t itself when on the host,
+  // else a pinned host tensor, holding t's data when copy_in.
+  static Tensor host_side(const Tensor& t, bool copy_in);
+
+  // `inner`, which works on `staged_out`; when that is not `out` itself, an op that copies it into
+  // `out` once `inner` finished.
+  static std::unique_ptr<PendingOp> staged(std::unique_ptr<PendingOp> inner, const Tensor& out,
+                                           const Tensor& staged_out);
+
+ private:
+  Device work_device() const;
+  void check_stageable(const char* op, const Tensor& t) const;
+
+  std::string backend_;
+  int rank_ = 0, size_ = 1;
+  std::optional<Device> native_device_;
+};
+
+}  // namespace ringgrad::dist::detail

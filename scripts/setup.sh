@@ -21,6 +21,7 @@ packages=(
   zlib1g-dev        # compressed datasets and checkpoints
   doctest-dev       # the test framework
   libcli11-dev      # command-line parsing in examples/ (header-only)
+  clang-format-14   # the format check (scripts/lint.sh)
   dataset-fashion-mnist  # the MNIST example's default data (/usr/share/datasets/fashion-mnist)
   fortunes               # the GPT-mini corpus (/usr/share/games/fortunes)
 )

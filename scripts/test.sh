@@ -3,6 +3,7 @@
 #
 #   scripts/test.sh
 #
+# 0. format       scripts/lint.sh: every tracked C++ / CUDA source as .clang-format says.
 # 1. build/       CPU configuration (Release, RINGGRAD_CUDA=OFF): the whole doctest suite, examples,
 #                 benchmarks, multi-rank tests under mpirun, the install-and-consume test.
 # 2. build-cuda/  CUDA configuration (RINGGRAD_CUDA=ON), only when nvcc is available: the library and
@@ -29,6 +30,10 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 bash scripts/setup.sh
 
 step() { printf '\n==== %s\n' "$*"; }
+
+# ---- 0. format ------------------------------------------------------------------------------------
+step "format check (scripts/lint.sh)"
+bash scripts/lint.sh
 
 # ---- 1. CPU build ----------------------------------------------------------------------------------
 step "configure build/ (CPU)"

@@ -37,11 +37,12 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     // .grad was empty when the producer took the destination; only a hook can have set it since.
     // If that .grad is the destination's memory, its old value was overwritten by the gradient.
     RG_CHECK(!(in_destination && meta.grad.storage() == meta.grad_destination.storage()), "backward",
-             "the .grad of leaf ", leaf.desc(), " was set to its gradient destination while backward was writing "
+             "the .grad of leaf ", leaf.desc(),
+             " was set to its gradient destination while backward was writing "
              "the gradient there (from a hook); its previous value is lost. Do not set .grad during backward");
     // In place, so a .grad that is a view into caller-owned storage (a DDP bucket) stays that view.
-    native::binary_(BinaryOp::add, meta.grad, incoming.dtype() == leaf.dtype() ? incoming
-                                                     : native::cast(incoming, leaf.dtype()));
+    native::binary_(BinaryOp::add, meta.grad,
+                    incoming.dtype() == leaf.dtype() ? incoming : native::cast(incoming, leaf.dtype()));
   } else {
     // Take the incoming buffer when nobody else can see it; otherwise copy, since another node may
     // hold the same tensor (add's backward passes one gradient to both inputs) and a later in-place

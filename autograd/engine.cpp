@@ -8,8 +8,8 @@
 
 #include "autograd/accumulate_grad.h"
 #include "core/native/native.h"
-#include "core/trace.h"
 #include "core/ops.h"
+#include "core/trace.h"
 
 namespace ringgrad::autograd {
 namespace {
@@ -97,8 +97,8 @@ void queue_callback(std::function<void()> callback) {
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   RG_CHECK(t_current_task == nullptr, "backward", "backward() called from inside a backward pass");
-  RG_CHECK(grads.empty() || grads.size() == roots.size(), "backward", roots.size(), " roots but ",
-           grads.size(), " gradients");
+  RG_CHECK(grads.empty() || grads.size() == roots.size(), "backward", roots.size(), " roots but ", grads.size(),
+           " gradients");
   GraphTask task;
   struct TaskScope {
     explicit TaskScope(GraphTask* t) { t_current_task = t; }
@@ -122,8 +122,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
              " does not require grad and has no grad_fn");
     Tensor grad = grads.empty() ? Tensor() : grads[i];
     if (!grad.defined()) {
-      RG_CHECK(root.numel() == 1, "backward", "grad can be implicitly created only for one-element outputs; "
-               "got ", root.desc(), ", pass an explicit gradient of the same shape");
+      RG_CHECK(root.numel() == 1, "backward",
+               "grad can be implicitly created only for one-element outputs; "
+               "got ",
+               root.desc(), ", pass an explicit gradient of the same shape");
       grad = ones_like(root);
     }
     RG_CHECK(grad.shape() == root.shape(), "backward", "gradient ", grad.desc(), " does not match output ",

@@ -51,8 +51,7 @@ namespace ringgrad::autograd {
 
 // Runs backward from `roots`. grads[i] is d(output)/d(roots[i]); an undefined grads[i] (or an
 // empty list) means 1 for a one-element root and is an error for any other root.
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
-              bool retain_graph = false);
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {}, bool retain_graph = false);
 
 // Gives the leaf `leaf` a gradient destination: a contiguous tensor of its shape, dtype and device
 // (an undefined tensor removes it). DDP points each parameter at its slot in a bucket.

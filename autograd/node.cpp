@@ -36,8 +36,9 @@ AutogradMeta& autograd_meta(const Tensor& t) {
   TensorImpl* impl = t.impl();
   RG_CHECK(impl != nullptr, "autograd", "use of an undefined tensor");
   if (!impl->autograd)  // core/tensor.h cannot delete an AutogradMeta: tell it how (AutogradMetaDeleter)
-    impl->autograd = std::unique_ptr<AutogradMeta, AutogradMetaDeleter>(
-        new AutogradMeta(), AutogradMetaDeleter{[](AutogradMeta* meta) { delete meta; }});
+    impl->autograd = std::unique_ptr<AutogradMeta, AutogradMetaDeleter>(new AutogradMeta(),
+                                                                        AutogradMetaDeleter{
+                                                                            [](AutogradMeta* meta) { delete meta; }});
   return *impl->autograd;
 }
 
@@ -72,13 +73,13 @@ TensorList FunctionNode::apply(TensorList&& grads) {
   }
   const NeedsGrad needs(next_edges);
   TensorList result = backward_(grads, needs);
-  RG_CHECK(result.size() == next_edges.size(), name_, "backward returned ", result.size(),
-           " gradients for ", next_edges.size(), " inputs");
+  RG_CHECK(result.size() == next_edges.size(), name_, "backward returned ", result.size(), " gradients for ",
+           next_edges.size(), " inputs");
   return result;
 }
 
-std::shared_ptr<Node> record(const char* op, const std::vector<Tensor>& outputs,
-                             const std::vector<Tensor>& inputs, FunctionNode::Backward backward) {
+std::shared_ptr<Node> record(const char* op, const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                             FunctionNode::Backward backward) {
   if (!any_requires_grad(inputs)) return nullptr;
   auto node = std::make_shared<FunctionNode>(op, std::move(backward));
   node->num_outputs = static_cast<uint32_t>(outputs.size());

@@ -54,8 +54,8 @@ class Node {
 struct AutogradMeta {
   bool requires_grad = false;  // set on leaves by the user
   Tensor grad;
-  std::shared_ptr<Node> grad_fn;  // null for leaves
-  uint32_t output_nr = 0;         // which output of grad_fn this tensor is
+  std::shared_ptr<Node> grad_fn;         // null for leaves
+  uint32_t output_nr = 0;                // which output of grad_fn this tensor is
   std::weak_ptr<Node> grad_accumulator;  // leaves: the AccumulateGrad node, shared by every graph
   bool retains_grad = false;
   int next_hook_handle = 0;
@@ -102,8 +102,7 @@ class FunctionNode : public Node {
   void release_saved() override { backward_ = nullptr; }
 
  private:
-  friend std::shared_ptr<Node> record(const char*, const std::vector<Tensor>&, const std::vector<Tensor>&,
-                                      Backward);
+  friend std::shared_ptr<Node> record(const char*, const std::vector<Tensor>&, const std::vector<Tensor>&, Backward);
   std::string name_;
   Backward backward_;
   struct OutputInfo {
@@ -117,7 +116,7 @@ class FunctionNode : public Node {
 // Connects `outputs` (results of one forward op) to a new backward node. `inputs` are the op's
 // differentiable inputs, in the order the backward returns their gradients. Does nothing when grad
 // mode is off or no input requires grad. Returns the node (or null).
-std::shared_ptr<Node> record(const char* op, const std::vector<Tensor>& outputs,
-                             const std::vector<Tensor>& inputs, FunctionNode::Backward backward);
+std::shared_ptr<Node> record(const char* op, const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                             FunctionNode::Backward backward);
 
 }  // namespace ringgrad::autograd

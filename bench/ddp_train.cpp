@@ -17,9 +17,9 @@
 #include <cstdio>
 #include <string>
 
+#include <ringgrad.h>
 #include "bench/train_bench.h"
 #include "examples/mnist/models.h"
-#include <ringgrad.h>
 
 using namespace ringgrad;
 
@@ -56,12 +56,11 @@ int main(int argc, char** argv) {
                                   })
                                 : dist::comm_hook_by_name(flags.comm_hook);
       if (w.size > 1)
-        ddp = std::make_unique<dist::DistributedDataParallel>(
-            model, group,
-            dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb,
-                             .first_bucket_mb = flags.first_bucket_mb,
-                             .comm_hook = hook,
-                             .trace = !flags.trace.empty()});
+        ddp = std::make_unique<dist::DistributedDataParallel>(model, group,
+                                                              dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb,
+                                                                               .first_bucket_mb = flags.first_bucket_mb,
+                                                                               .comm_hook = hook,
+                                                                               .trace = !flags.trace.empty()});
       optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
       const std::vector<int64_t> order = data::seeded_permutation(n, 7);
       int64_t cursor = w.rank;  // this rank's shard: every N-th example of the permutation
@@ -83,8 +82,9 @@ int main(int argc, char** argv) {
       overlap = bench::report_overlap(ddp.get(), w.rank);
     }
     if (w.rank == 0)
-      std::printf("RESULT impl=ringgrad model=%s ranks=%d threads=%d batch=%d steps=%d samples_per_s=%.1f overlap=%.0f\n",
-                  model_name.c_str(), w.size, flags.threads, batch, flags.steps, samples_per_s, overlap);
+      std::printf(
+          "RESULT impl=ringgrad model=%s ranks=%d threads=%d batch=%d steps=%d samples_per_s=%.1f overlap=%.0f\n",
+          model_name.c_str(), w.size, flags.threads, batch, flags.steps, samples_per_s, overlap);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

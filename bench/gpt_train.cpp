@@ -68,8 +68,9 @@ int main(int argc, char** argv) {
       overlap = bench::report_overlap(ddp.get(), w.rank);
     }
     if (w.rank == 0)
-      std::printf("RESULT impl=ringgrad model=gpt ranks=%d threads=%d batch=%d steps=%d tokens_per_s=%.1f overlap=%.0f\n",
-                  w.size, flags.threads, batch, flags.steps, tokens_per_s, overlap);
+      std::printf(
+          "RESULT impl=ringgrad model=gpt ranks=%d threads=%d batch=%d steps=%d tokens_per_s=%.1f overlap=%.0f\n",
+          w.size, flags.threads, batch, flags.steps, tokens_per_s, overlap);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

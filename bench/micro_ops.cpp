@@ -68,7 +68,7 @@ Options parse_options(int argc, char** argv) {
       opt.ceilings_only = true;
       continue;
     }
-    int* target = arg == "--threads" ? &opt.threads
+    int* target = arg == "--threads"  ? &opt.threads
                   : arg == "--repeat" ? &opt.repeat
                   : arg == "--warmup" ? &opt.warmup
                                       : nullptr;
@@ -84,7 +84,7 @@ Options parse_options(int argc, char** argv) {
 }
 
 struct Stats {
-  double best = 0;    // seconds per operation
+  double best = 0;  // seconds per operation
   double median = 0;
 };
 
@@ -95,9 +95,7 @@ Stats summarize(std::vector<double> samples) {
   return {samples.front(), median};
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Times `fns` (one or more variants of the same operation) sample by sample, alternating between them.
 // Returns per-operation Stats for each function.
@@ -109,8 +107,7 @@ std::vector<Stats> measure(const std::vector<std::function<void()>>& fns, const 
     const auto start = Clock::now();
     fns[f]();
     const double once = seconds_since(start);
-    if (once < kMinSampleSeconds)
-      iters[f] = static_cast<int>(std::ceil(kMinSampleSeconds / std::max(once, 1e-9)));
+    if (once < kMinSampleSeconds) iters[f] = static_cast<int>(std::ceil(kMinSampleSeconds / std::max(once, 1e-9)));
   }
   std::vector<std::vector<double>> samples(fns.size());
   for (int r = 0; r < opt.repeat; ++r) {
@@ -152,11 +149,8 @@ std::string gemm_shape(const GemmCase& c) {
   auto dims = [](int64_t rows, int64_t cols, bool transposed) {
     char buf[64];
     if (transposed)
-      std::snprintf(buf, sizeof buf, "(%lldx%lld)^T", static_cast<long long>(cols),
-                    static_cast<long long>(rows));
-    else
-      std::snprintf(buf, sizeof buf, "%lldx%lld", static_cast<long long>(rows),
-                    static_cast<long long>(cols));
+      std::snprintf(buf, sizeof buf, "(%lldx%lld)^T", static_cast<long long>(cols), static_cast<long long>(rows));
+    else std::snprintf(buf, sizeof buf, "%lldx%lld", static_cast<long long>(rows), static_cast<long long>(cols));
     return std::string(buf);
   };
   return dims(c.m, c.k, c.a_transposed) + " @ " + dims(c.k, c.n, c.b_transposed);
@@ -167,17 +161,14 @@ std::string gemm_shape(const GemmCase& c) {
 // Note [GEMMs split over the pool] in core/cpu/gemm.cpp.)
 void cblas(const GemmCase& c, const float* a, const float* b, float* out) {
   openblas_set_num_threads(rg::num_threads());
-  cblas_sgemm(CblasRowMajor, c.a_transposed ? CblasTrans : CblasNoTrans,
-              c.b_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(c.m),
-              static_cast<int>(c.n), static_cast<int>(c.k), 1.0f, a,
-              static_cast<int>(c.a_transposed ? c.m : c.k), b,
-              static_cast<int>(c.b_transposed ? c.k : c.n), 0.0f, out, static_cast<int>(c.n));
+  cblas_sgemm(CblasRowMajor, c.a_transposed ? CblasTrans : CblasNoTrans, c.b_transposed ? CblasTrans : CblasNoTrans,
+              static_cast<int>(c.m), static_cast<int>(c.n), static_cast<int>(c.k), 1.0f, a,
+              static_cast<int>(c.a_transposed ? c.m : c.k), b, static_cast<int>(c.b_transposed ? c.k : c.n), 0.0f, out,
+              static_cast<int>(c.n));
   openblas_set_num_threads(1);
 }
 
-void print_rule() {
-  std::printf("%s\n", std::string(112, '-').c_str());
-}
+void print_rule() { std::printf("%s\n", std::string(112, '-').c_str()); }
 
 void run_gemm(const GemmCase& c, double peak_gflops, rg::Generator& gen, const Options& opt) {
   // Operands as stored; the transposed ones are handed to matmul as .t() views, as nn::Linear does.
@@ -195,8 +186,8 @@ void run_gemm(const GemmCase& c, double peak_gflops, rg::Generator& gen, const O
     const rg::Tensor dense = ours.contiguous();
     const float* got = dense.data<float>();
     for (size_t i = 0; i < reference.size() && ok; ++i)
-      ok = std::fabs(got[i] - reference[i]) <= 1e-4f * std::sqrt(static_cast<float>(c.k)) *
-                                                   (1.0f + std::fabs(reference[i]));
+      ok = std::fabs(got[i] - reference[i]) <=
+           1e-4f * std::sqrt(static_cast<float>(c.k)) * (1.0f + std::fabs(reference[i]));
   }
 
   // Timed in two blocks, ours first: interleaved, OpenBLAS's threads would still be yield-spinning
@@ -209,8 +200,8 @@ void run_gemm(const GemmCase& c, double peak_gflops, rg::Generator& gen, const O
   const double ours_best = flops / t[0].best / 1e9, ours_median = flops / t[0].median / 1e9;
   const double blas_best = flops / t[1].best / 1e9;
   std::printf("%-12s %-28s %10.3f %10.3f %10.1f %10.1f %10.1f %8.2f %7.0f%% %5s\n", c.name.c_str(),
-              gemm_shape(c).c_str(), t[0].best * 1e3, t[0].median * 1e3, ours_best, ours_median,
-              blas_best, ours_best / blas_best, 100.0 * ours_best / peak_gflops, ok ? "ok" : "WRONG");
+              gemm_shape(c).c_str(), t[0].best * 1e3, t[0].median * 1e3, ours_best, ours_median, blas_best,
+              ours_best / blas_best, 100.0 * ours_best / peak_gflops, ok ? "ok" : "WRONG");
 }
 
 // ---- elementwise -------------------------------------------------------------------------------
@@ -222,8 +213,8 @@ struct ElementwiseCase {
   std::function<float(float, float)> reference;
 };
 
-void run_elementwise(const ElementwiseCase& c, const rg::Tensor& x, const rg::Tensor& y,
-                     double memcpy_gbs, const Options& opt) {
+void run_elementwise(const ElementwiseCase& c, const rg::Tensor& x, const rg::Tensor& y, double memcpy_gbs,
+                     const Options& opt) {
   const rg::Tensor out = c.op(x, y);
   bool ok = out.shape() == x.shape();
   if (ok) {
@@ -256,43 +247,42 @@ int main(int argc, char** argv) {
     // ---- ceilings, measured first ----
     const GemmCase peak_case{"blas peak", 2048, 2048, 2048, false, false};
     std::vector<float> pa(2048 * 2048, 0.5f), pb(2048 * 2048, 0.25f), pc(2048 * 2048);
-    const Stats peak_t =
-        measure({[&] { cblas(peak_case, pa.data(), pb.data(), pc.data()); }}, opt)[0];
+    const Stats peak_t = measure({[&] { cblas(peak_case, pa.data(), pb.data(), pc.data()); }}, opt)[0];
     const double peak_gflops = 2.0 * 2048.0 * 2048.0 * 2048.0 / peak_t.best / 1e9;
     const Stats memcpy_gbs = memcpy_bandwidth(opt);
-    std::printf("# ceiling: cblas_sgemm 2048x2048 @ 2048x2048: best %.1f GFLOP/s, median %.1f GFLOP/s\n",
-                peak_gflops, 2.0 * 2048.0 * 2048.0 * 2048.0 / peak_t.median / 1e9);
+    std::printf("# ceiling: cblas_sgemm 2048x2048 @ 2048x2048: best %.1f GFLOP/s, median %.1f GFLOP/s\n", peak_gflops,
+                2.0 * 2048.0 * 2048.0 * 2048.0 / peak_t.median / 1e9);
     std::printf("# ceiling: std::memcpy 256 MiB, one core:    best %.2f GB/s, median %.2f GB/s (read + write)\n",
                 memcpy_gbs.best, memcpy_gbs.median);
     if (opt.ceilings_only) return 0;
 
     // ---- GEMM ----
     std::printf("\n");
-    std::printf("%-12s %-28s %10s %10s %10s %10s %10s %8s %8s %5s\n", "gemm", "shape", "best_ms",
-                "median_ms", "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_peak", "check");
+    std::printf("%-12s %-28s %10s %10s %10s %10s %10s %8s %8s %5s\n", "gemm", "shape", "best_ms", "median_ms",
+                "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_peak", "check");
     print_rule();
     std::vector<GemmCase> gemms;
     for (int64_t s : {128, 256, 512, 1024}) gemms.push_back({"square", s, s, s, false, false});
     // W1 (784-512-512-10, batch 128): linear(x, w) = x @ w^T with w stored (out, in).
-    gemms.push_back({"fc1 fwd", 128, 784, 512, false, true});   // x (128, 784) @ w1^T
-    gemms.push_back({"fc2 fwd", 128, 512, 512, false, true});   // h1 (128, 512) @ w2^T
-    gemms.push_back({"fc3 fwd", 128, 512, 10, false, true});    // h2 (128, 512) @ w3^T
-    gemms.push_back({"fc2 dx", 128, 512, 512, false, false});   // dh2 (128, 512) @ w2
-    gemms.push_back({"fc1 dw", 512, 128, 784, true, false});    // dh1^T (512, 128) @ x (128, 784)
+    gemms.push_back({"fc1 fwd", 128, 784, 512, false, true});  // x (128, 784) @ w1^T
+    gemms.push_back({"fc2 fwd", 128, 512, 512, false, true});  // h1 (128, 512) @ w2^T
+    gemms.push_back({"fc3 fwd", 128, 512, 10, false, true});   // h2 (128, 512) @ w3^T
+    gemms.push_back({"fc2 dx", 128, 512, 512, false, false});  // dh2 (128, 512) @ w2
+    gemms.push_back({"fc1 dw", 512, 128, 784, true, false});   // dh1^T (512, 128) @ x (128, 784)
     // W3 GPT-mini (n_embd 128, 16 x 128 tokens, 4 heads of 32): products of K <= 384 run on
     // ringgrad's own kernel (Note [Our own GEMM for short products]), the longer ones on OpenBLAS.
-    gemms.push_back({"attn fwd", 2048, 128, 384, false, true});    // x (2048, 128) @ w_attn^T
-    gemms.push_back({"mlp dx", 2048, 512, 128, false, false});     // dh (2048, 512) @ w_proj (512, 128)
-    gemms.push_back({"attn dx", 2048, 384, 128, false, false});    // dqkv (2048, 384) @ w_attn (384, 128)
-    gemms.push_back({"head q k^T", 128, 32, 128, false, true});    // q (128, 32) @ k^T
-    gemms.push_back({"head p v", 128, 128, 32, false, false});     // p (128, 128) @ v (128, 32)
-    gemms.push_back({"attn dw", 384, 2048, 128, true, false});     // dqkv^T (384, 2048) @ x: OpenBLAS
+    gemms.push_back({"attn fwd", 2048, 128, 384, false, true});  // x (2048, 128) @ w_attn^T
+    gemms.push_back({"mlp dx", 2048, 512, 128, false, false});   // dh (2048, 512) @ w_proj (512, 128)
+    gemms.push_back({"attn dx", 2048, 384, 128, false, false});  // dqkv (2048, 384) @ w_attn (384, 128)
+    gemms.push_back({"head q k^T", 128, 32, 128, false, true});  // q (128, 32) @ k^T
+    gemms.push_back({"head p v", 128, 128, 32, false, false});   // p (128, 128) @ v (128, 32)
+    gemms.push_back({"attn dw", 384, 2048, 128, true, false});   // dqkv^T (384, 2048) @ x: OpenBLAS
     for (const GemmCase& c : gemms) run_gemm(c, peak_gflops, gen, opt);
 
     // ---- elementwise, memory bound ----
     std::printf("\n");
-    std::printf("%-12s %-28s %10s %10s %10s %10s %8s %5s\n", "elementwise", "shape", "best_ms",
-                "median_ms", "GB/s", "med_GB/s", "of_memcpy", "check");
+    std::printf("%-12s %-28s %10s %10s %10s %10s %8s %5s\n", "elementwise", "shape", "best_ms", "median_ms", "GB/s",
+                "med_GB/s", "of_memcpy", "check");
     print_rule();
     const int64_t n = (int64_t{64} << 20) / 4;  // 64 MiB of f32
     const rg::Tensor x = rg::randn({n}, gen);

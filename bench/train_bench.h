@@ -75,8 +75,8 @@ struct CpuTime {
 // the rank waited with nothing to run -- the early rank's, mostly: the step waits for the late one,
 // whose CPU is the figure to shrink (a rank whose caller is blocked spins, so its "other threads"
 // CPU includes idle time: Note [Spinning for a blocked caller] in dist/comm_thread.cpp).
-inline double time_steps(const std::function<void()>& step, const TrainFlags& flags, ringgrad::dist::ProcessGroup& group,
-                         ringgrad::dist::DistributedDataParallel* ddp) {
+inline double time_steps(const std::function<void()>& step, const TrainFlags& flags,
+                         ringgrad::dist::ProcessGroup& group, ringgrad::dist::DistributedDataParallel* ddp) {
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < flags.warmup; ++i) step();
   group.barrier()->wait();
@@ -104,12 +104,14 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
     const double per_step = 1e3 / flags.steps;  // seconds in all -> ms per step
     const double user = (thread1.user - thread0.user) * per_step, sys = (thread1.sys - thread0.sys) * per_step;
     const double others = ((process1.user - process0.user) + (process1.sys - process0.sys)) * per_step - user - sys;
-    std::fprintf(stderr, "rank %d per step: wall %.2f ms; training thread CPU %.2f ms (user %.2f, sys %.2f); other "
-                 "threads' CPU %.2f ms\n", group.rank(), seconds * per_step, user + sys, user, sys, others);
+    std::fprintf(stderr,
+                 "rank %d per step: wall %.2f ms; training thread CPU %.2f ms (user %.2f, sys %.2f); other "
+                 "threads' CPU %.2f ms\n",
+                 group.rank(), seconds * per_step, user + sys, user, sys, others);
     std::sort(step_ms.begin(), step_ms.end());
     auto at = [&](double q) { return step_ms[static_cast<size_t>(q * static_cast<double>(step_ms.size() - 1))]; };
-    std::fprintf(stderr, "rank %d step times: min %.2f, p10 %.2f, median %.2f, p90 %.2f, max %.2f ms\n", group.rank(), at(0), at(0.1),
-                 at(0.5), at(0.9), at(1));
+    std::fprintf(stderr, "rank %d step times: min %.2f, p10 %.2f, median %.2f, p90 %.2f, max %.2f ms\n", group.rank(),
+                 at(0), at(0.1), at(0.5), at(0.9), at(1));
   }
   return seconds;
 }

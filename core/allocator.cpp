@@ -20,7 +20,8 @@ Allocator& allocator_for(Device device) {
 #ifdef RINGGRAD_WITH_CUDA
   return cuda::allocator(device.index);
 #else
-  RG_FAIL("allocator", "device ", device.str(), " requested, but ringgrad was built without CUDA "
+  RG_FAIL("allocator", "device ", device.str(),
+          " requested, but ringgrad was built without CUDA "
           "(configure with -DRINGGRAD_CUDA=ON on a machine with the CUDA toolkit)");
 #endif
 }

@@ -16,9 +16,9 @@
 namespace ringgrad {
 
 struct MemoryStats {
-  size_t allocated = 0;       // bytes handed out to live storages now (size-class rounded)
-  size_t reserved = 0;        // bytes held from the OS / driver: allocated + cached free blocks
-  size_t peak_allocated = 0;  // highest `allocated` since the last reset_peak
+  size_t allocated = 0;         // bytes handed out to live storages now (size-class rounded)
+  size_t reserved = 0;          // bytes held from the OS / driver: allocated + cached free blocks
+  size_t peak_allocated = 0;    // highest `allocated` since the last reset_peak
   uint64_t os_allocations = 0;  // calls to the OS / driver allocator since the last reset
   uint64_t os_frees = 0;
 };

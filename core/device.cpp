@@ -23,8 +23,9 @@ bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 Device parse_device(const std::string& spec, int local_rank) {
   if (spec == "cpu") return Device::cpu();
   const int count = cuda_device_count();
-  const std::string visible = cuda_compiled() ? str_cat(count, " CUDA device(s) are visible")
-                                              : std::string("this build has no CUDA backend (configure with RINGGRAD_CUDA=ON)");
+  const std::string visible = cuda_compiled()
+                                  ? str_cat(count, " CUDA device(s) are visible")
+                                  : std::string("this build has no CUDA backend (configure with RINGGRAD_CUDA=ON)");
   int index = -1;
   if (spec == "cuda") {
     RG_CHECK(count > 0, "device", "'cuda' asked for, but ", visible);

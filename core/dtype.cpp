@@ -28,8 +28,6 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
-bool is_floating(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
-}
+bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16; }
 
 }  // namespace ringgrad

@@ -58,8 +58,8 @@ RG_HOST_DEVICE RG_INLINE uint16_t float_to_half_bits(float value) {
   // 65520 <= |x| < 65536 carries into Inf.
   const uint32_t normal = (u + (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
   const uint32_t inf_or_nan = 0x7c00u | (static_cast<uint32_t>(u > 0x7f800000u) << 9);  // NaN -> quiet NaN
-  const uint32_t small = 0u - static_cast<uint32_t>(u < (113u << 23));       // f16 subnormal or zero
-  const uint32_t large = 0u - static_cast<uint32_t>(u >= ((127u + 16u) << 23));  // |x| >= 65536, Inf, NaN
+  const uint32_t small = 0u - static_cast<uint32_t>(u < (113u << 23));                  // f16 subnormal or zero
+  const uint32_t large = 0u - static_cast<uint32_t>(u >= ((127u + 16u) << 23));         // |x| >= 65536, Inf, NaN
   uint32_t out = (subnormal & small) | (normal & ~small);
   out = (inf_or_nan & large) | (out & ~large);
   return static_cast<uint16_t>(out | (sign >> 16));
@@ -76,7 +76,8 @@ RG_HOST_DEVICE RG_INLINE float half_bits_to_float(uint16_t h) {
   const uint32_t normal = ((exponent + 112u) << 23) | (mantissa << 13);
   const uint32_t zero_exponent = 0u - static_cast<uint32_t>(exponent == 0);
   const uint32_t max_exponent = 0u - static_cast<uint32_t>(exponent == 31);
-  const uint32_t bits = (subnormal & zero_exponent) | (inf_or_nan & max_exponent) | (normal & ~(zero_exponent | max_exponent));
+  const uint32_t bits =
+      (subnormal & zero_exponent) | (inf_or_nan & max_exponent) | (normal & ~(zero_exponent | max_exponent));
   return bits_float(bits | sign);
 }
 
@@ -88,9 +89,7 @@ RG_HOST_DEVICE RG_INLINE uint16_t float_to_bf16_bits(float value) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-RG_HOST_DEVICE RG_INLINE float bf16_bits_to_float(uint16_t b) {
-  return bits_float(static_cast<uint32_t>(b) << 16);
-}
+RG_HOST_DEVICE RG_INLINE float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
 // Loading any storage type as its compute type, and storing back with one rounding.
 template <class T>
@@ -158,18 +157,39 @@ RG_HOST_DEVICE RG_INLINE BFloat16 store_as<BFloat16, double>(double v) {
 // above), not twice through f32. The CPU and CUDA cast kernels both use it.
 template <class Out, class In>
 using cast_compute_t =
-    std::conditional_t<(std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>) && std::is_same_v<In, double>,
-                       double, compute_t<Out>>;
+    std::conditional_t<(std::is_same_v<Out, Half> || std::is_same_v<Out, BFloat16>)&&std::is_same_v<In, double>, double,
+                       compute_t<Out>>;
 
 template <class T>
 constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<Half>() { return DType::f16; }
-template <> constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<Half>() {
+  return DType::f16;
+}
+template <>
+constexpr DType dtype_of<BFloat16>() {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
+}
 
 // Calls fn(T{}) with T the storage type of `t`: RG_DISPATCH style without macros.
 template <class Fn>

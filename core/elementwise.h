@@ -55,7 +55,7 @@ RG_HOST_DEVICE RG_INLINE float exp_of(float x) {
 #else
   constexpr float kLo = -87.3f, kHi = 88.3f;  // 2^n stays a normal float in between
   const float xc = x < kLo ? kLo : (x > kHi ? kHi : x);
-  constexpr float kRound = 12582912.0f;        // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float n = (xc * 1.44269504088896341f + kRound) - kRound;
   const float r = (xc - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
   float p = 1.0f / 5040.0f;
@@ -75,11 +75,22 @@ RG_HOST_DEVICE RG_INLINE float exp_of(float x) {
 }
 RG_HOST_DEVICE RG_INLINE double exp_of(double x) { return std::exp(x); }
 template <class T>  // integer compute types: only instantiated, never run (the front end refuses exp on them)
-RG_HOST_DEVICE RG_INLINE double exp_of(T x) { return std::exp(static_cast<double>(x)); }
+RG_HOST_DEVICE RG_INLINE double exp_of(T x) {
+  return std::exp(static_cast<double>(x));
+}
 
 // ---- unary ops ------------------------------------------------------------------------------------
 enum class UnaryOp : uint8_t {
-  neg, exp, log, sqrt, rsqrt, abs, tanh, sigmoid, relu, gelu,
+  neg,
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  abs,
+  tanh,
+  sigmoid,
+  relu,
+  gelu,
   pow,     // x ^ s.a
   clamp,   // min(max(x, s.a), s.b)
   affine,  // x * s.a + s.b   (scalar add and scalar multiply)
@@ -89,17 +100,60 @@ struct ScalarArgs {
   double a = 0, b = 0;
 };
 
-struct NegOp { template <class T> RG_HOST_DEVICE T operator()(T x) const { return -x; } };
-struct ExpOp { template <class T> RG_HOST_DEVICE T operator()(T x) const { return exp_of(x); } };
-struct LogOp { template <class T> RG_HOST_DEVICE T operator()(T x) const { return std::log(x); } };
-struct SqrtOp { template <class T> RG_HOST_DEVICE T operator()(T x) const { return std::sqrt(x); } };
-struct RsqrtOp { template <class T> RG_HOST_DEVICE T operator()(T x) const { return T(1) / std::sqrt(x); } };
-struct AbsOp { template <class T> RG_HOST_DEVICE T operator()(T x) const { return x < T(0) ? -x : x; } };
-struct TanhOp { template <class T> RG_HOST_DEVICE T operator()(T x) const { return std::tanh(x); } };
-struct SigmoidOp {
-  template <class T> RG_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + exp_of(-x)); }
+struct NegOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return -x;
+  }
 };
-struct ReluOp { template <class T> RG_HOST_DEVICE T operator()(T x) const { return x > T(0) ? x : T(0); } };
+struct ExpOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return exp_of(x);
+  }
+};
+struct LogOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return std::log(x);
+  }
+};
+struct SqrtOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return std::sqrt(x);
+  }
+};
+struct RsqrtOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return T(1) / std::sqrt(x);
+  }
+};
+struct AbsOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return x < T(0) ? -x : x;
+  }
+};
+struct TanhOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return std::tanh(x);
+  }
+};
+struct SigmoidOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return T(1) / (T(1) + exp_of(-x));
+  }
+};
+struct ReluOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return x > T(0) ? x : T(0);
+  }
+};
 
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
 // Computed as x sigmoid(2u) -- the same function, since 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)) --
@@ -113,7 +167,10 @@ struct GeluOp {
 };
 struct PowOp {
   double p;
-  template <class T> RG_HOST_DEVICE T operator()(T x) const { return std::pow(x, T(p)); }
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return std::pow(x, T(p));
+  }
 };
 struct ClampOp {
   double lo, hi;
@@ -124,11 +181,17 @@ struct ClampOp {
 };
 struct AffineOp {
   double scale, shift;
-  template <class T> RG_HOST_DEVICE T operator()(T x) const { return x * T(scale) + T(shift); }
+  template <class T>
+  RG_HOST_DEVICE T operator()(T x) const {
+    return x * T(scale) + T(shift);
+  }
 };
 struct FillOp {
   double value;
-  template <class T> RG_HOST_DEVICE T operator()(T) const { return T(value); }
+  template <class T>
+  RG_HOST_DEVICE T operator()(T) const {
+    return T(value);
+  }
 };
 
 template <class Fn>
@@ -161,24 +224,67 @@ const char* unary_op_name(UnaryOp op);
 
 // ---- binary ops -----------------------------------------------------------------------------------
 enum class BinaryOp : uint8_t {
-  add, sub, mul, div, maximum, minimum,
+  add,
+  sub,
+  mul,
+  div,
+  maximum,
+  minimum,
   // backward helpers: (grad, saved) -> grad_input
   relu_backward,     // g * (x > 0)
   gelu_backward,     // g * gelu'(x)
   tanh_backward,     // g * (1 - y^2), y = tanh(x)
   sigmoid_backward,  // g * y (1 - y), y = sigmoid(x)
   // comparisons write u8
-  eq, ne, lt, le, gt, ge,
+  eq,
+  ne,
+  lt,
+  le,
+  gt,
+  ge,
 };
 
-struct AddOp { template <class T> RG_HOST_DEVICE T operator()(T a, T b) const { return a + b; } };
-struct SubOp { template <class T> RG_HOST_DEVICE T operator()(T a, T b) const { return a - b; } };
-struct MulOp { template <class T> RG_HOST_DEVICE T operator()(T a, T b) const { return a * b; } };
-struct DivOp { template <class T> RG_HOST_DEVICE T operator()(T a, T b) const { return a / b; } };
-struct MaximumOp { template <class T> RG_HOST_DEVICE T operator()(T a, T b) const { return a < b ? b : a; } };
-struct MinimumOp { template <class T> RG_HOST_DEVICE T operator()(T a, T b) const { return b < a ? b : a; } };
+struct AddOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct SubOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T a, T b) const {
+    return a - b;
+  }
+};
+struct MulOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T a, T b) const {
+    return a * b;
+  }
+};
+struct DivOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T a, T b) const {
+    return a / b;
+  }
+};
+struct MaximumOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T a, T b) const {
+    return a < b ? b : a;
+  }
+};
+struct MinimumOp {
+  template <class T>
+  RG_HOST_DEVICE T operator()(T a, T b) const {
+    return b < a ? b : a;
+  }
+};
 struct ReluBackwardOp {
-  template <class T> RG_HOST_DEVICE T operator()(T g, T x) const { return x > T(0) ? g : T(0); }
+  template <class T>
+  RG_HOST_DEVICE T operator()(T g, T x) const {
+    return x > T(0) ? g : T(0);
+  }
 };
 // gelu(x) = x s with s = sigmoid(2u), u = k (x + 0.044715 x^3), k = sqrt(2/pi) (see GeluOp), so
 // d/dx gelu(x) = s + x * 2 s (1 - s) * du/dx,  du/dx = k (1 + 3 * 0.044715 x^2).
@@ -193,17 +299,53 @@ struct GeluBackwardOp {
   }
 };
 struct TanhBackwardOp {
-  template <class T> RG_HOST_DEVICE T operator()(T g, T y) const { return g * (T(1) - y * y); }
+  template <class T>
+  RG_HOST_DEVICE T operator()(T g, T y) const {
+    return g * (T(1) - y * y);
+  }
 };
 struct SigmoidBackwardOp {
-  template <class T> RG_HOST_DEVICE T operator()(T g, T y) const { return g * y * (T(1) - y); }
+  template <class T>
+  RG_HOST_DEVICE T operator()(T g, T y) const {
+    return g * y * (T(1) - y);
+  }
 };
-struct EqOp { template <class T> RG_HOST_DEVICE uint8_t operator()(T a, T b) const { return a == b; } };
-struct NeOp { template <class T> RG_HOST_DEVICE uint8_t operator()(T a, T b) const { return a != b; } };
-struct LtOp { template <class T> RG_HOST_DEVICE uint8_t operator()(T a, T b) const { return a < b; } };
-struct LeOp { template <class T> RG_HOST_DEVICE uint8_t operator()(T a, T b) const { return a <= b; } };
-struct GtOp { template <class T> RG_HOST_DEVICE uint8_t operator()(T a, T b) const { return a > b; } };
-struct GeOp { template <class T> RG_HOST_DEVICE uint8_t operator()(T a, T b) const { return a >= b; } };
+struct EqOp {
+  template <class T>
+  RG_HOST_DEVICE uint8_t operator()(T a, T b) const {
+    return a == b;
+  }
+};
+struct NeOp {
+  template <class T>
+  RG_HOST_DEVICE uint8_t operator()(T a, T b) const {
+    return a != b;
+  }
+};
+struct LtOp {
+  template <class T>
+  RG_HOST_DEVICE uint8_t operator()(T a, T b) const {
+    return a < b;
+  }
+};
+struct LeOp {
+  template <class T>
+  RG_HOST_DEVICE uint8_t operator()(T a, T b) const {
+    return a <= b;
+  }
+};
+struct GtOp {
+  template <class T>
+  RG_HOST_DEVICE uint8_t operator()(T a, T b) const {
+    return a > b;
+  }
+};
+struct GeOp {
+  template <class T>
+  RG_HOST_DEVICE uint8_t operator()(T a, T b) const {
+    return a >= b;
+  }
+};
 
 inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq; }
 inline bool binary_op_needs_floating(BinaryOp op) {
@@ -243,7 +385,10 @@ RG_HOST_DEVICE decltype(auto) visit_compare_op(BinaryOp op, Fn&& fn) {
 
 // where(cond, a, b)
 struct WhereOp {
-  template <class T> RG_HOST_DEVICE T operator()(uint8_t c, T a, T b) const { return c ? a : b; }
+  template <class T>
+  RG_HOST_DEVICE T operator()(uint8_t c, T a, T b) const {
+    return c ? a : b;
+  }
 };
 
 }  // namespace ringgrad

@@ -39,8 +39,8 @@ void set_rank_label(std::string label);
 const std::string& rank_label();
 
 // Throws ringgrad::Error("[op] message...") unless cond holds.
-#define RG_CHECK(cond, op, ...)                                                       \
-  do {                                                                                \
+#define RG_CHECK(cond, op, ...)                                                            \
+  do {                                                                                     \
     if (!(cond)) throw ::ringgrad::Error(::ringgrad::str_cat("[", op, "] ", __VA_ARGS__)); \
   } while (0)
 

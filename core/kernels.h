@@ -94,8 +94,8 @@ struct AdamArgs {
   /* Row-major C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, f32 or f64 (and on CUDA */                      \
   /* also f16/bf16 with f32 accumulation: backend_gemm_takes in core/native/backend.h). lda/ldb/ldc are */             \
   /* row strides of A, B, C as stored. */                                                                              \
-  void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,                    \
-            const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc);                \
+  void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,     \
+            int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc);                               \
   /* ---- rows.cpp / .cu: dense rows in the compute dtype ---- */                                                      \
   /* softmax (log: log_softmax) over the last dim of x, y: (rows, cols), shifted by the row maximum. */                \
   void softmax_rows(DType dtype, const void* x, void* y, int64_t rows, int64_t cols, bool log);                        \
@@ -103,8 +103,8 @@ struct AdamArgs {
   /* ignore_index count 0), returned on the host; and the gradient p = (softmax - onehot(target)) */                   \
   /* * scale in place, ignored rows zeroed. logp, p: (n, c); target: (n), checked by the front end. */                 \
   double nll_sum(DType dtype, const void* logp, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index);    \
-  void softmax_minus_one_hot(DType dtype, void* p, const int64_t* target, int64_t n, int64_t c,                        \
-                             int64_t ignore_index, double scale);                                                      \
+  void softmax_minus_one_hot(DType dtype, void* p, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,  \
+                             double scale);                                                                            \
   /* layer_norm: x, y, dx (rows, C); w, b, dw, db (C) or null; mean, rstd (rows); rstd = */                            \
   /* 1 / sqrt(var + eps) (biased variance). The backward skips null outputs. */                                        \
   void layer_norm_rows(DType dtype, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd,      \
@@ -124,15 +124,15 @@ struct AdamArgs {
   /* qkv: (B, n, 3C), rows [q | k | v], H heads of D = C / H; y: (B, n, C); att: (B, H, n, n), the */                  \
   /* probabilities the backward needs (its causal blocks at least); dy: (B, n, C); dqkv: (B, n, 3C), */                \
   /* every element written. scale = 1 / sqrt(D). */                                                                    \
-  void attention_forward(DType dtype, const void* qkv, void* y, void* att, int64_t B, int64_t n, int64_t C,            \
-                         int64_t H, double scale, const AttentionDropout& drop);                                       \
+  void attention_forward(DType dtype, const void* qkv, void* y, void* att, int64_t B, int64_t n, int64_t C, int64_t H, \
+                         double scale, const AttentionDropout& drop);                                                  \
   void attention_backward(DType dtype, const void* dy, const void* qkv, const void* att, void* dqkv, int64_t B,        \
                           int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop);                \
   /* ---- indexing.cpp / .cu: a dense tensor split around `dim` as (outer, mid, inner); index */                       \
   /* values are checked by the front end ---- */                                                                       \
   /* index_select: out (outer, count, inner) = src (outer, mid, inner) rows index[k]; any dtype. */                    \
-  void index_select(size_t element_size, const void* src, const int64_t* index, void* out, int64_t outer,              \
-                    int64_t mid, int64_t count, int64_t inner);                                                        \
+  void index_select(size_t element_size, const void* src, const int64_t* index, void* out, int64_t outer, int64_t mid, \
+                    int64_t count, int64_t inner);                                                                     \
   /* out (outer, mid, inner) += src (outer, count, inner) at rows index[k], in dtype, which the */                     \
   /* seam's backend_accumulate_dtype chose (CUDA: f32 / f64 atomic adds). */                                           \
   void index_add(DType dtype, void* out, const int64_t* index, const void* src, int64_t outer, int64_t mid,            \
@@ -157,8 +157,8 @@ struct AdamArgs {
   /* or null. */                                                                                                       \
   void sgd_update(DType param_dtype, void* param, const void* grad, void* master, void* momentum, int64_t n,           \
                   const SgdHyper& h);                                                                                  \
-  void adam_update(DType param_dtype, void* param, const void* grad, void* master, void* exp_avg,                      \
-                   void* exp_avg_sq, int64_t n, const AdamHyper& h);
+  void adam_update(DType param_dtype, void* param, const void* grad, void* master, void* exp_avg, void* exp_avg_sq,    \
+                   int64_t n, const AdamHyper& h);
 
 namespace cpu {
 RINGGRAD_BACKEND_KERNELS

@@ -42,8 +42,16 @@ struct SgdStep {
 
   SgdStep() = default;  // an empty entry of the multi-tensor kernel's list (core/cuda/optim.cu)
   SgdStep(P* p, const P* g, S* m, S* b, const SgdHyper& h)
-      : param(p), grad(g), master(m), buf(b), lr(S(h.lr)), mom(S(h.momentum)), damp(S(1 - h.dampening)),
-        wd(S(h.weight_decay)), nesterov(h.nesterov), first_step(h.first_step) {}
+      : param(p),
+        grad(g),
+        master(m),
+        buf(b),
+        lr(S(h.lr)),
+        mom(S(h.momentum)),
+        damp(S(1 - h.dampening)),
+        wd(S(h.weight_decay)),
+        nesterov(h.nesterov),
+        first_step(h.first_step) {}
 
   RG_HOST_DEVICE RG_INLINE void operator()(int64_t i) const {
     S x = master ? master[i] : S(load(param[i]));
@@ -73,7 +81,14 @@ struct AdamStep {
 
   AdamStep() = default;
   AdamStep(P* p, const P* g, S* master_, S* m_, S* v_, const AdamHyper& h)
-      : param(p), grad(g), master(master_), m(m_), v(v_), b1(S(h.beta1)), b2(S(h.beta2)), eps(S(h.eps)),
+      : param(p),
+        grad(g),
+        master(master_),
+        m(m_),
+        v(v_),
+        b1(S(h.beta1)),
+        b2(S(h.beta2)),
+        eps(S(h.eps)),
         step_size(S(h.lr) / S(1 - std::pow(h.beta1, static_cast<double>(h.step)))),
         bias2_sqrt(S(std::sqrt(1 - std::pow(h.beta2, static_cast<double>(h.step))))),
         l2(h.decoupled_weight_decay ? S(0) : S(h.weight_decay)),

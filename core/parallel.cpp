@@ -124,9 +124,7 @@ class ThreadPool {
 // exhaust the process's thread limit.
 constexpr int64_t kMaxThreads = 1024;
 
-int env_count(const char* name) {
-  return static_cast<int>(env::integer(name, "threads", 1, kMaxThreads).value_or(0));
-}
+int env_count(const char* name) { return static_cast<int>(env::integer(name, "threads", 1, kMaxThreads).value_or(0)); }
 
 std::mutex g_pool_mutex;
 std::unique_ptr<ThreadPool> g_pool;  // created on first use with default_num_threads()

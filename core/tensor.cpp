@@ -40,16 +40,15 @@ Shape contiguous_strides(const Shape& shape) {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
-  RG_CHECK(dim >= lo && dim <= hi, op, "dimension ", dim, " out of range for a tensor with ", ndim,
-           " dims (expected ", lo, " to ", hi, ")");
+  RG_CHECK(dim >= lo && dim <= hi, op, "dimension ", dim, " out of range for a tensor with ", ndim, " dims (expected ",
+           lo, " to ", hi, ")");
   return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
 }
 
 TensorImpl::TensorImpl() = default;
 TensorImpl::~TensorImpl() = default;
 
-Tensor make_view(const std::shared_ptr<Storage>& storage, Shape shape, Shape strides, int64_t offset,
-                 DType dtype) {
+Tensor make_view(const std::shared_ptr<Storage>& storage, Shape shape, Shape strides, int64_t offset, DType dtype) {
   RG_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "tensor", "at most ", kMaxDims,
            " dims are supported, got shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
@@ -101,9 +100,8 @@ namespace {
 constexpr int64_t kSummarizeAbove = 1000;  // elements; larger tensors print 3 items per edge
 constexpr int64_t kEdgeItems = 3;
 
-void print_values(std::ostream& os, const std::vector<double>& values, const Shape& shape,
-                  const Shape& strides, int64_t dim, int64_t offset, bool summarize, bool integral,
-                  int indent) {
+void print_values(std::ostream& os, const std::vector<double>& values, const Shape& shape, const Shape& strides,
+                  int64_t dim, int64_t offset, bool summarize, bool integral, int indent) {
   if (shape.empty()) {
     os << values[0];
     return;
@@ -142,11 +140,9 @@ std::string Tensor::str() const {
   if (dim() == 0) {
     os << values[0];
   } else {
-    print_values(os, values, shape(), contiguous_strides(shape()), 0, 0, numel() > kSummarizeAbove,
-                 integral, 7);
+    print_values(os, values, shape(), contiguous_strides(shape()), 0, 0, numel() > kSummarizeAbove, integral, 7);
   }
-  os << ", shape=" << shape_str(shape()) << ", dtype=" << dtype_name(dtype())
-     << ", device=" << device().str();
+  os << ", shape=" << shape_str(shape()) << ", dtype=" << dtype_name(dtype()) << ", device=" << device().str();
   if (requires_grad()) os << ", requires_grad";
   os << ")";
   return os.str();

@@ -26,7 +26,7 @@ namespace ringgrad {
 using Shape = std::vector<int64_t>;
 
 int64_t shape_numel(const Shape& shape);
-std::string shape_str(const Shape& shape);       // "(32, 784)"
+std::string shape_str(const Shape& shape);     // "(32, 784)"
 Shape contiguous_strides(const Shape& shape);  // row-major
 
 namespace autograd {
@@ -71,7 +71,7 @@ class Tensor {
   const Shape& shape() const { return checked()->shape; }
   const Shape& strides() const { return checked()->strides; }
   int64_t dim() const { return static_cast<int64_t>(shape().size()); }
-  int64_t size(int64_t d) const;    // negative d counts from the end
+  int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t stride(int64_t d) const;
   int64_t offset() const { return checked()->offset; }
   int64_t numel() const { return shape_numel(shape()); }
@@ -91,8 +91,8 @@ class Tensor {
   void* raw_data() const;
   template <class T>
   T* data() const {
-    RG_CHECK(dtype_of<T>() == dtype(), "data", "requested ", dtype_name(dtype_of<T>()),
-             " pointer from a ", desc(), " tensor");
+    RG_CHECK(dtype_of<T>() == dtype(), "data", "requested ", dtype_name(dtype_of<T>()), " pointer from a ", desc(),
+             " tensor");
     return static_cast<T*>(raw_data());
   }
 
@@ -139,7 +139,7 @@ class Tensor {
   Tensor contiguous() const;  // self when already contiguous, else a copy
 
   // ---- conversion -----------------------------------------------------------------------------
-  Tensor to(DType dtype) const;    // self when already that dtype
+  Tensor to(DType dtype) const;  // self when already that dtype
   // Self when already there. non_blocking: a copy from pinned memory to a GPU returns at once
   // (queued before any kernel launched later); see pin_memory().
   Tensor to(Device device, bool non_blocking = false) const;
@@ -152,7 +152,7 @@ class Tensor {
   // ---- in-place (for optimizers and initialisers; not recorded by autograd) -------------------
   Tensor& fill_(double value);
   Tensor& zero_();
-  Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype, crosses devices
+  Tensor& copy_(const Tensor& src);                       // broadcasts src, converts dtype, crosses devices
   Tensor& add_(const Tensor& other, double alpha = 1.0);  // self += alpha * other
   Tensor& sub_(const Tensor& other);
   Tensor& mul_(const Tensor& other);
@@ -193,7 +193,6 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 
 // A new tensor header (no autograd state) viewing `storage`.
-Tensor make_view(const std::shared_ptr<Storage>& storage, Shape shape, Shape strides, int64_t offset,
-                 DType dtype);
+Tensor make_view(const std::shared_ptr<Storage>& storage, Shape shape, Shape strides, int64_t offset, DType dtype);
 
 }  // namespace ringgrad

@@ -7,8 +7,10 @@ namespace ringgrad::data {
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DistributedSampler& sampler, DataLoaderOptions options)
     : dataset_(std::move(dataset)), sampler_(sampler), options_(options) {
   RG_CHECK(dataset_ != nullptr, "DataLoader", "dataset is null");
-  RG_CHECK(options.batch_size > 0 && options.prefetch >= 0, "DataLoader", "batch_size must be > 0 and prefetch >= 0, "
-           "got ", options.batch_size, " and ", options.prefetch);
+  RG_CHECK(options.batch_size > 0 && options.prefetch >= 0, "DataLoader",
+           "batch_size must be > 0 and prefetch >= 0, "
+           "got ",
+           options.batch_size, " and ", options.prefetch);
 }
 
 DataLoader::~DataLoader() { stop_worker(); }

@@ -18,8 +18,8 @@ Example Dataset::get_batch(const std::vector<int64_t>& indices) const {
 }
 
 TensorDataset::TensorDataset(Tensor inputs, Tensor targets) : inputs_(std::move(inputs)), targets_(std::move(targets)) {
-  RG_CHECK(inputs_.dim() >= 1 && targets_.dim() >= 1 && inputs_.size(0) == targets_.size(0), "TensorDataset",
-           "inputs ", inputs_.desc(), " and targets ", targets_.desc(), " need the same first dimension");
+  RG_CHECK(inputs_.dim() >= 1 && targets_.dim() >= 1 && inputs_.size(0) == targets_.size(0), "TensorDataset", "inputs ",
+           inputs_.desc(), " and targets ", targets_.desc(), " need the same first dimension");
 }
 
 Example TensorDataset::get(int64_t index) const {

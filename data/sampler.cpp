@@ -43,8 +43,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
       rank_(options.rank >= 0 ? options.rank : launcher_value("OMPI_COMM_WORLD_RANK", 0, 0)),
       options_(options) {
   RG_CHECK(dataset_size >= 0, "DistributedSampler", "dataset size must be >= 0, got ", dataset_size);
-  RG_CHECK(rank_ >= 0 && rank_ < num_replicas_, "DistributedSampler", "rank ", rank_, " is not in [0, ",
-           num_replicas_, ")");
+  RG_CHECK(rank_ >= 0 && rank_ < num_replicas_, "DistributedSampler", "rank ", rank_, " is not in [0, ", num_replicas_,
+           ")");
   num_samples_ = options.drop_last ? size_ / num_replicas_ : (size_ + num_replicas_ - 1) / num_replicas_;
   if (!options.drop_last && !options.pad) num_samples_ = (size_ - rank_ + num_replicas_ - 1) / num_replicas_;
 }

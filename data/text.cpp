@@ -25,7 +25,8 @@ std::string read_file(const std::string& path) {
 
 TextCorpus load_fortunes(const std::string& dir) {
   namespace fs = std::filesystem;
-  RG_CHECK(fs::is_directory(dir), "load_fortunes", dir, " is not a directory (apt-get install fortunes, or pass --data FILE)");
+  RG_CHECK(fs::is_directory(dir), "load_fortunes", dir,
+           " is not a directory (apt-get install fortunes, or pass --data FILE)");
   TextCorpus corpus;
   for (const auto& entry : fs::directory_iterator(dir))
     if (entry.is_regular_file() && !entry.is_symlink() && entry.path().extension() != ".dat")
@@ -113,9 +114,10 @@ std::vector<int64_t> WindowSampler::offsets(int64_t step, int64_t batch_size) co
   const uint64_t key = options_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch_);
   std::vector<int64_t> out;
   for (int64_t b = 0; b < batch_size; ++b) {
-    const uint64_t counter =
-        (static_cast<uint64_t>(step) * static_cast<uint64_t>(options_.num_replicas) + static_cast<uint64_t>(options_.rank)) *
-            static_cast<uint64_t>(batch_size) + static_cast<uint64_t>(b);
+    const uint64_t counter = (static_cast<uint64_t>(step) * static_cast<uint64_t>(options_.num_replicas) +
+                              static_cast<uint64_t>(options_.rank)) *
+                                 static_cast<uint64_t>(batch_size) +
+                             static_cast<uint64_t>(b);
     const Philox4x32 block = philox4x32(counter, 0, key);
     const uint64_t word = (static_cast<uint64_t>(block.v[0]) << 32) | block.v[1];
     out.push_back(static_cast<int64_t>(word % range));  // bias < range / 2^64: negligible
@@ -130,12 +132,13 @@ std::pair<Tensor, Tensor> window_batch(const std::vector<int64_t>& tokens, const
   x.reserve(static_cast<size_t>(B * block_size));
   y.reserve(static_cast<size_t>(B * block_size));
   for (int64_t o : offsets) {
-    RG_CHECK(o >= 0 && o + block_size < static_cast<int64_t>(tokens.size()), "window_batch", "window at ", o,
-             " of ", block_size + 1, " tokens does not fit in ", tokens.size(), " tokens");
+    RG_CHECK(o >= 0 && o + block_size < static_cast<int64_t>(tokens.size()), "window_batch", "window at ", o, " of ",
+             block_size + 1, " tokens does not fit in ", tokens.size(), " tokens");
     x.insert(x.end(), tokens.begin() + o, tokens.begin() + o + block_size);
     y.insert(y.end(), tokens.begin() + o + 1, tokens.begin() + o + block_size + 1);
   }
-  return {from_vector(x, {B, block_size}, {.dtype = DType::i64}), from_vector(y, {B, block_size}, {.dtype = DType::i64})};
+  return {from_vector(x, {B, block_size}, {.dtype = DType::i64}),
+          from_vector(y, {B, block_size}, {.dtype = DType::i64})};
 }
 
 }  // namespace ringgrad::data

@@ -36,7 +36,7 @@ class CharVocab {
  public:
   explicit CharVocab(const std::string& text);  // the distinct bytes of text, sorted
   static CharVocab from_tensor(const Tensor& bytes);
-  Tensor to_tensor() const;                      // (V,) u8
+  Tensor to_tensor() const;  // (V,) u8
 
   int64_t size() const { return static_cast<int64_t>(chars_.size()); }
   std::vector<int64_t> encode(const std::string& text) const;  // throws on a byte not in the vocabulary
@@ -45,8 +45,8 @@ class CharVocab {
 
  private:
   CharVocab() = default;
-  std::string chars_;    // id -> byte
-  int16_t id_[256];      // byte -> id, -1 when absent
+  std::string chars_;  // id -> byte
+  int16_t id_[256];    // byte -> id, -1 when absent
 };
 
 // The first `fraction` of the tokens, and the rest.

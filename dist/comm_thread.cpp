@@ -147,8 +147,7 @@ void CommThread::run_on_caller(Running& running, StartRef start, std::chrono::mi
 // both only every 16th poll. It never reads the clock for the op's deadline: the budget ends long
 // before a timeout could expire, and the communication thread checks the deadline of an op it takes
 // over.
-bool CommThread::poll_on_caller(Running& running, StartRef start, std::chrono::microseconds budget,
-                                bool from_wait) {
+bool CommThread::poll_on_caller(Running& running, StartRef start, std::chrono::microseconds budget, bool from_wait) {
   const size_t queued_at_start = queued_.load(std::memory_order_acquire);
   const auto began = Clock::now();
   if (!this->start(running, start, began)) return true;  // failed to start: finished
@@ -220,7 +219,7 @@ constexpr int kBlockedSpinMicroseconds = 3000;
 // front of the queue.
 void CommThread::loop() {
   prctl(PR_SET_TIMERSLACK, kTimerSlackNs, 0, 0, 0);  // Note [Polling, not spinning]
-  int sleeps = 0;                                     // the back-off (back_off())
+  int sleeps = 0;                                    // the back-off (back_off())
   Clock::time_point idle_since = Clock::now();
   bool was_running = false;    // something ran in the last pass: it counts as busy time
   bool just_finished = false;  // an op ended in the last pass
@@ -340,9 +339,9 @@ bool CommThread::start(Running& running, StartRef start, Clock::time_point now) 
   running.start_us = std::chrono::duration<double, std::micro>(now.time_since_epoch()).count();
   const OpInfo& info = running.task.info();
   if (!broken_.empty()) {
-    complete(running, std::make_exception_ptr(
-        Error(str_cat("[dist.", info.name, "] ", label(info), ": the process group is unusable: ", broken_,
-                      ". Create a new process group (every rank must), or end the job."))));
+    complete(running, std::make_exception_ptr(Error(
+                          str_cat("[dist.", info.name, "] ", label(info), ": the process group is unusable: ", broken_,
+                                  ". Create a new process group (every rank must), or end the job."))));
     return false;
   }
   running.deadline = now + std::chrono::duration_cast<Clock::duration>(timeout_);
@@ -388,11 +387,11 @@ void CommThread::time_out(Running& running) {
   const OpInfo& info = running.task.info();
   abandon(running);
   broken_ = str_cat(info.name, " #", info.seq, " timed out");
-  const char* hint = info.p2p
-      ? "The peer probably did not issue the matching send / recv (same tag, same byte count)."
-      : "Another rank probably did not issue this collective, or issued collectives in a different order (see "
-        "Note [Collective order] in dist/process_group.h; RINGGRAD_DIST_DEBUG=1 checks it on every "
-        "collective), or died.";
+  const char* hint =
+      info.p2p ? "The peer probably did not issue the matching send / recv (same tag, same byte count)."
+               : "Another rank probably did not issue this collective, or issued collectives in a different order (see "
+                 "Note [Collective order] in dist/process_group.h; RINGGRAD_DIST_DEBUG=1 checks it on every "
+                 "collective), or died.";
   complete(running, std::make_exception_ptr(Error(str_cat("[dist.", info.name, "] ", label(info), " timed out after ",
                                                           timeout_.count(), " s. ", hint,
                                                           " If it is only slow, raise RINGGRAD_COLLECTIVE_TIMEOUT "
@@ -409,7 +408,8 @@ void CommThread::abandon(Running& running) {
 bool CommThread::network_delay_passed(const Running& running) const {
   if (network_.latency_us <= 0 && network_.bandwidth_gbps <= 0) return true;
   double modelled_us = network_.latency_us;
-  if (network_.bandwidth_gbps > 0) modelled_us += static_cast<double>(running.task.info().bytes) / (network_.bandwidth_gbps * 1e3);
+  if (network_.bandwidth_gbps > 0)
+    modelled_us += static_cast<double>(running.task.info().bytes) / (network_.bandwidth_gbps * 1e3);
   return trace_clock_us() >= running.start_us + modelled_us;
 }
 

@@ -114,9 +114,8 @@ class CommThread : public WorkRunner {
    public:
     template <class F>
     explicit StartRef(F& f)
-        : callable_(&f), call_([](void* c, uint64_t seq) -> std::unique_ptr<PendingOp> {
-            return (*static_cast<F*>(c))(seq);
-          }) {}
+        : callable_(&f),
+          call_([](void* c, uint64_t seq) -> std::unique_ptr<PendingOp> { return (*static_cast<F*>(c))(seq); }) {}
     std::unique_ptr<PendingOp> operator()(uint64_t seq) const { return call_(callable_, seq); }
 
    private:
@@ -177,7 +176,7 @@ class CommThread : public WorkRunner {
   inline void count_busy_time(bool was_running, double& last_us);
   inline void start_taken(Pass& pass);
   inline void poll_running(Pass& pass);
-  inline void end_p2p(int done);                   // under the lock
+  inline void end_p2p(int done);  // under the lock
   // Between passes that made no progress; `sleeps` and `idle_since` carry the back-off.
   void back_off(int& sleeps, Clock::time_point idle_since) const;
 
@@ -188,11 +187,11 @@ class CommThread : public WorkRunner {
   // Polls one running op: true once it finished (its Work is then completed). Without
   // check_deadline the timeout is not looked at (a clock read saved: see poll_on_caller()).
   bool advance(Running& running, bool check_deadline = true);
-  void time_out(Running& running);     // Note [After a timeout]
-  void abandon(Running& running);      // keeps its op in abandoned_
+  void time_out(Running& running);  // Note [After a timeout]
+  void abandon(Running& running);   // keeps its op in abandoned_
   void complete(Running& running, std::exception_ptr error);
   void count(const Running& running, bool failed, double end_us);  // stats and trace; under mutex_
-  bool network_delay_passed(const Running& running) const;  // Note [Simulated network]
+  bool network_delay_passed(const Running& running) const;         // Note [Simulated network]
   std::string label(const OpInfo& info) const { return describe_op(info, backend_, rank_, size_); }
 
   const std::string backend_;
@@ -209,9 +208,9 @@ class CommThread : public WorkRunner {
   std::atomic<size_t> queued_{0};
   std::atomic<int> blocked_callers_{0};  // threads blocked in a Work's wait for an op of this thread
   // Under mutex_: what runs, and the counters other threads read.
-  bool collective_active_ = false;  // a collective (running here, or being started by a caller)
-  int p2p_active_ = 0;              // that many sends / receives
-  bool starting_here_ = false;      // a caller is running a collective: start nothing meanwhile
+  bool collective_active_ = false;        // a collective (running here, or being started by a caller)
+  int p2p_active_ = 0;                    // that many sends / receives
+  bool starting_here_ = false;            // a caller is running a collective: start nothing meanwhile
   std::unique_ptr<Running> handed_over_;  // a caller-started collective for this thread to finish
   bool stopping_ = false;
   GroupStats stats_;
@@ -219,7 +218,7 @@ class CommThread : public WorkRunner {
 
   // Touched only by whoever runs ops: this thread, or a caller while starting_here_ (this thread
   // then runs nothing).
-  std::string broken_;  // why the group is unusable; empty while healthy
+  std::string broken_;                                 // why the group is unusable; empty while healthy
   std::vector<std::unique_ptr<PendingOp>> abandoned_;  // See Note [After a timeout]
   std::unique_ptr<Running> collective_;                // the running collective, if any
   std::vector<std::unique_ptr<Running>> p2p_;          // running sends / receives

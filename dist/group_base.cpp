@@ -58,7 +58,8 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
            options.max_poll_sleep_us);
   RG_CHECK(options.ring_segment_bytes >= 64, "dist.new_group", "ring_segment_bytes must be >= 64, got ",
            options.ring_segment_bytes);
-  debug_check_ = options.debug_check ? *options.debug_check : env::flag("RINGGRAD_DIST_DEBUG", "dist.new_group").value_or(false);
+  debug_check_ =
+      options.debug_check ? *options.debug_check : env::flag("RINGGRAD_DIST_DEBUG", "dist.new_group").value_or(false);
   const int id = next_group_id();
   const auto trace_prefix = env::text("RINGGRAD_DIST_TRACE");
   const bool trace = options.trace ? *options.trace : trace_prefix.has_value();
@@ -86,12 +87,11 @@ GroupBase::~GroupBase() {
   comms_->free();
 }
 
-std::shared_ptr<Work> GroupBase::submit_checked(OpInfo info,
-                                                std::function<std::unique_ptr<PendingOp>(int tag)> start) {
+std::shared_ptr<Work> GroupBase::submit_checked(OpInfo info, std::function<std::unique_ptr<PendingOp>(int tag)> start) {
   // Without device indices: ranks that each drive their own GPU ("cuda:0", "cuda:1") issue the same
   // collective.
-  std::string fingerprint = std::regex_replace(str_cat(info.name, " (", info.detail(info.operands), ")"),
-                                               std::regex("cuda:[0-9]+"), "cuda");
+  std::string fingerprint =
+      std::regex_replace(str_cat(info.name, " (", info.detail(info.operands), ")"), std::regex("cuda:[0-9]+"), "cuda");
   return comm_thread_->submit(std::move(info), [this, start = std::move(start), fingerprint](uint64_t seq) {
     const std::string where = str_cat("collective #", seq, " of backend '", backend_, "'");
     return comms_->start_checked(fingerprint, where, [start, seq] { return start(collective_tag(seq)); });
@@ -105,8 +105,8 @@ std::shared_ptr<Work> GroupBase::submit_p2p(OpInfo info, std::function<std::uniq
 
 void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) const {
   check_tensor(op, "tensor", t, rank_, size_);
-  RG_CHECK(peer >= 0 && peer < size_ && peer != rank_, op, "peer rank ", peer, " must be another rank of this group of ",
-           size_, " (rank ", rank_, ")");
+  RG_CHECK(peer >= 0 && peer < size_ && peer != rank_, op, "peer rank ", peer,
+           " must be another rank of this group of ", size_, " (rank ", rank_, ")");
   RG_CHECK(tag >= 0 && tag <= 32767, op, "tag ", tag, " must be in [0, 32767] (rank ", rank_, "/", size_, ")");
   checked_count(op, static_cast<int64_t>(t.nbytes()), rank_);
 }
@@ -133,14 +133,16 @@ std::shared_ptr<Work> GroupBase::recv(const Tensor& t, int src, int tag) {
 std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
   check_tensor("dist.allreduce", "tensor", t, rank_, size_);
   const DType dt = t.dtype();
-  RG_CHECK(dt != DType::u8, "dist.allreduce", "dtype u8 is not supported (", t.desc(), ", rank ", rank_, "/",
-           size_, "); use f32, f64, f16, bf16, i32 or i64");
+  RG_CHECK(dt != DType::u8, "dist.allreduce", "dtype u8 is not supported (", t.desc(), ", rank ", rank_, "/", size_,
+           "); use f32, f64, f16, bf16, i32 or i64");
   checked_count("dist.allreduce", t.numel(), rank_);
   auto detail = [](const OpInfo::Operands& o) {
     return str_cat(reduce_op_name(static_cast<ReduceOp>(o.x)), ", ", o.a.desc());
   };
-  const OpInfo info{
-      .name = "allreduce", .detail = detail, .operands = {.a = t, .x = static_cast<int>(op)}, .bytes = t.nbytes()};
+  const OpInfo info{.name = "allreduce",
+                    .detail = detail,
+                    .operands = {.a = t, .x = static_cast<int>(op)},
+                    .bytes = t.nbytes()};
   if (std::shared_ptr<Work> work = allreduce_in_place(info, t, op)) return work;  // Note [Shared gradient buffers]
   // See Note [CUDA tensors through host staging].
   return submit_collective(info, [this, t, host = staging_.in("dist.allreduce", t), op](int tag) {
@@ -158,15 +160,16 @@ Tensor GroupBase::new_reduction_buffer(int64_t numel, DType dtype, Device device
 
 std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
   check_tensor("dist.broadcast", "tensor", t, rank_, size_);
-  RG_CHECK(root >= 0 && root < size_, "dist.broadcast", "root ", root, " is not a rank of this group of ",
-           size_, " (rank ", rank_, ")");
+  RG_CHECK(root >= 0 && root < size_, "dist.broadcast", "root ", root, " is not a rank of this group of ", size_,
+           " (rank ", rank_, ")");
   checked_count("dist.broadcast", static_cast<int64_t>(t.nbytes()), rank_);
   auto detail = [](const OpInfo::Operands& o) { return str_cat("root ", o.x, ", ", o.a.desc()); };
-  return submit_collective({.name = "broadcast", .detail = detail, .operands = {.a = t, .x = root}, .bytes = t.nbytes()},
-                           // See Note [CUDA tensors through host staging].
-                           [this, t, host = staging_.in("dist.broadcast", t), root](int tag) {
-                             return Staging::staged(start_broadcast(host, root, tag), t, host);
-                           });
+  return submit_collective(
+      {.name = "broadcast", .detail = detail, .operands = {.a = t, .x = root}, .bytes = t.nbytes()},
+      // See Note [CUDA tensors through host staging].
+      [this, t, host = staging_.in("dist.broadcast", t), root](int tag) {
+        return Staging::staged(start_broadcast(host, root, tag), t, host);
+      });
 }
 
 std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& input) {
@@ -174,9 +177,9 @@ std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& i
   check_tensor("dist.allgather", "output", output, rank_, size_);
   Shape expected{size_};
   expected.insert(expected.end(), input.shape().begin(), input.shape().end());
-  RG_CHECK(output.shape() == expected && output.dtype() == input.dtype(), "dist.allgather", "output ",
-           output.desc(), " must be (N, *input.shape) = ", shape_str(expected), " ", dtype_name(input.dtype()),
-           " for input ", input.desc(), " (rank ", rank_, "/", size_, ")");
+  RG_CHECK(output.shape() == expected && output.dtype() == input.dtype(), "dist.allgather", "output ", output.desc(),
+           " must be (N, *input.shape) = ", shape_str(expected), " ", dtype_name(input.dtype()), " for input ",
+           input.desc(), " (rank ", rank_, "/", size_, ")");
   checked_count("dist.allgather", static_cast<int64_t>(output.nbytes()), rank_);
   // See Note [CUDA tensors through host staging].
   const Tensor host_in = staging_.in("dist.allgather", input), host_out = staging_.out("dist.allgather", output);
@@ -192,8 +195,8 @@ std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tens
   check_tensor("dist.reduce_scatter", "output", output, rank_, size_);
   RG_CHECK(input.dtype() != DType::u8, "dist.reduce_scatter", "dtype u8 is not supported (", input.desc(), ", rank ",
            rank_, "/", size_, "); use f32, f64, f16, bf16, i32 or i64");
-  RG_CHECK(input.numel() == output.numel() * size_ && output.dtype() == input.dtype(), "dist.reduce_scatter",
-           "input ", input.desc(), " must hold N = ", size_, " blocks of output ", output.desc(),
+  RG_CHECK(input.numel() == output.numel() * size_ && output.dtype() == input.dtype(), "dist.reduce_scatter", "input ",
+           input.desc(), " must hold N = ", size_, " blocks of output ", output.desc(),
            " (N * output.numel() elements of output's dtype) (rank ", rank_, "/", size_, ")");
   checked_count("dist.reduce_scatter", input.numel(), rank_);
   auto detail = [](const OpInfo::Operands& o) {
@@ -211,7 +214,8 @@ std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tens
 }
 
 std::shared_ptr<Work> GroupBase::barrier() {
-  return submit_collective({.name = "barrier", .detail = [](const OpInfo::Operands&) { return std::string("no data"); }},
+  return submit_collective({.name = "barrier",
+                            .detail = [](const OpInfo::Operands&) { return std::string("no data"); }},
                            [this](int tag) { return start_barrier(tag); });
 }
 

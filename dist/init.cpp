@@ -28,8 +28,8 @@ void throw_mpi_error(int code, const char* statement, const char* file, int line
   char text[MPI_MAX_ERROR_STRING] = {0};
   int length = 0;
   if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", code);
-  throw Error(str_cat("[mpi] ", statement, " failed on rank ", rank_for_errors(), ": ", text, " (", file,
-                      ":", line, ")"));
+  throw Error(
+      str_cat("[mpi] ", statement, " failed on rank ", rank_for_errors(), ": ", text, " (", file, ":", line, ")"));
 }
 
 }  // namespace detail

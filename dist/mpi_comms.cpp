@@ -20,8 +20,12 @@ class CheckedOp : public PendingOp {
  public:
   CheckedOp(const std::string& fingerprint, const std::string& where, MPI_Comm comm, int rank, int size,
             std::function<std::unique_ptr<PendingOp>()> start_real)
-      : where_(where), rank_(rank), size_(size), mine_(kFingerprintBytes, '\0'),
-        all_(static_cast<size_t>(kFingerprintBytes) * size, '\0'), start_real_(std::move(start_real)) {
+      : where_(where),
+        rank_(rank),
+        size_(size),
+        mine_(kFingerprintBytes, '\0'),
+        all_(static_cast<size_t>(kFingerprintBytes) * size, '\0'),
+        start_real_(std::move(start_real)) {
     fingerprint.copy(mine_.data(), kFingerprintBytes - 1);
     RG_MPI_CHECK(MPI_Iallgather(mine_.data(), kFingerprintBytes, MPI_CHAR, all_.data(), kFingerprintBytes, MPI_CHAR,
                                 comm, &request_));

@@ -97,10 +97,10 @@ inline constexpr size_t kAutoThresholdBytes = size_t{64} << 10;
 
 // Counters of one process group, since creation (this rank's view).
 struct GroupStats {
-  uint64_t ops = 0;           // operations finished (collectives and send / recv)
-  uint64_t failed = 0;        // of which failed or timed out
-  uint64_t bytes = 0;         // this rank's tensor bytes over finished operations
-  double busy_seconds = 0;    // wall time during which at least one operation was running
+  uint64_t ops = 0;         // operations finished (collectives and send / recv)
+  uint64_t failed = 0;      // of which failed or timed out
+  uint64_t bytes = 0;       // this rank's tensor bytes over finished operations
+  double busy_seconds = 0;  // wall time during which at least one operation was running
 };
 
 class ProcessGroup {

@@ -5,8 +5,8 @@
 namespace ringgrad::dist {
 
 std::string describe_op(const OpInfo& info, const std::string& backend, int rank, int size) {
-  return str_cat(info.name, " #", info.seq, " (", info.detail ? info.detail(info.operands) : std::string(), ", ", info.bytes,
-                 " bytes) on backend '", backend, "', rank ", rank, "/", size);
+  return str_cat(info.name, " #", info.seq, " (", info.detail ? info.detail(info.operands) : std::string(), ", ",
+                 info.bytes, " bytes) on backend '", backend, "', rank ", rank, "/", size);
 }
 
 namespace {

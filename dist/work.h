@@ -71,12 +71,12 @@ struct OpInfo {
     Tensor a{}, b{};
     int x = 0, y = 0;
   };
-  std::string name;                               // "allreduce"
+  std::string name;                                  // "allreduce"
   std::string (*detail)(const Operands&) = nullptr;  // -> "sum, (1000,) f32 cpu"
   Operands operands{};
-  uint64_t seq = 0;    // collectives: 0, 1, 2, ... per group, the same on every rank; p2p: its own count
-  size_t bytes = 0;    // this rank's tensor bytes
-  bool p2p = false;    // send / recv: concurrent, outside the collective order
+  uint64_t seq = 0;  // collectives: 0, 1, 2, ... per group, the same on every rank; p2p: its own count
+  size_t bytes = 0;  // this rank's tensor bytes
+  bool p2p = false;  // send / recv: concurrent, outside the collective order
 };
 
 // "allreduce #7 (sum, (1000,) f32 cpu, 4000 bytes) on backend 'ring', rank 0/2"
@@ -96,7 +96,7 @@ class Work {
   bool wait(std::chrono::duration<double> timeout);
   void wait_on_device();  // Note [Waiting on the device]
   bool is_completed() const;
-  bool is_success() const;          // completed without error
+  bool is_success() const;           // completed without error
   std::exception_ptr error() const;  // null while running or after success
   // "allreduce #7 (sum, (1000,) f32 cpu, 4000 bytes) on backend 'ring', rank 0/2": what this Work
   // is, for messages. Built when asked for (most never are).

@@ -29,8 +29,7 @@ class Flatten : public Module {
 // Inverted dropout; identity in eval mode.
 class Dropout : public Module {
  public:
-  explicit Dropout(double p = 0.5, Generator* generator = nullptr)
-      : Module("Dropout"), p(p), generator_(generator) {}
+  explicit Dropout(double p = 0.5, Generator* generator = nullptr) : Module("Dropout"), p(p), generator_(generator) {}
   Tensor forward(const Tensor& x) override {
     return functional::dropout(x, p, is_training(), generator_ ? *generator_ : default_generator());
   }

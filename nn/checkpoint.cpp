@@ -59,8 +59,8 @@ void save_checkpoint(const std::string& path, const StateDict& entries) {
     put<uint64_t>(out, t.nbytes());
     out.append(static_cast<const char*>(t.raw_data()), t.nbytes());
   }
-  put<uint32_t>(out, static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(out.data()),
-                                                 static_cast<uInt>(out.size()))));
+  put<uint32_t>(out, static_cast<uint32_t>(
+                         crc32(0L, reinterpret_cast<const Bytef*>(out.data()), static_cast<uInt>(out.size()))));
 
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -122,8 +122,8 @@ StateDict load_checkpoint(const std::string& path) {
     }
     const uint64_t nbytes = r.get<uint64_t>("a byte count");
     const DType dt = static_cast<DType>(dtype);
-    RG_CHECK(nbytes == static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dt), "load_checkpoint", path,
-             ": entry '", name, "' holds ", nbytes, " bytes, but ", shape_str(shape), " ", dtype_name(dt), " needs ",
+    RG_CHECK(nbytes == static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dt), "load_checkpoint", path, ": entry '",
+             name, "' holds ", nbytes, " bytes, but ", shape_str(shape), " ", dtype_name(dt), " needs ",
              shape_numel(shape) * static_cast<int64_t>(dtype_size(dt)));
     r.need(nbytes + 4, "tensor data");  // + the trailer
     entries.emplace_back(std::move(name), from_blob(bytes.data() + r.pos, shape, dt, {.dtype = dt}));

@@ -10,8 +10,10 @@ namespace ringgrad::nn {
 // Initialisation as torch.nn.Conv2d: fan_in = C * K * K; weight kaiming-uniform, bias U(±1/sqrt(fan_in)).
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions options)
     : Module("Conv2d"), stride(options.stride), padding(options.padding) {
-  RG_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0, "Conv2d", "channels and kernel size must be "
-           "positive, got ", in_channels, ", ", out_channels, ", ", kernel_size);
+  RG_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0, "Conv2d",
+           "channels and kernel size must be "
+           "positive, got ",
+           in_channels, ", ", out_channels, ", ", kernel_size);
   Generator& gen = options.generator ? *options.generator : default_generator();
   const int64_t fan_in = in_channels * kernel_size * kernel_size;
   weight = register_parameter("weight", empty({out_channels, in_channels, kernel_size, kernel_size}));

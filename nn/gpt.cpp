@@ -73,8 +73,8 @@ GPT::GPT(const GPTConfig& c, Generator* generator) : Module("GPT"), config_(c) {
 }
 
 Tensor GPT::forward(const Tensor& idx) {
-  RG_CHECK(idx.defined() && idx.dim() == 2 && idx.dtype() == DType::i64, "GPT", "idx must be (B, T) i64 token ids, got ",
-           idx.defined() ? idx.desc() : std::string("undefined"));
+  RG_CHECK(idx.defined() && idx.dim() == 2 && idx.dtype() == DType::i64, "GPT",
+           "idx must be (B, T) i64 token ids, got ", idx.defined() ? idx.desc() : std::string("undefined"));
   const int64_t T = idx.size(1);
   RG_CHECK(T <= config_.block_size, "GPT", "sequence length ", T, " exceeds block_size ", config_.block_size);
   Tensor pos = arange(0, static_cast<double>(T), 1.0, {.dtype = DType::i64, .device = idx.device()});

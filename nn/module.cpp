@@ -16,8 +16,7 @@ Tensor Module::forward(const Tensor&) {
 }
 
 namespace {
-void check_name(const char* what, const std::string& name,
-                const std::vector<std::pair<std::string, Tensor>>& a,
+void check_name(const char* what, const std::string& name, const std::vector<std::pair<std::string, Tensor>>& a,
                 const std::vector<std::pair<std::string, Tensor>>& b) {
   RG_CHECK(!name.empty() && name.find('.') == std::string::npos, what, "invalid name '", name,
            "' (must be non-empty, without '.')");
@@ -45,7 +44,8 @@ Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
 void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
   RG_CHECK(child != nullptr, "register_module", "module '", name, "' is null");
   RG_CHECK(!name.empty() && name.find('.') == std::string::npos, "register_module", "invalid name '", name, "'");
-  for (const auto& [n, m] : children_) RG_CHECK(n != name, "register_module", "name '", name, "' is already registered");
+  for (const auto& [n, m] : children_)
+    RG_CHECK(n != name, "register_module", "name '", name, "' is already registered");
   children_.emplace_back(name, std::move(child));
 }
 
@@ -135,7 +135,8 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     }
     auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& p) { return p.first == name; });
     if (it->second.shape() != t.shape())
-      mismatched.push_back(name + ": checkpoint " + shape_str(t.shape()) + " vs model " + shape_str(it->second.shape()));
+      mismatched.push_back(name + ": checkpoint " + shape_str(t.shape()) + " vs model " +
+                           shape_str(it->second.shape()));
   }
   auto join = [](const std::vector<std::string>& v) {
     std::string s;
@@ -161,8 +162,9 @@ std::string Module::summary() const {
   const auto params = named_parameters();
   for (const auto& [name, t] : params) width = std::max(width, name.size());
   os << type_name_ << "\n";
-  os << std::left << std::setw(static_cast<int>(width) + 2) << "name" << std::setw(16) << "shape"
-     << std::setw(6) << "dtype" << std::right << std::setw(12) << "params" << "\n";
+  os << std::left << std::setw(static_cast<int>(width) + 2) << "name" << std::setw(16) << "shape" << std::setw(6)
+     << "dtype" << std::right << std::setw(12) << "params"
+     << "\n";
   for (const auto& [name, t] : params) {
     os << std::left << std::setw(static_cast<int>(width) + 2) << name << std::setw(16) << shape_str(t.shape())
        << std::setw(6) << dtype_name(t.dtype()) << std::right << std::setw(12) << t.numel() << "\n";

@@ -11,8 +11,8 @@ LayerNorm::LayerNorm(int64_t normalized_size, double eps) : Module("LayerNorm"),
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator* generator) : Module("Embedding") {
-  RG_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding", "sizes must be positive, got ", num_embeddings,
-           " x ", embedding_dim);
+  RG_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding", "sizes must be positive, got ", num_embeddings, " x ",
+           embedding_dim);
   weight = register_parameter("weight", empty({num_embeddings, embedding_dim}));
   init::normal_(weight, 0.0, 1.0, generator ? *generator : default_generator());
 }

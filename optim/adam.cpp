@@ -20,8 +20,8 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options) : Adam(std::move
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled)
     : Optimizer(std::move(groups)), options_(options), decoupled_(decoupled) {
   RG_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 && options.eps >= 0,
-           name(), "betas must be in [0, 1) and eps >= 0, got betas (", options.beta1, ", ", options.beta2,
-           "), eps ", options.eps);
+           name(), "betas must be in [0, 1) and eps >= 0, got betas (", options.beta1, ", ", options.beta2, "), eps ",
+           options.eps);
   for (const Tensor& p : parameters()) {
     State s;
     const DType sd = state_dtype(p.dtype());
@@ -49,7 +49,8 @@ void Adam::step() {
 
 size_t Adam::state_bytes() const {
   size_t n = 0;
-  for (const State& s : state_) n += (s.master.defined() ? s.master.nbytes() : 0) + s.exp_avg.nbytes() + s.exp_avg_sq.nbytes();
+  for (const State& s : state_)
+    n += (s.master.defined() ? s.master.nbytes() : 0) + s.exp_avg.nbytes() + s.exp_avg_sq.nbytes();
   return n;
 }
 

@@ -69,8 +69,7 @@ FusedUpdates::~FusedUpdates() {
   if (queued_.empty()) return;
   try {
     run();
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 void FusedUpdates::run() {
@@ -101,8 +100,8 @@ void FusedUpdates::run() {
     } else {
       std::vector<SgdArgs> args;
       for (const Queued* q : members)
-        args.push_back({q->param.raw_data(), q->grad.raw_data(), maybe(q->master), maybe(q->state1), q->param.numel(),
-                        q->sgd});
+        args.push_back(
+            {q->param.raw_data(), q->grad.raw_data(), maybe(q->master), maybe(q->state1), q->param.numel(), q->sgd});
       native::backend_sgd_update_many(device, static_cast<DType>(dtype), args.data(), args.size());
     }
   }

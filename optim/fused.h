@@ -41,8 +41,7 @@ class FusedUpdates {
   FusedUpdates(const FusedUpdates&) = delete;
   FusedUpdates& operator=(const FusedUpdates&) = delete;
 
-  void sgd(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
-           const SgdHyper& h);
+  void sgd(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum, const SgdHyper& h);
   void adam(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& exp_avg,
             const Tensor& exp_avg_sq, const AdamHyper& h);
   // Launches what is queued (nothing to do on a CPU-only step). A parameter queued twice (listed

@@ -53,8 +53,7 @@ class Optimizer {
   // Calls fn(group, param, grad, index) for every parameter that has a gradient, with grad made dense
   // and of the parameter's dtype; index counts all parameters (with or without a gradient) in
   // parameters() order, so per-parameter state can be a vector. Runs under NoGradGuard.
-  void for_each_param_with_grad(
-      const std::function<void(const ParamGroup&, const Tensor&, const Tensor&, size_t)>& fn);
+  void for_each_param_with_grad(const std::function<void(const ParamGroup&, const Tensor&, const Tensor&, size_t)>& fn);
 
   std::vector<ParamGroup> groups_;
 };

@@ -28,9 +28,7 @@ class ConstantLR : public LRSchedule {
 class StepLR : public LRSchedule {
  public:
   StepLR(double lr, int64_t step_size, double gamma) : lr_(lr), step_size_(step_size), gamma_(gamma) {}
-  double at(int64_t step) const override {
-    return lr_ * std::pow(gamma_, static_cast<double>(step / step_size_));
-  }
+  double at(int64_t step) const override { return lr_ * std::pow(gamma_, static_cast<double>(step / step_size_)); }
 
  private:
   double lr_;

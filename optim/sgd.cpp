@@ -16,9 +16,9 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : SGD(one_group(std::move(params), options.lr, options.weight_decay), options) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::move(groups)), options_(options) {
-  RG_CHECK(options.momentum >= 0 && (!options.nesterov || (options.momentum > 0 && options.dampening == 0)),
-           "SGD", "Nesterov momentum needs momentum > 0 and dampening 0 (got momentum ", options.momentum,
-           ", dampening ", options.dampening, ")");
+  RG_CHECK(options.momentum >= 0 && (!options.nesterov || (options.momentum > 0 && options.dampening == 0)), "SGD",
+           "Nesterov momentum needs momentum > 0 and dampening 0 (got momentum ", options.momentum, ", dampening ",
+           options.dampening, ")");
   for (const Tensor& p : parameters()) {
     State s;
     if (needs_master(p.dtype())) s.master = native::cast(p, DType::f32);
@@ -53,7 +53,8 @@ nn::StateDict SGD::state_dict() const {
   for (size_t i = 0; i < state_.size(); ++i) {
     const std::string key = std::to_string(i);
     if (state_[i].master.defined()) out.emplace_back(key + ".master", state_[i].master);
-    if (state_[i].momentum.defined() && state_[i].started) out.emplace_back(key + ".momentum_buffer", state_[i].momentum);
+    if (state_[i].momentum.defined() && state_[i].started)
+      out.emplace_back(key + ".momentum_buffer", state_[i].momentum);
   }
   return out;
 }
@@ -70,7 +71,8 @@ void SGD::load_state_dict(const nn::StateDict& state) {
       if (name == key + ".momentum_buffer") {
         RG_CHECK(t.shape() == params[i].shape(), "SGD", "momentum buffer ", name, " has shape ", shape_str(t.shape()),
                  ", parameter has ", shape_str(params[i].shape()));
-        loaded[i].momentum = native::cast(t, state_dtype(params[i].dtype())).to(params[i].device());  // beside its param
+        loaded[i].momentum =
+            native::cast(t, state_dtype(params[i].dtype())).to(params[i].device());  // beside its param
         loaded[i].started = true;
       }
     if (!loaded[i].started && state_[i].momentum.defined())

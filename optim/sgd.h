@@ -30,8 +30,8 @@ class SGD : public Optimizer {
 
  private:
   struct State {
-    Tensor master;    // f32 copy for f16/bf16 parameters
-    Tensor momentum;  // allocated up front when momentum != 0, so state_bytes() is known early
+    Tensor master;         // f32 copy for f16/bf16 parameters
+    Tensor momentum;       // allocated up front when momentum != 0, so state_bytes() is known early
     bool started = false;  // the first step sets the buffer to the gradient
   };
   SGDOptions options_;

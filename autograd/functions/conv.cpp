@@ -20,8 +20,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   record("conv2d", {out}, inputs,
-         [x = x.detach(), w = weight.detach(), cols, has_bias = bias.defined(), stride, padding](
-             const TensorList& g, const NeedsGrad& n) {
+         [x = x.detach(), w = weight.detach(), cols, has_bias = bias.defined(), stride, padding](const TensorList& g,
+                                                                                                 const NeedsGrad& n) {
            Tensor dx, dw, db;
            native::conv2d_backward(g[0], x, w, stride, padding, n[0] ? &dx : nullptr, n[1] ? &dw : nullptr,
                                    has_bias && n[2] ? &db : nullptr, cols);

@@ -88,14 +88,16 @@ Tensor mul(const Tensor& a, double s) {
 // out = -a;  da = -g
 Tensor neg(const Tensor& a) {
   Tensor out = unary(UnaryOp::neg, a);
-  record("neg", {out}, {a}, [](const TensorList& g, const NeedsGrad&) { return TensorList{unary(UnaryOp::neg, g[0])}; });
+  record("neg", {out}, {a},
+         [](const TensorList& g, const NeedsGrad&) { return TensorList{unary(UnaryOp::neg, g[0])}; });
   return out;
 }
 
 // out = e^a;  da = g out
 Tensor exp(const Tensor& a) {
   Tensor out = unary(UnaryOp::exp, a);
-  return unary_with_grad("exp", out, a, out, [](const Tensor& g, const Tensor& y) { return binary(BinaryOp::mul, g, y); });
+  return unary_with_grad("exp", out, a, out,
+                         [](const Tensor& g, const Tensor& y) { return binary(BinaryOp::mul, g, y); });
 }
 
 // out = ln a;  da = g / a
@@ -191,11 +193,12 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum("minimum", Bi
 // out = cond ? a : b;  da = g where cond, db = g elsewhere
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor out = native::where(cond, a, b);
-  record("where", {out}, {a, b}, [c = cond.detach(), sa = a.shape(), sb = b.shape()](const TensorList& g, const NeedsGrad& n) {
-    Tensor zero = zero_like_scalar(g[0]);
-    return TensorList{n[0] ? sum_to(native::where(c, g[0], zero), sa) : Tensor(),
-                      n[1] ? sum_to(native::where(c, zero, g[0]), sb) : Tensor()};
-  });
+  record("where", {out}, {a, b},
+         [c = cond.detach(), sa = a.shape(), sb = b.shape()](const TensorList& g, const NeedsGrad& n) {
+           Tensor zero = zero_like_scalar(g[0]);
+           return TensorList{n[0] ? sum_to(native::where(c, g[0], zero), sa) : Tensor(),
+                             n[1] ? sum_to(native::where(c, zero, g[0]), sb) : Tensor()};
+         });
   return out;
 }
 

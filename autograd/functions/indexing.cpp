@@ -32,8 +32,8 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   const int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> expanded;
   for (const Tensor& t : tensors) {
-    RG_CHECK(t.shape() == tensors[0].shape(), "stack", "all tensors need one shape: ", tensors[0].desc(),
-             " vs ", t.desc());
+    RG_CHECK(t.shape() == tensors[0].shape(), "stack", "all tensors need one shape: ", tensors[0].desc(), " vs ",
+             t.desc());
     expanded.push_back(t.unsqueeze(d));
   }
   return cat(expanded, d);
@@ -52,9 +52,10 @@ std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   Tensor out = native::index_select(a, dim, index);
   const int64_t d = wrap_dim(dim, a.dim(), "index_select");
-  record("index_select", {out}, {a}, [shape = a.shape(), d, index = index.detach()](const TensorList& g, const NeedsGrad&) {
-    return TensorList{native::index_add(shape, d, index, g[0])};
-  });
+  record("index_select", {out}, {a},
+         [shape = a.shape(), d, index = index.detach()](const TensorList& g, const NeedsGrad&) {
+           return TensorList{native::index_add(shape, d, index, g[0])};
+         });
   return out;
 }
 

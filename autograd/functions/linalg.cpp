@@ -35,8 +35,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   RG_CHECK(a.defined() && b.defined() && a.dim() >= 1 && b.dim() >= 1, "matmul",
            "needs tensors with at least 1 dim, got a ", a.desc(), ", b ", b.desc());
   native::check_same_device_dtype("matmul", a, b);
-  RG_CHECK(a.size(-1) == b.size(b.dim() == 1 ? 0 : -2), "matmul", "inner dimensions differ: a ", a.desc(),
-           ", b ", b.desc(), ": ", a.size(-1), " != ", b.size(b.dim() == 1 ? 0 : -2));
+  RG_CHECK(a.size(-1) == b.size(b.dim() == 1 ? 0 : -2), "matmul", "inner dimensions differ: a ", a.desc(), ", b ",
+           b.desc(), ": ", a.size(-1), " != ", b.size(b.dim() == 1 ? 0 : -2));
   if (a.dim() == 1 && b.dim() == 1) return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
   if (a.dim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
   if (b.dim() == 1) return matmul(a, b.unsqueeze(1)).squeeze(-1);
@@ -78,24 +78,24 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const int64_t in = weight.size(1), out_features = weight.size(0);
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
-  const Tensor x2 = native::view(native::contiguous(x), {-1, in});          // (N, in)
-  const Tensor wt = native::transpose(weight, 0, 1);                         // (in, out), a view
-  Tensor y2;                                                                 // (N, out)
-  if (bias.defined() && !native::needs_f32_compute(x2) && bias.dtype() == x.dtype() &&
-      bias.device() == x.device() && x2.dtype() == weight.dtype()) {
+  const Tensor x2 = native::view(native::contiguous(x), {-1, in});  // (N, in)
+  const Tensor wt = native::transpose(weight, 0, 1);                // (in, out), a view
+  Tensor y2;                                                        // (N, out)
+  if (bias.defined() && !native::needs_f32_compute(x2) && bias.dtype() == x.dtype() && bias.device() == x.device() &&
+      x2.dtype() == weight.dtype()) {
     y2 = native::empty({x2.size(0), out_features}, x.dtype(), x.device());
     native::copy_(y2, native::expand(bias, {x2.size(0), out_features}));  // every row = b
-    native::addmm_(y2, x2, wt);                                             // += x W^T
+    native::addmm_(y2, x2, wt);                                           // += x W^T
   } else {
     y2 = native::mm(x2, wt);
-    if (bias.defined()) native::binary_(BinaryOp::add, y2, bias);          // each row += b
+    if (bias.defined()) native::binary_(BinaryOp::add, y2, bias);  // each row += b
   }
   Tensor y = native::view(y2, out_shape);
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   record("linear", {y}, inputs,
-         [x2 = x2.detach(), w = weight.detach(), x_shape = x.shape(), has_bias = bias.defined(), out_features](
-             const TensorList& g, const NeedsGrad& n) {
+         [x2 = x2.detach(), w = weight.detach(), x_shape = x.shape(), has_bias = bias.defined(),
+          out_features](const TensorList& g, const NeedsGrad& n) {
            const Tensor g2 = native::view(native::contiguous(g[0]), {-1, out_features});  // (N, out)
            TensorList grads{n[0] ? native::view(native::mm(g2, w), x_shape) : Tensor(), Tensor()};
            if (n[1]) {

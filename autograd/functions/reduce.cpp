@@ -55,8 +55,8 @@ Tensor var(const Tensor& a, const Shape& dims, bool keepdim, bool unbiased) {
   const auto reduced = native::reduction_dims("var", dims, a.dim());
   const int64_t n = count_of(a, reduced);
   const int64_t denom = unbiased ? n - 1 : n;
-  RG_CHECK(denom > 0, "var", "needs at least ", unbiased ? 2 : 1, " elements per reduction, got ", n,
-           " for ", a.desc());
+  RG_CHECK(denom > 0, "var", "needs at least ", unbiased ? 2 : 1, " elements per reduction, got ", n, " for ",
+           a.desc());
   Tensor centered = a - mean(a, dims, /*keepdim=*/true);
   return sum(centered * centered, dims, keepdim) * (1.0 / static_cast<double>(denom));
 }

@@ -16,9 +16,8 @@ bool Tensor::requires_grad() const {
 Tensor& Tensor::requires_grad_(bool enabled) {
   RG_CHECK(!enabled || is_floating(dtype()), "requires_grad_",
            "only floating-point tensors can require gradients, got ", desc());
-  RG_CHECK(is_leaf(), "requires_grad_",
-           "can only be set on leaf tensors; this one is the result of ", grad_fn()->name(),
-           " (use detach() for a new leaf)");
+  RG_CHECK(is_leaf(), "requires_grad_", "can only be set on leaf tensors; this one is the result of ",
+           grad_fn()->name(), " (use detach() for a new leaf)");
   autograd_meta(*this).requires_grad = enabled;
   return *this;
 }
@@ -39,8 +38,8 @@ Tensor Tensor::grad() const {
 }
 
 void Tensor::set_grad(const Tensor& grad) {
-  RG_CHECK(!grad.defined() || (grad.shape() == shape() && grad.device() == device()), "set_grad",
-           "gradient ", grad.desc(), " does not match tensor ", desc());
+  RG_CHECK(!grad.defined() || (grad.shape() == shape() && grad.device() == device()), "set_grad", "gradient ",
+           grad.desc(), " does not match tensor ", desc());
   autograd_meta(*this).grad = grad;
 }
 
@@ -50,9 +49,7 @@ void Tensor::zero_grad(bool set_to_none) {
   else checked()->autograd->grad.zero_();
 }
 
-Tensor Tensor::detach() const {
-  return make_view(storage(), shape(), strides(), offset(), dtype());
-}
+Tensor Tensor::detach() const { return make_view(storage(), shape(), strides(), offset(), dtype()); }
 
 void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   autograd::backward({*this}, {grad}, retain_graph);

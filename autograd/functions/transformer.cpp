@@ -34,13 +34,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   if (bias.defined()) inputs.push_back(bias);
   record("layer_norm", {out.y}, inputs,
          [x = x.detach(), w = weight.defined() ? weight.detach() : Tensor(), has_bias = bias.defined(), mean = out.mean,
-          rstd = out.rstd](
-             const TensorList& g, const NeedsGrad& n) {
+          rstd = out.rstd](const TensorList& g, const NeedsGrad& n) {
            const bool has_weight = w.defined();
            const size_t bias_slot = has_weight ? 2 : 1;
            Tensor dx, dw, db;
-           native::layer_norm_backward(g[0], x, w, mean, rstd, n[0] ? &dx : nullptr,
-                                       has_weight && n[1] ? &dw : nullptr,
+           native::layer_norm_backward(g[0], x, w, mean, rstd, n[0] ? &dx : nullptr, has_weight && n[1] ? &dw : nullptr,
                                        has_bias && n[bias_slot] ? &db : nullptr);
            TensorList grads{dx};
            if (has_weight) grads.push_back(dw);
@@ -64,8 +62,7 @@ Tensor causal_softmax(const Tensor& scores, double scale) {
 Tensor causal_self_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   RG_CHECK(q.defined() && q.dim() == 4 && k.defined() && v.defined() && k.shape() == q.shape() &&
                v.shape() == q.shape(),
-           "causal_self_attention", "q, k, v must all be (B, H, T, D), got ", q.desc(), ", ", k.desc(), ", ",
-           v.desc());
+           "causal_self_attention", "q, k, v must all be (B, H, T, D), got ", q.desc(), ", ", k.desc(), ", ", v.desc());
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   // Batched over B·H: (BH, T, D) @ (BH, D, T) -> (BH, T, T).
   Tensor qf = q.reshape({B * H, T, D}), kf = k.reshape({B * H, T, D}), vf = v.reshape({B * H, T, D});

@@ -17,9 +17,8 @@ namespace {
 
 // Records a view whose gradient is g reshaped to the input's shape.
 Tensor reshape_like_backward(const char* name, const Tensor& out, const Tensor& a) {
-  record(name, {out}, {a}, [shape = a.shape()](const TensorList& g, const NeedsGrad&) {
-    return TensorList{g[0].reshape(shape)};
-  });
+  record(name, {out}, {a},
+         [shape = a.shape()](const TensorList& g, const NeedsGrad&) { return TensorList{g[0].reshape(shape)}; });
   return out;
 }
 
@@ -37,7 +36,9 @@ Tensor part_backward(const char* name, const Tensor& out, const Tensor& a, Pick 
 
 }  // namespace
 
-Tensor Tensor::view(const Shape& shape) const { return reshape_like_backward("view", native::view(*this, shape), *this); }
+Tensor Tensor::view(const Shape& shape) const {
+  return reshape_like_backward("view", native::view(*this, shape), *this);
+}
 
 Tensor Tensor::reshape(const Shape& shape_in) const {
   const Shape shape = native::infer_view_shape("reshape", *this, shape_in);
@@ -48,9 +49,8 @@ Tensor Tensor::reshape(const Shape& shape_in) const {
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   Tensor out = native::transpose(*this, d0, d1);
-  record("transpose", {out}, {*this}, [d0, d1](const TensorList& g, const NeedsGrad&) {
-    return TensorList{native::transpose(g[0], d0, d1)};
-  });
+  record("transpose", {out}, {*this},
+         [d0, d1](const TensorList& g, const NeedsGrad&) { return TensorList{native::transpose(g[0], d0, d1)}; });
   return out;
 }
 
@@ -63,24 +63,22 @@ Tensor Tensor::permute(const Shape& dims) const {
   Tensor out = native::permute(*this, dims);
   Shape inverse(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) inverse[wrap_dim(dims[i], dim(), "permute")] = static_cast<int64_t>(i);
-  record("permute", {out}, {*this}, [inverse](const TensorList& g, const NeedsGrad&) {
-    return TensorList{native::permute(g[0], inverse)};
-  });
+  record("permute", {out}, {*this},
+         [inverse](const TensorList& g, const NeedsGrad&) { return TensorList{native::permute(g[0], inverse)}; });
   return out;
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
   Tensor out = native::slice(*this, d, start, end, step);
-  return part_backward("slice", out, *this, [d, start, end, step](const Tensor& z) {
-    return native::slice(z, d, start, end, step);
-  });
+  return part_backward("slice", out, *this,
+                       [d, start, end, step](const Tensor& z) { return native::slice(z, d, start, end, step); });
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   if (start < 0) start += size(d);
-  RG_CHECK(start >= 0 && length >= 0 && start + length <= size(d), "narrow", "range [", start, ", ",
-           start + length, ") out of bounds for dimension ", d, " of ", desc());
+  RG_CHECK(start >= 0 && length >= 0 && start + length <= size(d), "narrow", "range [", start, ", ", start + length,
+           ") out of bounds for dimension ", d, " of ", desc());
   return slice(d, start, start + length, 1);
 }
 
@@ -99,7 +97,9 @@ Tensor Tensor::expand(const Shape& shape) const {
 
 Tensor Tensor::squeeze() const { return reshape_like_backward("squeeze", native::squeeze(*this, -100), *this); }
 Tensor Tensor::squeeze(int64_t d) const { return reshape_like_backward("squeeze", native::squeeze(*this, d), *this); }
-Tensor Tensor::unsqueeze(int64_t d) const { return reshape_like_backward("unsqueeze", native::unsqueeze(*this, d), *this); }
+Tensor Tensor::unsqueeze(int64_t d) const {
+  return reshape_like_backward("unsqueeze", native::unsqueeze(*this, d), *this);
+}
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   if (dim() == 0) return reshape({1});
@@ -131,9 +131,8 @@ Tensor Tensor::clone() const {
 Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
   Tensor out = native::cast(*this, target);
-  record("to_dtype", {out}, {*this}, [from = dtype()](const TensorList& g, const NeedsGrad&) {
-    return TensorList{native::cast(g[0], from)};
-  });
+  record("to_dtype", {out}, {*this},
+         [from = dtype()](const TensorList& g, const NeedsGrad&) { return TensorList{native::cast(g[0], from)}; });
   return out;
 }
 

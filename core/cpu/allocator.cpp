@@ -17,8 +17,8 @@ class CachingCpuAllocator final : public CachingAllocator {
       release_cached();
       ptr = std::aligned_alloc(64, size);
     }
-    RG_CHECK(ptr != nullptr, "cpu allocator", "out of memory allocating ", size, " bytes (",
-             locked_stats().allocated, " bytes allocated by ringgrad)");
+    RG_CHECK(ptr != nullptr, "cpu allocator", "out of memory allocating ", size, " bytes (", locked_stats().allocated,
+             " bytes allocated by ringgrad)");
     return ptr;
   }
   void system_free(void* ptr, size_t) override { std::free(ptr); }

@@ -50,7 +50,8 @@ void attention_heads_forward(const T* qkv, T* y, T* att, int64_t B, int64_t n, i
         const T* weights = pb;  // what multiplies v: p, or p with dropout (p itself is kept for the backward)
         if (drop.rate > 0) {
           for (int64_t i = i0; i < keys; ++i)
-            apply_dropout(p + i * n, dropped.data() + (i - i0) * n, keys, static_cast<uint64_t>((item * n + i) * n), drop);
+            apply_dropout(p + i * n, dropped.data() + (i - i0) * n, keys, static_cast<uint64_t>((item * n + i) * n),
+                          drop);
           weights = dropped.data();
         }
         gemm(dt, false, false, rows, D, keys, 1.0, weights, n, v, ld, 0.0, y + (b * n + i0) * C + h * D, C);
@@ -68,7 +69,7 @@ void attention_heads_backward(const T* dy, const T* qkv, const T* att, T* dqkv, 
   const int64_t D = C / H, ld = 3 * C;
   const DType dt = dtype_of<T>();
   parallel_for(B * H, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> scratch(static_cast<size_t>(n * n));  // this thread's (n, n) ds
+    std::vector<T> scratch(static_cast<size_t>(n * n));                      // this thread's (n, n) ds
     std::vector<T> dropped(drop.rate > 0 ? static_cast<size_t>(n * n) : 0);  // p' = p with dropout
     T* ds = scratch.data();
     for (int64_t item = lo; item < hi; ++item) {
@@ -115,8 +116,8 @@ void attention_forward(DType dtype, const void* qkv, void* y, void* att, int64_t
   });
 }
 
-void attention_backward(DType dtype, const void* dy, const void* qkv, const void* att, void* dqkv, int64_t B,
-                        int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop) {
+void attention_backward(DType dtype, const void* dy, const void* qkv, const void* att, void* dqkv, int64_t B, int64_t n,
+                        int64_t C, int64_t H, double scale, const AttentionDropout& drop) {
   dispatch_compute("causal_self_attention_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
     attention_heads_backward(static_cast<const T*>(dy), static_cast<const T*>(qkv), static_cast<const T*>(att),

@@ -22,8 +22,8 @@ namespace {
 // ConvShape (core/kernels.h) under the names the lowering loops use.
 struct ConvGeometry {
   int64_t n, c, h, w, o, kh, kw, stride, padding, oh, ow;
-  int64_t rows() const { return c * kh * kw; }       // of cols
-  int64_t columns() const { return n * oh * ow; }    // of cols
+  int64_t rows() const { return c * kh * kw; }     // of cols
+  int64_t columns() const { return n * oh * ow; }  // of cols
 };
 ConvGeometry geometry(const ConvShape& s) {
   return {s.N, s.C, s.H, s.W, s.O, s.KH, s.KW, s.stride, s.padding, s.OH, s.OW};
@@ -103,8 +103,8 @@ void col2im_typed(const T* cols, T* dx, const ConvGeometry& g) {
 
 // ---- max pooling ---------------------------------------------------------------------------------------
 template <class T>
-void max_pool_forward(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t h, int64_t w, int64_t oh,
-                      int64_t ow, int64_t k, int64_t s, int64_t p) {
+void max_pool_forward(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                      int64_t k, int64_t s, int64_t p) {
   // The common 2x2 window, stride 2, no padding: the same rule (first maximum wins, a NaN wins)
   // without the general loop's bounds checks -- the general loop made pooling ~20% of a CNN step.
   if (k == 2 && s == 2 && p == 0) {
@@ -160,8 +160,8 @@ void col2im(DType dtype, const ConvShape& s, const void* cols, void* dx) {
   });
 }
 
-void max_pool2d(DType dtype, const void* x, void* y, int64_t* indices, int64_t planes, int64_t H, int64_t W,
-                int64_t OH, int64_t OW, int64_t kernel, int64_t stride, int64_t padding) {
+void max_pool2d(DType dtype, const void* x, void* y, int64_t* indices, int64_t planes, int64_t H, int64_t W, int64_t OH,
+                int64_t OW, int64_t kernel, int64_t stride, int64_t padding) {
   dispatch_compute("max_pool2d", dtype, [&](auto tag) {
     using T = decltype(tag);
     max_pool_forward(static_cast<const T*>(x), static_cast<T*>(y), indices, planes, H, W, OH, OW, kernel, stride,

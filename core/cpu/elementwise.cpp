@@ -41,8 +41,7 @@ void binary_loop(const ElementwiseArgs& args, F f) {
       const auto yv = load(y[0]);
       for (int64_t i = 0; i < n; ++i) o[i] = store_as<Out>(f(load(x[i]), yv));
     } else {
-      for (int64_t i = 0; i < n; ++i)
-        o[i * st[0]] = store_as<Out>(f(load(x[i * st[1]]), load(y[i * st[2]])));
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = store_as<Out>(f(load(x[i * st[1]]), load(y[i * st[2]])));
     }
   });
 }

@@ -32,8 +32,8 @@ constexpr double kSplitFlops = 4e6;
 
 }  // namespace
 
-void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-          const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
+void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+          int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
   const int threads = num_threads();
   const size_t es = dtype == DType::f64 ? 8 : 4;  // element size
   if (threads > 1 && 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= kSplitFlops) {
@@ -59,8 +59,8 @@ void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 }
 
 namespace {
-void blas_gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-          const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
+void blas_gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+               int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
   if (dtype == DType::f32 && tiled_sgemm_suits(trans_a, m, n, k)) {

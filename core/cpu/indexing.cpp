@@ -39,8 +39,8 @@ void for_each_gather_position(const int64_t* index, int64_t count, const GatherG
 
 }  // namespace
 
-void index_select(size_t element_size, const void* src, const int64_t* index, void* out, int64_t outer,
-                  int64_t mid, int64_t count, int64_t inner) {
+void index_select(size_t element_size, const void* src, const int64_t* index, void* out, int64_t outer, int64_t mid,
+                  int64_t count, int64_t inner) {
   const size_t row_bytes = static_cast<size_t>(inner) * element_size;
   const char* sp = static_cast<const char*>(src);
   char* op = static_cast<char*>(out);
@@ -49,15 +49,14 @@ void index_select(size_t element_size, const void* src, const int64_t* index, vo
       std::memcpy(op + (o * count + k) * row_bytes, sp + (o * mid + index[k]) * row_bytes, row_bytes);
 }
 
-void index_add(DType dtype, void* out, const int64_t* index, const void* src, int64_t outer, int64_t mid,
-               int64_t count, int64_t inner) {
+void index_add(DType dtype, void* out, const int64_t* index, const void* src, int64_t outer, int64_t mid, int64_t count,
+               int64_t inner) {
   const size_t esize = dtype_size(dtype);
   char* op = static_cast<char*>(out);
   const char* sp = static_cast<const char*>(src);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k = 0; k < count; ++k)
-      add_elements(dtype, op + ((o * mid + index[k]) * inner) * esize, sp + ((o * count + k) * inner) * esize,
-                   inner);
+      add_elements(dtype, op + ((o * mid + index[k]) * inner) * esize, sp + ((o * count + k) * inner) * esize, inner);
 }
 
 void gather(size_t element_size, const void* a, const int64_t* index, void* out, int64_t count,

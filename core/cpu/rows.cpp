@@ -56,8 +56,7 @@ void softmax_rows_typed(const T* x, T* y, int64_t rows, int64_t cols, bool log) 
 // ---- cross-entropy: logp, p (n, c); target (n) ---------------------------------------------------------
 // p: dense (N, C) softmax, turned in place into (p - onehot(t)) * scale, zero rows where ignored.
 template <class T>
-void subtract_one_hot_and_scale(T* p, const int64_t* t, int64_t n, int64_t c, int64_t ignore_index,
-                                double scale) {
+void subtract_one_hot_and_scale(T* p, const int64_t* t, int64_t n, int64_t c, int64_t ignore_index, double scale) {
   for (int64_t i = 0; i < n; ++i) {
     T* row = p + i * c;
     if (t[i] == ignore_index) {
@@ -72,8 +71,7 @@ void subtract_one_hot_and_scale(T* p, const int64_t* t, int64_t n, int64_t c, in
 // ---- layer_norm ---------------------------------------------------------------------------------------
 // x: (rows, C) dense. Writes y, and per row mean and rstd = 1 / sqrt(var + eps) (biased variance).
 template <class T>
-void layer_norm_typed(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C,
-                      double eps) {
+void layer_norm_typed(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C, double eps) {
   parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * C;
@@ -99,8 +97,8 @@ void layer_norm_typed(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd
 // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g w;  dw = sum_rows g xhat;
 // db = sum_rows g. dw / db are summed over rows serially (C columns, no races).
 template <class T>
-void layer_norm_backward_typed(const T* g, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw,
-                               T* db, int64_t rows, int64_t C) {
+void layer_norm_backward_typed(const T* g, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw, T* db,
+                               int64_t rows, int64_t C) {
   if (dx) {
     parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
@@ -220,8 +218,7 @@ void causal_softmax_backward_rows(DType dtype, const void* g, const void* y, voi
   });
 }
 
-void dropout_flat(DType dtype, const void* in, void* out, int64_t count, double rate, uint64_t seed,
-                  uint64_t offset) {
+void dropout_flat(DType dtype, const void* in, void* out, int64_t count, double rate, uint64_t seed, uint64_t offset) {
   const AttentionDropout drop{rate, seed, offset};
   dispatch_compute("dropout", dtype, [&](auto tag) {
     using T = decltype(tag);

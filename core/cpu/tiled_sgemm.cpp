@@ -198,8 +198,8 @@ inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t 
 
 bool tiled_sgemm_available() { return true; }
 
-void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0 || alpha == 0.0f) {  // C = beta * C; as BLAS: A and B unread, beta == 0 overwrites (NaN too)
     for (int64_t i = 0; i < m; ++i)
@@ -249,8 +249,7 @@ void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
             }
             if (rows == kMR && cols == kNR)
               tile_kernel<true>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta, first);
-            else
-              tile_kernel<false>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta, first);
+            else tile_kernel<false>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta, first);
           }
         }
       }
@@ -268,7 +267,8 @@ bool tiled_sgemm_suits(bool /*trans_a*/, int64_t /*m*/, int64_t /*n*/, int64_t k
 bool tiled_sgemm_available() { return false; }
 void tiled_sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
                  float*, int64_t) {
-  RG_FAIL("tiled_sgemm", "this build has no AVX2 + FMA (RINGGRAD_ISA_FLAGS); use cpu::gemm, which falls back to OpenBLAS");
+  RG_FAIL("tiled_sgemm",
+          "this build has no AVX2 + FMA (RINGGRAD_ISA_FLAGS); use cpu::gemm, which falls back to OpenBLAS");
 }
 bool tiled_sgemm_suits(bool, int64_t, int64_t, int64_t) { return false; }
 

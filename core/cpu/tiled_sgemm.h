@@ -13,8 +13,8 @@ bool tiled_sgemm_available();
 // Row-major C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, with the CBLAS meaning of the
 // arguments (lda, ldb, ldc: row strides as stored). beta == 0 never reads C (NaN in C is dropped),
 // as in BLAS. Correct for every shape; fast where Note [Our own GEMM for short products] says.
-void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // Whether cpu::gemm hands an f32 product of this shape to tiled_sgemm (otherwise OpenBLAS takes it).
 // RINGGRAD_GEMM=openblas in the environment sends everything to OpenBLAS (for A/B measurements).

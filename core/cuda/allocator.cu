@@ -158,7 +158,7 @@ class CachingCudaAllocator final : public CachingAllocator {
     std::vector<cudaEvent_t> events;  // one per stream that used the block, recorded when it was freed
   };
   const int device_;
-  std::mutex uses_mutex_;  // record_stream runs without the cache's lock
+  std::mutex uses_mutex_;                                             // record_stream runs without the cache's lock
   std::unordered_map<void*, std::vector<cudaStream_t>> stream_uses_;  // live blocks other streams used
   std::vector<Deferred> deferred_;  // freed, waiting for their streams (guarded by the cache's lock)
 };
@@ -181,8 +181,8 @@ namespace {
 
 CachingCudaAllocator& caching_allocator(int device) {
   const int count = device_count();
-  RG_CHECK(device >= 0 && device < count, "cuda allocator", "device cuda:", device, " requested, but ",
-           count, " CUDA device(s) are visible", count == 0 ? " (no driver or no GPU on this machine)" : "");
+  RG_CHECK(device >= 0 && device < count, "cuda allocator", "device cuda:", device, " requested, but ", count,
+           " CUDA device(s) are visible", count == 0 ? " (no driver or no GPU on this machine)" : "");
   // Deliberately leaked, like the CPU allocator: storages destroyed during static destruction still
   // need theirs, and calling cudaFree after the runtime has shut down fails. The driver reclaims the
   // cached blocks when the process exits.

@@ -54,8 +54,8 @@ void attention_forward(DType dtype, const void* qkv, void* y, void* att, int64_t
 
 // dp' = g v^T;  dp = dp' with the dropout mask;  ds = causal_softmax_backward(dp, att);
 // dq = ds k;  dk = ds^T q;  dv = att'^T g.
-void attention_backward(DType dtype, const void* dy, const void* qkv, const void* att, void* dqkv, int64_t B,
-                        int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop) {
+void attention_backward(DType dtype, const void* dy, const void* qkv, const void* att, void* dqkv, int64_t B, int64_t n,
+                        int64_t C, int64_t H, double scale, const AttentionDropout& drop) {
   const int64_t D = C / H, ld = 3 * C, esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t count = B * H * n * n;
   if (count == 0) return;  // B or T is 0: dqkv is empty too

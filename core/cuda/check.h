@@ -12,8 +12,8 @@
 #pragma once
 
 #include <cublas_v2.h>
-#include <cudnn.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <string>
 
@@ -43,40 +43,39 @@ inline std::string error_location(const char* file, int line) {
   // Runtime calls also record their error as the thread's "last error"; clear it so that a later
   // RG_CUDA_CHECK(cudaGetLastError()) does not report this one a second time.
   (void)cudaGetLastError();
-  throw Error(str_cat("[cuda] ", stmt, " failed: ", cudaGetErrorString(err), " (", cudaGetErrorName(err),
+  throw Error(str_cat("[cuda] ", stmt, " failed: ", cudaGetErrorString(err), " (", cudaGetErrorName(err), ")",
+                      error_location(file, line)));
+}
+
+[[noreturn]] inline void throw_cublas_error(const char* stmt, cublasStatus_t status, const char* file, int line) {
+  throw Error(str_cat("[cublas] ", stmt, " failed: ", cublasGetStatusString(status), " (", cublasGetStatusName(status),
                       ")", error_location(file, line)));
 }
 
-[[noreturn]] inline void throw_cublas_error(const char* stmt, cublasStatus_t status, const char* file,
-                                            int line) {
-  throw Error(str_cat("[cublas] ", stmt, " failed: ", cublasGetStatusString(status), " (",
-                      cublasGetStatusName(status), ")", error_location(file, line)));
-}
-
 [[noreturn]] inline void throw_cudnn_error(const char* stmt, cudnnStatus_t status, const char* file, int line) {
-  throw Error(str_cat("[cudnn] ", stmt, " failed: ", cudnnGetErrorString(status), " (status ",
-                      static_cast<int>(status), ")", error_location(file, line)));
+  throw Error(str_cat("[cudnn] ", stmt, " failed: ", cudnnGetErrorString(status), " (status ", static_cast<int>(status),
+                      ")", error_location(file, line)));
 }
 
 }  // namespace ringgrad::cuda::detail
 
-#define RG_CUDA_CHECK(stmt)                                                              \
-  do {                                                                                   \
-    const cudaError_t rg_cuda_err_ = (stmt);                                             \
-    if (rg_cuda_err_ != cudaSuccess)                                                     \
+#define RG_CUDA_CHECK(stmt)                                                                \
+  do {                                                                                     \
+    const cudaError_t rg_cuda_err_ = (stmt);                                               \
+    if (rg_cuda_err_ != cudaSuccess)                                                       \
       ::ringgrad::cuda::detail::throw_cuda_error(#stmt, rg_cuda_err_, __FILE__, __LINE__); \
   } while (0)
 
-#define RG_CUBLAS_CHECK(stmt)                                                                  \
-  do {                                                                                         \
-    const cublasStatus_t rg_cublas_status_ = (stmt);                                           \
-    if (rg_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                            \
+#define RG_CUBLAS_CHECK(stmt)                                                                     \
+  do {                                                                                            \
+    const cublasStatus_t rg_cublas_status_ = (stmt);                                              \
+    if (rg_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                               \
       ::ringgrad::cuda::detail::throw_cublas_error(#stmt, rg_cublas_status_, __FILE__, __LINE__); \
   } while (0)
 
-#define RG_CUDNN_CHECK(stmt)                                                                 \
-  do {                                                                                       \
-    const cudnnStatus_t rg_cudnn_status_ = (stmt);                                           \
-    if (rg_cudnn_status_ != CUDNN_STATUS_SUCCESS)                                            \
+#define RG_CUDNN_CHECK(stmt)                                                                    \
+  do {                                                                                          \
+    const cudnnStatus_t rg_cudnn_status_ = (stmt);                                              \
+    if (rg_cudnn_status_ != CUDNN_STATUS_SUCCESS)                                               \
       ::ringgrad::cuda::detail::throw_cudnn_error(#stmt, rg_cudnn_status_, __FILE__, __LINE__); \
   } while (0)

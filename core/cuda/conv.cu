@@ -76,12 +76,12 @@ class ConvDescriptors {
     RG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
     RG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
     RG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-    RG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, types_.data, to_int(s.N), to_int(s.C),
-                                              to_int(s.H), to_int(s.W)));
-    RG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, types_.data, to_int(s.N), to_int(s.O),
-                                              to_int(s.OH), to_int(s.OW)));
-    RG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, types_.data, CUDNN_TENSOR_NCHW, to_int(s.O), to_int(s.C),
-                                              to_int(s.KH), to_int(s.KW)));
+    RG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, types_.data, to_int(s.N), to_int(s.C), to_int(s.H),
+                                              to_int(s.W)));
+    RG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, types_.data, to_int(s.N), to_int(s.O), to_int(s.OH),
+                                              to_int(s.OW)));
+    RG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, types_.data, CUDNN_TENSOR_NCHW, to_int(s.O), to_int(s.C), to_int(s.KH),
+                                              to_int(s.KW)));
     RG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, to_int(s.padding), to_int(s.padding), to_int(s.stride),
                                                    to_int(s.stride), 1, 1, CUDNN_CROSS_CORRELATION, types_.compute));
     RG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, types_.math));
@@ -131,7 +131,16 @@ AlgoChoice choose_algorithm(Direction direction, int device, DType dtype, const 
   static std::mutex mutex;
   static std::map<AlgoKey, AlgoChoice> cache;
   const AlgoKey key{static_cast<int>(direction) + (d.math() == CUDNN_DEFAULT_MATH ? 8 : 0),
-                    device * 16 + static_cast<int>(dtype), s.N, s.C, s.H, s.W, s.O, s.KH, s.KW, s.stride, s.padding};
+                    device * 16 + static_cast<int>(dtype),
+                    s.N,
+                    s.C,
+                    s.H,
+                    s.W,
+                    s.O,
+                    s.KH,
+                    s.KW,
+                    s.stride,
+                    s.padding};
   auto apply = [&](const AlgoChoice& choice) {
     RG_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, choice.math));
     return choice;
@@ -161,8 +170,7 @@ AlgoChoice choose_algorithm(Direction direction, int device, DType dtype, const 
     }
     case Direction::backward_data: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kAsk];
-      RG_CUDNN_CHECK(
-          cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w, d.y, d.conv, d.x, kAsk, &returned, perf));
+      RG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w, d.y, d.conv, d.x, kAsk, &returned, perf));
       first_ok(perf);
       break;
     }
@@ -189,8 +197,12 @@ AlgoChoice choose_algorithm(Direction direction, int device, DType dtype, const 
 // descriptors, the algorithm (and its math type) chosen for this shape, the handle, alpha / beta.
 struct ConvCall {
   ConvCall(Direction direction, DType dtype, const ConvShape& s, const void* out)
-      : device(device_of(out)), guard(device), d(dtype, s),
-        algo(choose_algorithm(direction, device, dtype, s, d).algo), handle(cudnn_handle(device)), scaling(dtype) {}
+      : device(device_of(out)),
+        guard(device),
+        d(dtype, s),
+        algo(choose_algorithm(direction, device, dtype, s, d).algo),
+        handle(cudnn_handle(device)),
+        scaling(dtype) {}
   const int device;
   DeviceGuard guard;
   ConvDescriptors d;
@@ -208,10 +220,10 @@ class PoolDescriptors {
     RG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     RG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
     RG_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&pool));
-    RG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, data, to_int(planes_n), to_int(c), to_int(h),
-                                              to_int(w)));
-    RG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, data, to_int(planes_n), to_int(c), to_int(oh),
-                                              to_int(ow)));
+    RG_CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, data, to_int(planes_n), to_int(c), to_int(h), to_int(w)));
+    RG_CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, data, to_int(planes_n), to_int(c), to_int(oh), to_int(ow)));
     RG_CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN,
                                                to_int(kernel), to_int(kernel), to_int(padding), to_int(padding),
                                                to_int(stride), to_int(stride)));
@@ -231,8 +243,8 @@ class PoolDescriptors {
 // ---- max pooling: one thread per output --------------------------------------------------------------
 // The CPU's rule, from the same function (core/pool_math.h).
 template <class T>
-__global__ void max_pool_kernel(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t h, int64_t w,
-                                int64_t oh, int64_t ow, int64_t k, int64_t s, int64_t p) {
+__global__ void max_pool_kernel(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t h, int64_t w, int64_t oh,
+                                int64_t ow, int64_t k, int64_t s, int64_t p) {
   const int64_t total = planes * oh * ow;
   for (int64_t o = first_thread(); o < total; o += thread_stride()) {
     const int64_t j = o % ow, i = (o / ow) % oh, plane = o / (oh * ow);
@@ -265,8 +277,7 @@ void conv2d_backward_data(DType dtype, const ConvShape& s, const void* dy, const
   const ConvCall c(Direction::backward_data, dtype, s, dx);
   const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo);
   size_t bytes = 0;
-  RG_CUDNN_CHECK(
-      cudnnGetConvolutionBackwardDataWorkspaceSize(c.handle, c.d.w, c.d.y, c.d.conv, c.d.x, algo, &bytes));
+  RG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(c.handle, c.d.w, c.d.y, c.d.conv, c.d.x, algo, &bytes));
   Scratch workspace(allocator(c.device), bytes);
   RG_CUDNN_CHECK(cudnnConvolutionBackwardData(c.handle, c.scaling.one(), c.d.w, w, c.d.y, dy, c.d.conv, algo,
                                               workspace.as<void>(), bytes, c.scaling.zero(), c.d.x, dx));
@@ -276,15 +287,14 @@ void conv2d_backward_filter(DType dtype, const ConvShape& s, const void* x, cons
   const ConvCall c(Direction::backward_filter, dtype, s, dw);
   const auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo);
   size_t bytes = 0;
-  RG_CUDNN_CHECK(
-      cudnnGetConvolutionBackwardFilterWorkspaceSize(c.handle, c.d.x, c.d.y, c.d.conv, c.d.w, algo, &bytes));
+  RG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(c.handle, c.d.x, c.d.y, c.d.conv, c.d.w, algo, &bytes));
   Scratch workspace(allocator(c.device), bytes);
   RG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c.handle, c.scaling.one(), c.d.x, x, c.d.y, dy, c.d.conv, algo,
                                                 workspace.as<void>(), bytes, c.scaling.zero(), c.d.w, dw));
 }
 
-void max_pool2d(DType dtype, const void* x, void* y, int64_t* indices, int64_t planes, int64_t H, int64_t W,
-                int64_t OH, int64_t OW, int64_t kernel, int64_t stride, int64_t padding) {
+void max_pool2d(DType dtype, const void* x, void* y, int64_t* indices, int64_t planes, int64_t H, int64_t W, int64_t OH,
+                int64_t OW, int64_t kernel, int64_t stride, int64_t padding) {
   const int64_t total = planes * OH * OW;
   if (total == 0) return;
   DeviceGuard guard(device_of(y));
@@ -303,8 +313,9 @@ void max_pool2d_backward(DType dtype, const void* dy, const int64_t* indices, vo
     using T = decltype(tag);
     RG_CUDA_CHECK(cudaMemset(dx, 0, sizeof(T) * static_cast<size_t>(planes * plane_in)));
     if (planes * plane_out == 0) return;
-    max_pool_backward_kernel<T><<<blocks_for(planes * plane_out), kThreads>>>(
-        static_cast<const T*>(dy), indices, static_cast<T*>(dx), planes, plane_in, plane_out);
+    max_pool_backward_kernel<T><<<blocks_for(planes * plane_out), kThreads>>>(static_cast<const T*>(dy), indices,
+                                                                              static_cast<T*>(dx), planes, plane_in,
+                                                                              plane_out);
   });
   RG_CUDA_CHECK_LAUNCH();
 }

@@ -43,8 +43,8 @@ struct WhereBody {
 
   __device__ void operator()(void* const* data, const int64_t* offsets) const {
     const uint8_t cond = static_cast<const uint8_t*>(data[1])[offsets[1]];
-    static_cast<T*>(data[0])[offsets[0]] = WhereOp{}(cond, static_cast<const T*>(data[2])[offsets[2]],
-                                                     static_cast<const T*>(data[3])[offsets[3]]);
+    static_cast<T*>(data[0])[offsets[0]] =
+        WhereOp{}(cond, static_cast<const T*>(data[2])[offsets[2]], static_cast<const T*>(data[3])[offsets[3]]);
   }
 };
 
@@ -72,8 +72,8 @@ __global__ void elementwise_kernel(ElementwiseArgs args, Body body) {
 
 template <class Body>
 void launch(const char* op, const ElementwiseArgs& args, const Body& body) {
-  RG_CHECK(args.noperands == Body::kOperands, op, "kernel expects ", Body::kOperands,
-           " operands, got ", args.noperands);
+  RG_CHECK(args.noperands == Body::kOperands, op, "kernel expects ", Body::kOperands, " operands, got ",
+           args.noperands);
   if (args.numel == 0) return;
   DeviceGuard guard(device_of(args.data[0]));
   const int64_t blocks = std::min((args.numel + kThreads - 1) / kThreads, kMaxBlocks);
@@ -104,13 +104,10 @@ void binary(BinaryOp op, DType dtype, const ElementwiseArgs& args) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (is_comparison(op)) {
-      visit_compare_op(op, [&](auto fn) {
-        launch(binary_op_name(op), args, MapBody<uint8_t, decltype(fn), T, T>{fn});
-      });
+      visit_compare_op(op,
+                       [&](auto fn) { launch(binary_op_name(op), args, MapBody<uint8_t, decltype(fn), T, T>{fn}); });
     } else {
-      visit_arith_op(op, [&](auto fn) {
-        launch(binary_op_name(op), args, MapBody<T, decltype(fn), T, T>{fn});
-      });
+      visit_arith_op(op, [&](auto fn) { launch(binary_op_name(op), args, MapBody<T, decltype(fn), T, T>{fn}); });
     }
   });
 }

@@ -60,15 +60,21 @@ ColumnMajorCall column_major(bool trans_a, bool trans_b, int64_t m, int64_t n, i
   lda = fix_ld(lda, trans_a ? k : m, trans_a ? m : k);
   ldb = fix_ld(ldb, trans_b ? n : k, trans_b ? k : n);
   ldc = fix_ld(ldc, m, n);
-  return {to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), to_int(lda, "lda"), to_int(ldb, "ldb"),
-          to_int(ldc, "ldc"), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N};
+  return {to_int(n, "n"),
+          to_int(m, "m"),
+          to_int(k, "k"),
+          to_int(lda, "lda"),
+          to_int(ldb, "ldb"),
+          to_int(ldc, "ldc"),
+          trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+          trans_b ? CUBLAS_OP_T : CUBLAS_OP_N};
 }
 
 }  // namespace
 
 // a: (m, k) row-major, or (k, m) when trans_a; b: (k, n), or (n, k) when trans_b; c: (m, n).
-void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-          const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
+void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
+          int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   const auto [cm, cn, ck, clda, cldb, cldc, op_a, op_b] = column_major(trans_a, trans_b, m, n, k, lda, ldb, ldc);
 
@@ -90,13 +96,11 @@ void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     case DType::bf16: {
       const cudaDataType_t type = dtype == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
       const float fa = static_cast<float>(alpha), fb = static_cast<float>(beta);  // f32 compute
-      RG_CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, cm, cn, ck, &fa, b, type, cldb, a, type, clda, &fb, c,
-                                   type, cldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      RG_CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, cm, cn, ck, &fa, b, type, cldb, a, type, clda, &fb, c, type,
+                                   cldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       break;
     }
-    default:
-      RG_FAIL("matmul", "no CUDA gemm for dtype ", dtype_name(dtype),
-              " (f32, f64, f16 and bf16 are supported)");
+    default: RG_FAIL("matmul", "no CUDA gemm for dtype ", dtype_name(dtype), " (f32, f64, f16 and bf16 are supported)");
   }
 }
 
@@ -115,8 +119,8 @@ void gemm_strided_batched(DType dtype, bool trans_a, bool trans_b, int64_t m, in
   switch (dtype) {
     case DType::f32: {
       const float fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
-      RG_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, cm, cn, ck, &fa, static_cast<const float*>(b),
-                                                cldb, stride_b, static_cast<const float*>(a), clda, stride_a, &fb,
+      RG_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, cm, cn, ck, &fa, static_cast<const float*>(b), cldb,
+                                                stride_b, static_cast<const float*>(a), clda, stride_a, &fb,
                                                 static_cast<float*>(c), cldc, stride_c, count));
       break;
     }

@@ -30,8 +30,8 @@ __global__ void index_select_kernel(const Word* src, const int64_t* index, Word*
 }
 
 template <class T>
-__global__ void index_add_kernel(T* out, const int64_t* index, const T* src, int64_t outer, int64_t mid,
-                                 int64_t count, int64_t inner) {
+__global__ void index_add_kernel(T* out, const int64_t* index, const T* src, int64_t outer, int64_t mid, int64_t count,
+                                 int64_t inner) {
   const int64_t total = outer * count * inner;
   for (int64_t e = first_thread(); e < total; e += thread_stride()) {
     const int64_t i = e % inner, k = (e / inner) % count, o = e / (inner * count);
@@ -78,8 +78,8 @@ void dispatch_word(const char* op, size_t element_size, Fn&& fn) {
 
 }  // namespace
 
-void index_select(size_t element_size, const void* src, const int64_t* index, void* out, int64_t outer,
-                  int64_t mid, int64_t count, int64_t inner) {
+void index_select(size_t element_size, const void* src, const int64_t* index, void* out, int64_t outer, int64_t mid,
+                  int64_t count, int64_t inner) {
   const int64_t total = outer * count * inner;
   if (total == 0) return;
   DeviceGuard guard(device_of(out));
@@ -91,15 +91,15 @@ void index_select(size_t element_size, const void* src, const int64_t* index, vo
   RG_CUDA_CHECK_LAUNCH();
 }
 
-void index_add(DType dtype, void* out, const int64_t* index, const void* src, int64_t outer, int64_t mid,
-               int64_t count, int64_t inner) {
+void index_add(DType dtype, void* out, const int64_t* index, const void* src, int64_t outer, int64_t mid, int64_t count,
+               int64_t inner) {
   const int64_t total = outer * count * inner;
   if (total == 0) return;
   DeviceGuard guard(device_of(out));
   dispatch_compute("index_add", dtype, [&](auto tag) {
     using T = decltype(tag);
-    index_add_kernel<T><<<blocks_for(total), kThreads>>>(static_cast<T*>(out), index, static_cast<const T*>(src),
-                                                         outer, mid, count, inner);
+    index_add_kernel<T><<<blocks_for(total), kThreads>>>(static_cast<T*>(out), index, static_cast<const T*>(src), outer,
+                                                         mid, count, inner);
   });
   RG_CUDA_CHECK_LAUNCH();
 }
@@ -110,8 +110,8 @@ void gather(size_t element_size, const void* a, const int64_t* index, void* out,
   DeviceGuard guard(device_of(out));
   dispatch_word("gather", element_size, [&](auto word) {
     using W = decltype(word);
-    gather_kernel<W><<<blocks_for(count), kThreads>>>(static_cast<const W*>(a), index, static_cast<W*>(out), count,
-                                                      geometry);
+    gather_kernel<W>
+        <<<blocks_for(count), kThreads>>>(static_cast<const W*>(a), index, static_cast<W*>(out), count, geometry);
   });
   RG_CUDA_CHECK_LAUNCH();
 }
@@ -122,8 +122,8 @@ void scatter_add(DType dtype, void* out, const int64_t* index, const void* src, 
   DeviceGuard guard(device_of(out));
   dispatch_compute("scatter_add", dtype, [&](auto tag) {
     using T = decltype(tag);
-    scatter_add_kernel<T><<<blocks_for(count), kThreads>>>(static_cast<T*>(out), index, static_cast<const T*>(src),
-                                                           count, geometry);
+    scatter_add_kernel<T>
+        <<<blocks_for(count), kThreads>>>(static_cast<T*>(out), index, static_cast<const T*>(src), count, geometry);
   });
   RG_CUDA_CHECK_LAUNCH();
 }

@@ -50,9 +50,7 @@ __device__ __forceinline__ T warp_max(T v) {
 __device__ __forceinline__ int64_t first_warp_row() {
   return static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
 }
-__device__ __forceinline__ int64_t warp_row_stride() {
-  return static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-}
+__device__ __forceinline__ int64_t warp_row_stride() { return static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp); }
 __device__ __forceinline__ int64_t first_thread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
@@ -74,8 +72,7 @@ void dispatch_compute(const char* op, DType dtype, Fn&& fn) {
 // backend runs on the legacy default stream, in issue order.
 class Scratch {
  public:
-  Scratch(Allocator& allocator, size_t bytes)
-      : allocator_(allocator), bytes_(bytes), ptr_(allocator.allocate(bytes)) {}
+  Scratch(Allocator& allocator, size_t bytes) : allocator_(allocator), bytes_(bytes), ptr_(allocator.allocate(bytes)) {}
   ~Scratch() { allocator_.deallocate(ptr_, bytes_); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;

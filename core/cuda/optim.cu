@@ -35,7 +35,7 @@ void launch(const Step& step, int64_t n, const void* param) {
 // [(b - first_block[t]) * kChunk, ...) of it. The list is passed as a __grid_constant__ parameter
 // so that indexing it with t reads the parameter space instead of copying the list per thread.
 inline constexpr int64_t kChunk = int64_t{kThreads} * 4;  // elements per block
-inline constexpr size_t kListBytes = 4000;                 // kernel parameters must stay below 4 KiB
+inline constexpr size_t kListBytes = 4000;                // kernel parameters must stay below 4 KiB
 
 template <class Step>
 struct StepList {

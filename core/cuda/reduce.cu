@@ -76,9 +76,7 @@ struct MaxReducer {
     using limits = std::numeric_limits<V>;
     return {limits::has_infinity ? -limits::infinity() : limits::lowest(), INT64_MAX};
   }
-  __device__ State accumulate(State s, const T& x, int64_t index) const {
-    return combine(s, {load(x), index});
-  }
+  __device__ State accumulate(State s, const T& x, int64_t index) const { return combine(s, {load(x), index}); }
   __device__ State combine(State a, State b) const {
     const bool a_nan = a.value != a.value, b_nan = b.value != b.value;
     if (a_nan != b_nan) return a_nan ? a : b;
@@ -123,8 +121,8 @@ __device__ State group_reduce(const Reducer& r, State s, State* partials) {
 // Task t = (row, chunk) reduces in[row, chunk * chunk_cols : (chunk + 1) * chunk_cols] into out[t].
 // With chunks == 1 a task is a whole row.
 template <int kGroup, class T, class Reducer, class Out>
-__global__ void reduce_rows_kernel(Reducer r, const T* in, Out* out, int64_t rows, int64_t cols,
-                                   int64_t chunks, int64_t chunk_cols) {
+__global__ void reduce_rows_kernel(Reducer r, const T* in, Out* out, int64_t rows, int64_t cols, int64_t chunks,
+                                   int64_t chunk_cols) {
   using State = typename Reducer::State;
   constexpr int kTasksPerBlock = kThreads / kGroup;
   __shared__ State partials[kThreads / kWarp];
@@ -152,8 +150,7 @@ void launch(const Reducer& r, const T* in, Out* out, int64_t rows, int64_t cols,
   // Short rows: a warp per row, 8 rows per block. Long rows: the whole block per row.
   const bool warp_per_task = chunk_cols <= 1024;
   const int64_t tasks_per_block = warp_per_task ? kThreads / kWarp : 1;
-  const auto blocks =
-      static_cast<unsigned>(std::min((tasks + tasks_per_block - 1) / tasks_per_block, kMaxBlocks));
+  const auto blocks = static_cast<unsigned>(std::min((tasks + tasks_per_block - 1) / tasks_per_block, kMaxBlocks));
   if (warp_per_task) {
     reduce_rows_kernel<kWarp><<<blocks, kThreads>>>(r, in, out, rows, cols, chunks, chunk_cols);
   } else {

@@ -90,8 +90,8 @@ __global__ void dropout_kernel(const T* in, T* out, int64_t count, float rate, T
 
 // ---- layer_norm: x, y (rows, C); w, b (C) or null; mean, rstd (rows) ------------------------------------
 template <class T>
-__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows,
-                                  int64_t C, T eps) {
+__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C,
+                                  T eps) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_stride()) {
     const T* xr = x + r * C;
@@ -180,8 +180,7 @@ __global__ void nll_pick_kernel(const T* logp, const int64_t* target, T* picked,
 
 // p = (p - onehot(t)) * scale, rows of ignored targets zeroed. One thread per element.
 template <class T>
-__global__ void minus_one_hot_kernel(T* p, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,
-                                     T scale) {
+__global__ void minus_one_hot_kernel(T* p, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index, T scale) {
   for (int64_t e = first_thread(); e < n * c; e += thread_stride()) {
     const int64_t i = e / c, j = e % c;
     const int64_t t = target[i];
@@ -196,8 +195,8 @@ void softmax_rows(DType dtype, const void* x, void* y, int64_t rows, int64_t col
   DeviceGuard guard(device_of(y));
   dispatch_compute(log ? "log_softmax" : "softmax", dtype, [&](auto tag) {
     using T = decltype(tag);
-    softmax_kernel<T><<<blocks_for_rows(rows), kThreads>>>(static_cast<const T*>(x), static_cast<T*>(y), rows,
-                                                           cols, log);
+    softmax_kernel<T>
+        <<<blocks_for_rows(rows), kThreads>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, cols, log);
   });
   RG_CUDA_CHECK_LAUNCH();
 }
@@ -219,14 +218,14 @@ void causal_softmax_backward_rows(DType dtype, const void* g, const void* y, voi
   DeviceGuard guard(device_of(ds));
   dispatch_compute("causal_softmax_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
-    causal_softmax_backward_kernel<T><<<blocks_for_rows(mats * n), kThreads>>>(
-        static_cast<const T*>(g), static_cast<const T*>(y), static_cast<T*>(ds), mats * n, n, static_cast<T>(scale));
+    causal_softmax_backward_kernel<T>
+        <<<blocks_for_rows(mats * n), kThreads>>>(static_cast<const T*>(g), static_cast<const T*>(y),
+                                                  static_cast<T*>(ds), mats * n, n, static_cast<T>(scale));
   });
   RG_CUDA_CHECK_LAUNCH();
 }
 
-void dropout_flat(DType dtype, const void* in, void* out, int64_t count, double rate, uint64_t seed,
-                  uint64_t offset) {
+void dropout_flat(DType dtype, const void* in, void* out, int64_t count, double rate, uint64_t seed, uint64_t offset) {
   if (count == 0) return;
   DeviceGuard guard(device_of(out));
   dispatch_compute("dropout", dtype, [&](auto tag) {
@@ -244,9 +243,10 @@ void layer_norm_rows(DType dtype, const void* x, const void* w, const void* b, v
   DeviceGuard guard(device_of(y));
   dispatch_compute("layer_norm", dtype, [&](auto tag) {
     using T = decltype(tag);
-    layer_norm_kernel<T><<<blocks_for_rows(rows), kThreads>>>(
-        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(y),
-        static_cast<T*>(mean), static_cast<T*>(rstd), rows, C, static_cast<T>(eps));
+    layer_norm_kernel<T><<<blocks_for_rows(rows), kThreads>>>(static_cast<const T*>(x), static_cast<const T*>(w),
+                                                              static_cast<const T*>(b), static_cast<T*>(y),
+                                                              static_cast<T*>(mean), static_cast<T*>(rstd), rows, C,
+                                                              static_cast<T>(eps));
   });
   RG_CUDA_CHECK_LAUNCH();
 }
@@ -265,8 +265,8 @@ void layer_norm_backward_rows(DType dtype, const void* g, const void* x, const v
     const T* mt = static_cast<const T*>(mean);
     const T* rt = static_cast<const T*>(rstd);
     if (dx && rows > 0) {
-      layer_norm_dx_kernel<T><<<blocks_for_rows(rows), kThreads>>>(gt, xt, static_cast<const T*>(w), mt, rt,
-                                                                   static_cast<T*>(dx), rows, C);
+      layer_norm_dx_kernel<T>
+          <<<blocks_for_rows(rows), kThreads>>>(gt, xt, static_cast<const T*>(w), mt, rt, static_cast<T*>(dx), rows, C);
       RG_CUDA_CHECK_LAUNCH();
     }
     if (!dw && !db) return;
@@ -274,8 +274,8 @@ void layer_norm_backward_rows(DType dtype, const void* g, const void* x, const v
     Scratch part(allocator(device), sizeof(T) * static_cast<size_t>(2 * chunks * C));
     T* dw_part = dw ? part.as<T>() : nullptr;
     T* db_part = db ? part.as<T>() + chunks * C : nullptr;
-    layer_norm_dwdb_partial_kernel<T><<<blocks_for(chunks * C), kThreads>>>(gt, xt, mt, rt, dw_part, db_part, rows,
-                                                                             C, chunks);
+    layer_norm_dwdb_partial_kernel<T>
+        <<<blocks_for(chunks * C), kThreads>>>(gt, xt, mt, rt, dw_part, db_part, rows, C, chunks);
     RG_CUDA_CHECK_LAUNCH();
     if (dw) sum_chunks_kernel<T><<<blocks_for(C), kThreads>>>(dw_part, static_cast<T*>(dw), chunks, C);
     if (db) sum_chunks_kernel<T><<<blocks_for(C), kThreads>>>(db_part, static_cast<T*>(db), chunks, C);
@@ -293,8 +293,8 @@ double nll_sum(DType dtype, const void* logp, const int64_t* target, int64_t n, 
   Scratch picked(allocator(device), esize * static_cast<size_t>(n));
   dispatch_compute("cross_entropy", dtype, [&](auto tag) {
     using T = decltype(tag);
-    nll_pick_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(logp), target, picked.as<T>(), n, c,
-                                                    ignore_index);
+    nll_pick_kernel<T>
+        <<<blocks_for(n), kThreads>>>(static_cast<const T*>(logp), target, picked.as<T>(), n, c, ignore_index);
   });
   RG_CUDA_CHECK_LAUNCH();
   Scratch total(allocator(device), esize);
@@ -312,8 +312,8 @@ void softmax_minus_one_hot(DType dtype, void* p, const int64_t* target, int64_t 
   DeviceGuard guard(device_of(p));
   dispatch_compute("cross_entropy_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
-    minus_one_hot_kernel<T><<<blocks_for(n * c), kThreads>>>(static_cast<T*>(p), target, n, c, ignore_index,
-                                                             static_cast<T>(scale));
+    minus_one_hot_kernel<T>
+        <<<blocks_for(n * c), kThreads>>>(static_cast<T*>(p), target, n, c, ignore_index, static_cast<T>(scale));
   });
   RG_CUDA_CHECK_LAUNCH();
 }

@@ -118,8 +118,7 @@ inline bool backend_gemm_takes(Device d, DType t) {
 }
 
 inline void backend_gemm(Device d, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
-                         const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c,
-                         int64_t ldc) {
+                         const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
   RG_ON_BACKEND(d, "matmul", gemm(t, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
 }
 
@@ -138,8 +137,8 @@ inline void backend_softmax_minus_one_hot(Device d, DType t, void* p, const int6
   RG_ON_BACKEND(d, "cross_entropy_backward", softmax_minus_one_hot(t, p, target, n, c, ignore_index, scale));
 }
 
-inline void backend_layer_norm_rows(Device d, DType t, const void* x, const void* w, const void* b, void* y,
-                                    void* mean, void* rstd, int64_t rows, int64_t C, double eps) {
+inline void backend_layer_norm_rows(Device d, DType t, const void* x, const void* w, const void* b, void* y, void* mean,
+                                    void* rstd, int64_t rows, int64_t C, double eps) {
   RG_ON_BACKEND(d, "layer_norm", layer_norm_rows(t, x, w, b, y, mean, rstd, rows, C, eps));
 }
 
@@ -170,8 +169,8 @@ inline void backend_attention_forward(Device d, DType t, const void* qkv, void* 
   RG_ON_BACKEND(d, "causal_self_attention", attention_forward(t, qkv, y, att, B, n, C, H, scale, drop));
 }
 
-inline void backend_attention_backward(Device d, DType t, const void* dy, const void* qkv, const void* att,
-                                       void* dqkv, int64_t B, int64_t n, int64_t C, int64_t H, double scale,
+inline void backend_attention_backward(Device d, DType t, const void* dy, const void* qkv, const void* att, void* dqkv,
+                                       int64_t B, int64_t n, int64_t C, int64_t H, double scale,
                                        const AttentionDropout& drop) {
   RG_ON_BACKEND(d, "causal_self_attention_backward",
                 attention_backward(t, dy, qkv, att, dqkv, B, n, C, H, scale, drop));
@@ -195,8 +194,8 @@ inline void backend_index_add(Device d, DType t, void* out, const int64_t* index
   RG_ON_BACKEND(d, "index_add", index_add(t, out, index, src, outer, mid, count, inner));
 }
 
-inline void backend_gather(Device d, size_t element_size, const void* a, const int64_t* index, void* out,
-                           int64_t count, const GatherGeometry& geometry) {
+inline void backend_gather(Device d, size_t element_size, const void* a, const int64_t* index, void* out, int64_t count,
+                           const GatherGeometry& geometry) {
   RG_ON_BACKEND(d, "gather", gather(element_size, a, index, out, count, geometry));
 }
 
@@ -271,8 +270,8 @@ inline void backend_max_pool2d_cudnn(Device d, DType t, const void* x, void* y, 
   only_on("max_pool2d", "CUDA", d);
 }
 
-inline void backend_max_pool2d_cudnn_backward(Device d, DType t, const void* x, const void* y, const void* dy,
-                                              void* dx, const PoolShape& s) {
+inline void backend_max_pool2d_cudnn_backward(Device d, DType t, const void* x, const void* y, const void* dy, void* dx,
+                                              const PoolShape& s) {
 #ifdef RINGGRAD_WITH_CUDA
   if (d.is_cuda()) return cuda::max_pool2d_cudnn_backward(t, x, y, dy, dx, s);
 #endif

@@ -27,7 +27,7 @@ ConvShape conv_geometry(const Tensor& x, const Tensor& weight, int64_t stride, i
   RG_CHECK(stride >= 1 && padding >= 0, "conv2d", "stride must be >= 1 and padding >= 0, got stride ", stride,
            ", padding ", padding);
   ConvShape g{x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0), weight.size(2), weight.size(3),
-              stride, padding, 0, 0};
+              stride,    padding,   0,         0};
   g.OH = (g.H + 2 * padding - g.KH) / stride + 1;
   g.OW = (g.W + 2 * padding - g.KW) / stride + 1;
   RG_CHECK(g.H + 2 * padding >= g.KH && g.W + 2 * padding >= g.KW, "conv2d", "kernel ", g.KH, "x", g.KW,
@@ -48,8 +48,8 @@ Tensor direct_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   return out;
 }
 
-void direct_conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const ConvShape& g,
-                            Tensor* dx, Tensor* dweight, Tensor* dbias) {
+void direct_conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const ConvShape& g, Tensor* dx,
+                            Tensor* dweight, Tensor* dbias) {
   Tensor dy = contiguous(grad.dtype() == x.dtype() ? grad : cast(grad, x.dtype()));
   if (dbias) *dbias = reduce(RowReduction::sum, dy, {0, 2, 3}, false);
   if (dweight) {
@@ -127,9 +127,8 @@ PoolShape pool_geometry(const Tensor& x, int64_t kernel, int64_t stride, int64_t
   RG_CHECK(x.defined() && x.dim() == 4 && is_floating(x.dtype()), "max_pool2d",
            "expects a floating (N, C, H, W) tensor, got ", x.desc());
   if (stride == 0) stride = kernel;
-  RG_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && 2 * padding <= kernel, "max_pool2d",
-           "invalid kernel ", kernel, ", stride ", stride, ", padding ", padding,
-           " (padding may be at most half the kernel)");
+  RG_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && 2 * padding <= kernel, "max_pool2d", "invalid kernel ", kernel,
+           ", stride ", stride, ", padding ", padding, " (padding may be at most half the kernel)");
   const int64_t h = x.size(2), w = x.size(3);
   const int64_t oh = (h + 2 * padding - kernel) / stride + 1, ow = (w + 2 * padding - kernel) / stride + 1;
   RG_CHECK(oh > 0 && ow > 0, "max_pool2d", "kernel ", kernel, " is larger than the padded input ", x.desc());

@@ -8,15 +8,28 @@
 namespace ringgrad {
 
 const char* unary_op_name(UnaryOp op) {
-  static const char* names[] = {"neg", "exp",  "log",  "sqrt",  "rsqrt", "abs",    "tanh",
-                                "sigmoid", "relu", "gelu", "pow", "clamp", "affine", "fill"};
+  static const char* names[] = {"neg",     "exp",  "log",  "sqrt", "rsqrt", "abs",    "tanh",
+                                "sigmoid", "relu", "gelu", "pow",  "clamp", "affine", "fill"};
   return names[static_cast<int>(op)];
 }
 
 const char* binary_op_name(BinaryOp op) {
-  static const char* names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "relu_backward",
-                                "gelu_backward", "tanh_backward", "sigmoid_backward", "eq", "ne",
-                                "lt", "le", "gt", "ge"};
+  static const char* names[] = {"add",
+                                "sub",
+                                "mul",
+                                "div",
+                                "maximum",
+                                "minimum",
+                                "relu_backward",
+                                "gelu_backward",
+                                "tanh_backward",
+                                "sigmoid_backward",
+                                "eq",
+                                "ne",
+                                "lt",
+                                "le",
+                                "gt",
+                                "ge"};
   return names[static_cast<int>(op)];
 }
 
@@ -66,8 +79,8 @@ ElementwiseArgs make_args(const char* op, const Tensor& out, std::initializer_li
     RG_CHECK(offset >= 0, op, "input ", t.desc(), " has more dims than the result ", shape_str(shape));
     for (int d = 0; d < t.dim(); ++d) {
       const int64_t size = t.shape()[d];
-      RG_CHECK(size == shape[d + offset] || size == 1, op, "input ", t.desc(),
-               " cannot be broadcast to ", shape_str(shape));
+      RG_CHECK(size == shape[d + offset] || size == 1, op, "input ", t.desc(), " cannot be broadcast to ",
+               shape_str(shape));
       strides[k][d + offset] = size == 1 ? 0 : t.strides()[d];
     }
   }

@@ -116,27 +116,29 @@ Tensor uniform(const Shape& shape, double lo, double hi, Generator& gen, TensorO
   const double cap = lo < hi ? largest_below(hi, options.dtype.value_or(DType::f32)) : hi;
   const uint64_t first = gen.advance((static_cast<uint64_t>(shape_numel(shape)) + 3) / 4);
   const uint64_t key = gen.seed();
-  return convert(host_f64(shape, [&](int64_t i) {
-                   const Philox4x32 r = philox4x32(first + static_cast<uint64_t>(i) / 4, 0, key);
-                   return std::min(cap, lo + (hi - lo) * static_cast<double>(uint_to_unit_float(r.v[i % 4])));
-                 }),
+  return convert(host_f64(shape,
+                          [&](int64_t i) {
+                            const Philox4x32 r = philox4x32(first + static_cast<uint64_t>(i) / 4, 0, key);
+                            return std::min(cap, lo + (hi - lo) * static_cast<double>(uint_to_unit_float(r.v[i % 4])));
+                          }),
                  options);
 }
 
 Tensor normal(const Shape& shape, double mean, double std, Generator& gen, TensorOptions options) {
   const uint64_t first = gen.advance((static_cast<uint64_t>(shape_numel(shape)) + 3) / 4);
   const uint64_t key = gen.seed();
-  return convert(host_f64(shape, [&](int64_t i) {
-                   // Box-Muller on words (0, 1) and (2, 3) of the counter: two normals per pair.
-                   const Philox4x32 r = philox4x32(first + static_cast<uint64_t>(i) / 4, 0, key);
-                   const int pair = (i % 4) / 2;
-                   const double u1 = (static_cast<double>(r.v[2 * pair]) + 1.0) / 4294967296.0;  // (0, 1]
-                   const double u2 = static_cast<double>(r.v[2 * pair + 1]) / 4294967296.0;
-                   const double radius = std::sqrt(-2.0 * std::log(u1));
-                   const double angle = 2.0 * M_PI * u2;
-                   const double z = (i % 2 == 0) ? radius * std::cos(angle) : radius * std::sin(angle);
-                   return mean + std * z;
-                 }),
+  return convert(host_f64(shape,
+                          [&](int64_t i) {
+                            // Box-Muller on words (0, 1) and (2, 3) of the counter: two normals per pair.
+                            const Philox4x32 r = philox4x32(first + static_cast<uint64_t>(i) / 4, 0, key);
+                            const int pair = (i % 4) / 2;
+                            const double u1 = (static_cast<double>(r.v[2 * pair]) + 1.0) / 4294967296.0;  // (0, 1]
+                            const double u2 = static_cast<double>(r.v[2 * pair + 1]) / 4294967296.0;
+                            const double radius = std::sqrt(-2.0 * std::log(u1));
+                            const double angle = 2.0 * M_PI * u2;
+                            const double z = (i % 2 == 0) ? radius * std::cos(angle) : radius * std::sin(angle);
+                            return mean + std * z;
+                          }),
                  options);
 }
 
@@ -148,10 +150,11 @@ Tensor bernoulli(const Shape& shape, double p, Generator& gen, TensorOptions opt
   RG_CHECK(p >= 0 && p <= 1, "bernoulli", "probability must be in [0, 1], got ", p);
   const uint64_t first = gen.advance((static_cast<uint64_t>(shape_numel(shape)) + 3) / 4);
   const uint64_t key = gen.seed();
-  return convert(host_f64(shape, [&](int64_t i) {
-                   const Philox4x32 r = philox4x32(first + static_cast<uint64_t>(i) / 4, 0, key);
-                   return static_cast<double>(uint_to_unit_float(r.v[i % 4])) < p ? 1.0 : 0.0;
-                 }),
+  return convert(host_f64(shape,
+                          [&](int64_t i) {
+                            const Philox4x32 r = philox4x32(first + static_cast<uint64_t>(i) / 4, 0, key);
+                            return static_cast<double>(uint_to_unit_float(r.v[i % 4])) < p ? 1.0 : 0.0;
+                          }),
                  options);
 }
 

@@ -9,8 +9,7 @@ namespace ringgrad::native {
 namespace {
 
 void check_index(const char* op, const Tensor& index, const Tensor& a) {
-  RG_CHECK(index.defined() && index.dtype() == DType::i64, op, "index must be an i64 tensor, got ",
-           index.desc());
+  RG_CHECK(index.defined() && index.dtype() == DType::i64, op, "index must be an i64 tensor, got ", index.desc());
   RG_CHECK(index.device() == a.device(), op, "index ", index.desc(), " and input ", a.desc(),
            " are on different devices");
 }
@@ -45,8 +44,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     check_same_device_dtype("cat", first, t);
     bool same = t.dim() == first.dim();
     for (int64_t d = 0; same && d < t.dim(); ++d) same = d == dim || t.size(d) == first.size(d);
-    RG_CHECK(same, "cat", "tensor ", i, " ", t.desc(), " does not match tensor 0 ", first.desc(),
-             " outside dimension ", dim);
+    RG_CHECK(same, "cat", "tensor ", i, " ", t.desc(), " does not match tensor 0 ", first.desc(), " outside dimension ",
+             dim);
     shape[dim] += t.size(dim);
   }
   Tensor out = empty(shape, first.dtype(), first.device());
@@ -70,8 +69,8 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   const Tensor host_idx = idx.to(Device::cpu());
   const int64_t* ip = host_idx.data<int64_t>();
   for (int64_t k = 0; k < idx.numel(); ++k)
-    RG_CHECK(ip[k] >= 0 && ip[k] < s.mid, "index_select", "index[", k, "] = ", ip[k],
-             " out of range for dimension ", dim, " of ", a.desc());
+    RG_CHECK(ip[k] >= 0 && ip[k] < s.mid, "index_select", "index[", k, "] = ", ip[k], " out of range for dimension ",
+             dim, " of ", a.desc());
   backend_index_select(a.device(), a.element_size(), src.raw_data(), idx.data<int64_t>(), out.raw_data(), s.outer,
                        s.mid, idx.numel(), s.inner);
   return out;
@@ -100,11 +99,10 @@ void check_gather_index(const char* op, const Tensor& index, const Shape& a_shap
 }
 
 void check_gather_shapes(const char* op, const Tensor& a, int64_t dim, const Tensor& index) {
-  RG_CHECK(index.dim() == a.dim(), op, "index ", index.desc(), " must have as many dims as the input ",
-           a.desc());
+  RG_CHECK(index.dim() == a.dim(), op, "index ", index.desc(), " must have as many dims as the input ", a.desc());
   for (int64_t d = 0; d < a.dim(); ++d)
-    RG_CHECK(d == dim || index.size(d) <= a.size(d), op, "index ", index.desc(), " is larger than input ",
-             a.desc(), " in dimension ", d);
+    RG_CHECK(d == dim || index.size(d) <= a.size(d), op, "index ", index.desc(), " is larger than input ", a.desc(),
+             " in dimension ", d);
 }
 
 // The geometry the gather / scatter kernels walk (See GatherGeometry in core/kernels.h).
@@ -148,8 +146,7 @@ Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const T
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype) {
-  RG_CHECK(indices.defined() && indices.dtype() == DType::i64, "one_hot", "indices must be i64, got ",
-           indices.desc());
+  RG_CHECK(indices.defined() && indices.dtype() == DType::i64, "one_hot", "indices must be i64, got ", indices.desc());
   RG_CHECK(num_classes > 0, "one_hot", "num_classes must be positive, got ", num_classes);
   Shape shape = indices.shape();
   shape.push_back(num_classes);
@@ -159,8 +156,8 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype) {
   const Tensor host_idx = idx.to(Device::cpu());
   const int64_t* ip = host_idx.data<int64_t>();
   for (int64_t i = 0; i < idx.numel(); ++i)
-    RG_CHECK(ip[i] >= 0 && ip[i] < num_classes, "one_hot", "index ", ip[i], " at position ", i,
-             " is not in [0, ", num_classes, ")");
+    RG_CHECK(ip[i] >= 0 && ip[i] < num_classes, "one_hot", "index ", ip[i], " at position ", i, " is not in [0, ",
+             num_classes, ")");
   backend_one_hot(indices.device(), idx.data<int64_t>(), out.data<double>(), idx.numel(), num_classes);
   return dtype == DType::f64 ? out : cast(out, dtype);
 }

@@ -26,12 +26,11 @@ BlasOperand as_blas_operand(const Tensor& m) {
 
 void check_matmul_args(const char* op, const Tensor& a, const Tensor& b, int64_t ndim) {
   check_same_device_dtype(op, a, b, /*same_dtype=*/false);
-  RG_CHECK(a.dim() == ndim && b.dim() == ndim, op, "expects ", ndim, "-D tensors, got a ", a.desc(),
-           ", b ", b.desc());
+  RG_CHECK(a.dim() == ndim && b.dim() == ndim, op, "expects ", ndim, "-D tensors, got a ", a.desc(), ", b ", b.desc());
   RG_CHECK(a.dtype() == b.dtype(), op, "dtypes differ: a ", a.desc(), ", b ", b.desc());
   RG_CHECK(is_floating(a.dtype()), op, "needs floating-point tensors, got a ", a.desc(), ", b ", b.desc());
-  RG_CHECK(a.size(-1) == b.size(-2), op, "inner dimensions differ: a ", a.desc(), ", b ", b.desc(), ": ",
-           a.size(-1), " != ", b.size(-2));
+  RG_CHECK(a.size(-1) == b.size(-2), op, "inner dimensions differ: a ", a.desc(), ", b ", b.desc(), ": ", a.size(-1),
+           " != ", b.size(-2));
 }
 
 // out(M, N) = a(M, K) @ b(K, N) (+ out when accumulate); all three 2-D views of one dtype the
@@ -44,8 +43,8 @@ void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulat
     return;
   }
   const BlasOperand pa = as_blas_operand(a), pb = as_blas_operand(b);
-  backend_gemm(a.device(), a.dtype(), pa.transposed, pb.transposed, m, n, k, 1.0, pa.storage_view.raw_data(),
-               pa.ld, pb.storage_view.raw_data(), pb.ld, accumulate ? 1.0 : 0.0, out.raw_data(), out.stride(0));
+  backend_gemm(a.device(), a.dtype(), pa.transposed, pb.transposed, m, n, k, 1.0, pa.storage_view.raw_data(), pa.ld,
+               pb.storage_view.raw_data(), pb.ld, accumulate ? 1.0 : 0.0, out.raw_data(), out.stride(0));
 }
 
 }  // namespace
@@ -68,8 +67,8 @@ namespace {
 void check_matmul_out(const char* op, const Tensor& out, const Tensor& a, const Tensor& b) {
   RG_CHECK(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(1) && out.dtype() == a.dtype() &&
                out.device() == a.device() && out.stride(1) == 1 && out.stride(0) >= std::max<int64_t>(1, out.size(1)),
-           op, "out ", out.desc(), " must be a row-major (", a.size(0), ", ", b.size(1), ") ",
-           dtype_name(a.dtype()), " matrix on ", a.device().str());
+           op, "out ", out.desc(), " must be a row-major (", a.size(0), ", ", b.size(1), ") ", dtype_name(a.dtype()),
+           " matrix on ", a.device().str());
 }
 }  // namespace
 

@@ -36,20 +36,20 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 void check_same_device_dtype(const char* op, const Tensor& a, const Tensor& b, bool same_dtype = true);
 
 Tensor unary(UnaryOp op, const Tensor& a, ScalarArgs s = {});
-void unary_(UnaryOp op, const Tensor& self, ScalarArgs s = {});  // self = op(self)
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);    // comparisons return u8
+void unary_(UnaryOp op, const Tensor& self, ScalarArgs s = {});      // self = op(self)
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);        // comparisons return u8
 void binary_(BinaryOp op, const Tensor& self, const Tensor& other);  // self = op(self, other)
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // dst = src, broadcasting src to dst's shape, converting dtype and crossing devices as needed.
 // non_blocking: a host-to-GPU copy from pinned memory is queued and returns at once (see
 // copy_bytes in core/kernels.h); otherwise, and for every other pair of devices, copies are synchronous.
 void copy_(const Tensor& dst, const Tensor& src, bool non_blocking = false);
-Tensor cast(const Tensor& a, DType dtype);      // new contiguous tensor
+Tensor cast(const Tensor& a, DType dtype);                                    // new contiguous tensor
 Tensor to_device(const Tensor& a, Device device, bool non_blocking = false);  // new contiguous tensor
 // A contiguous copy in page-locked host memory (a itself when it already is one); CUDA builds only.
 Tensor pin_memory(const Tensor& a);
 Tensor empty_pinned(const Shape& shape, DType dtype);  // uninitialised, page-locked, CPU
-Tensor contiguous(const Tensor& a);             // a itself when already contiguous
+Tensor contiguous(const Tensor& a);                    // a itself when already contiguous
 
 // ---- reductions -----------------------------------------------------------------------------------
 // Normalises `dims` for a tensor of ndim dims: {} means all; negative dims wrap; duplicates are errors.
@@ -58,7 +58,7 @@ std::vector<int64_t> reduction_dims(const char* op, const Shape& dims, int64_t n
 Tensor reduce(RowReduction op, const Tensor& a, const Shape& dims, bool keepdim);
 
 // ---- matrix products ------------------------------------------------------------------------------
-Tensor mm(const Tensor& a, const Tensor& b);   // a: (M, K), b: (K, N) -> (M, N)
+Tensor mm(const Tensor& a, const Tensor& b);  // a: (M, K), b: (K, N) -> (M, N)
 // out += a @ b: out (M, N) dense, of a's dtype and device; a float dtype the backend's GEMM takes
 // directly (not CPU f16 / bf16). The GEMM accumulates into out (beta = 1).
 void addmm_(const Tensor& out, const Tensor& a, const Tensor& b);
@@ -77,8 +77,8 @@ struct LayerNormOutput {
 };
 LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 // Each output pointer may be null (not needed).
-void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, Tensor* dx, Tensor* dweight, Tensor* dbias);
+void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                         Tensor* dx, Tensor* dweight, Tensor* dbias);
 // scores: (..., T, T). y = softmax over the last dim of scale * scores, with key j > query i masked.
 Tensor causal_softmax(const Tensor& scores, double scale);
 Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale);
@@ -105,8 +105,7 @@ Tensor softmax(const Tensor& a, int64_t dim, bool log);
 // wanted, the number of counted targets.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, int64_t* counted);
 // d loss / d logits for an upstream scalar gradient `grad`.
-Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
-                              int64_t ignore_index);
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, int64_t ignore_index);
 
 // ---- indexing -------------------------------------------------------------------------------------
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);

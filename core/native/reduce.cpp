@@ -15,8 +15,8 @@ std::vector<int64_t> reduction_dims(const char* op, const Shape& dims, int64_t n
   }
   for (int64_t d : dims) {
     const int64_t w = wrap_dim(d, ndim, op);
-    RG_CHECK(std::find(out.begin(), out.end(), w) == out.end(), op, "dimension ", d,
-             " appears twice in ", shape_str(dims));
+    RG_CHECK(std::find(out.begin(), out.end(), w) == out.end(), op, "dimension ", d, " appears twice in ",
+             shape_str(dims));
     out.push_back(w);
   }
   std::sort(out.begin(), out.end());
@@ -52,8 +52,8 @@ Tensor reduce(RowReduction op, const Tensor& a, const Shape& dims, bool keepdim)
   // elements are the columns, so sum down them in place instead of copying the transpose (where the
   // device's backend can: the CPU's).
   const bool leading_reduced = !reduced.empty() && reduced.back() == static_cast<int64_t>(reduced.size()) - 1;
-  if ((op == RowReduction::sum || op == RowReduction::mean) && leading_reduced &&
-      backend_has_reduce_cols(a.device()) && a.is_contiguous() && !kept.empty()) {
+  if ((op == RowReduction::sum || op == RowReduction::mean) && leading_reduced && backend_has_reduce_cols(a.device()) &&
+      a.is_contiguous() && !kept.empty()) {
     Tensor out = empty(out_shape, a.dtype(), a.device());
     if (rows > 0) backend_reduce_cols(a.device(), op, a.dtype(), a.raw_data(), out.raw_data(), cols, rows);
     return out;

@@ -37,12 +37,11 @@ Tensor softmax(const Tensor& a, int64_t dim, bool log) {
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, int64_t* counted) {
   check_floating("cross_entropy", logits);
   RG_CHECK(logits.dim() == 2, "cross_entropy", "logits must be (N, C), got ", logits.desc());
-  RG_CHECK(target.defined() && target.dtype() == DType::i64 && target.dim() == 1 &&
-               target.size(0) == logits.size(0),
-           "cross_entropy", "target must be (N,) i64 class indices with N = ", logits.size(0),
-           ", got ", target.desc(), " for logits ", logits.desc());
-  RG_CHECK(target.device() == logits.device(), "cross_entropy", "logits ", logits.desc(), " and target ",
-           target.desc(), " are on different devices");
+  RG_CHECK(target.defined() && target.dtype() == DType::i64 && target.dim() == 1 && target.size(0) == logits.size(0),
+           "cross_entropy", "target must be (N,) i64 class indices with N = ", logits.size(0), ", got ", target.desc(),
+           " for logits ", logits.desc());
+  RG_CHECK(target.device() == logits.device(), "cross_entropy", "logits ", logits.desc(), " and target ", target.desc(),
+           " are on different devices");
   const int64_t n = logits.size(0), c = logits.size(1);
   Tensor logp = softmax(cast(logits, compute_dtype(logits.dtype())), 1, /*log=*/true);
   // The targets are read on the host (copied from a GPU: N integers) to check them and count them.
@@ -51,8 +50,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (tp[i] == ignore_index) continue;
-    RG_CHECK(tp[i] >= 0 && tp[i] < c, "cross_entropy", "target[", i, "] = ", tp[i],
-             " is not a class index in [0, ", c, ") (nor ignore_index ", ignore_index, ")");
+    RG_CHECK(tp[i] >= 0 && tp[i] < c, "cross_entropy", "target[", i, "] = ", tp[i], " is not a class index in [0, ", c,
+             ") (nor ignore_index ", ignore_index, ")");
     ++count;
   }
   if (counted) *counted = count;
@@ -66,8 +65,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
 }
 
 // d/dlogits of mean_i(-log softmax(x_i)[t_i]) = (softmax(x_i) - onehot(t_i)) / count, 0 on ignored rows.
-Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
-                              int64_t ignore_index) {
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, int64_t ignore_index) {
   const int64_t n = logits.size(0), c = logits.size(1);
   const DType ct = compute_dtype(logits.dtype());
   Tensor p = softmax(cast(logits, ct), 1, /*log=*/false);  // dense (N, C)

@@ -28,8 +28,8 @@ LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
            "x must be a floating-point tensor (..., C), got ", x.defined() ? x.desc() : std::string("undefined"));
   const int64_t C = x.size(-1);
   for (const Tensor* p : {&weight, &bias})
-    RG_CHECK(!p->defined() || (p->dim() == 1 && p->size(0) == C && p->dtype() == x.dtype() &&
-                               p->device() == x.device()),
+    RG_CHECK(!p->defined() ||
+                 (p->dim() == 1 && p->size(0) == C && p->dtype() == x.dtype() && p->device() == x.device()),
              "layer_norm", "weight and bias must be (", C, ",) ", dtype_name(x.dtype()), " on ", x.device().str(),
              " like x ", x.desc(), ", got ", p->desc());
   RG_CHECK(eps > 0, "layer_norm", "eps must be positive, got ", eps);
@@ -45,8 +45,8 @@ LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   return out;
 }
 
-void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, Tensor* dx, Tensor* dweight, Tensor* dbias) {
+void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                         Tensor* dx, Tensor* dweight, Tensor* dbias) {
   const DType ct = mean.dtype();
   const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
   Tensor gd = dense(g, ct), xd = dense(x, ct), w = weight.defined() ? dense(weight, ct) : Tensor();
@@ -61,8 +61,7 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
 }
 
 Tensor causal_softmax(const Tensor& scores, double scale) {
-  RG_CHECK(scores.defined() && is_floating(scores.dtype()) && scores.dim() >= 2 &&
-               scores.size(-1) == scores.size(-2),
+  RG_CHECK(scores.defined() && is_floating(scores.dtype()) && scores.dim() >= 2 && scores.size(-1) == scores.size(-2),
            "causal_softmax", "scores must be a floating-point (..., T, T) tensor, got ",
            scores.defined() ? scores.desc() : std::string("undefined"));
   const DType ct = compute_dtype(scores.dtype());
@@ -95,10 +94,10 @@ Tensor dropout(const Tensor& x, double rate, uint64_t seed, uint64_t offset) {
 
 AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout, uint64_t seed,
                                       uint64_t offset) {
-  RG_CHECK(qkv.defined() && is_floating(qkv.dtype()) && qkv.dim() == 3 && n_head > 0 &&
-               qkv.size(2) % (3 * n_head) == 0,
-           "causal_self_attention", "qkv must be a floating-point (B, T, 3C) tensor with C divisible by n_head = ",
-           n_head, ", got ", qkv.defined() ? qkv.desc() : std::string("undefined"));
+  RG_CHECK(qkv.defined() && is_floating(qkv.dtype()) && qkv.dim() == 3 && n_head > 0 && qkv.size(2) % (3 * n_head) == 0,
+           "causal_self_attention",
+           "qkv must be a floating-point (B, T, 3C) tensor with C divisible by n_head = ", n_head, ", got ",
+           qkv.defined() ? qkv.desc() : std::string("undefined"));
   RG_CHECK(dropout >= 0 && dropout < 1, "causal_self_attention", "dropout must be in [0, 1), got ", dropout);
   const DType ct = compute_dtype(qkv.dtype());
   const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;

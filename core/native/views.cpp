@@ -22,12 +22,12 @@ Shape infer_view_shape(const char* op, const Tensor& a, Shape shape) {
     }
   }
   if (infer_at >= 0) {
-    RG_CHECK(known != 0 && a.numel() % known == 0, op, "shape ", shape_str(shape), " is invalid for ",
-             a.desc(), " (", a.numel(), " elements)");
+    RG_CHECK(known != 0 && a.numel() % known == 0, op, "shape ", shape_str(shape), " is invalid for ", a.desc(), " (",
+             a.numel(), " elements)");
     shape[infer_at] = a.numel() / known;
   }
-  RG_CHECK(shape_numel(shape) == a.numel(), op, "shape ", shape_str(shape), " is invalid for ", a.desc(),
-           " (", a.numel(), " elements)");
+  RG_CHECK(shape_numel(shape) == a.numel(), op, "shape ", shape_str(shape), " is invalid for ", a.desc(), " (",
+           a.numel(), " elements)");
   return shape;
 }
 
@@ -44,8 +44,7 @@ Shape view_strides(const Tensor& a, const Shape& shape) {
   int64_t tensor_numel = 1, view_numel = 1;
   for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
     tensor_numel *= old_shape[d];
-    const bool chunk_ends =
-        d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride);
+    const bool chunk_ends = d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride);
     if (!chunk_ends) continue;
     while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
       strides[view_d] = view_numel * chunk_base_stride;
@@ -73,8 +72,8 @@ Tensor view(const Tensor& a, const Shape& shape_in) {
 }
 
 Tensor permute(const Tensor& a, const Shape& dims) {
-  RG_CHECK(static_cast<int64_t>(dims.size()) == a.dim(), "permute", "needs ", a.dim(), " dims for ",
-           a.desc(), ", got ", shape_str(dims));
+  RG_CHECK(static_cast<int64_t>(dims.size()) == a.dim(), "permute", "needs ", a.dim(), " dims for ", a.desc(), ", got ",
+           shape_str(dims));
   Shape shape(dims.size()), strides(dims.size());
   std::vector<bool> seen(dims.size(), false);
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -113,8 +112,7 @@ Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t s
 Tensor select(const Tensor& a, int64_t dim, int64_t index) {
   dim = wrap_dim(dim, a.dim(), "select");
   const int64_t n = a.size(dim);
-  RG_CHECK(index >= -n && index < n, "select", "index ", index, " out of range for dimension ", dim,
-           " of ", a.desc());
+  RG_CHECK(index >= -n && index < n, "select", "index ", index, " out of range for dimension ", dim, " of ", a.desc());
   if (index < 0) index += n;
   Shape shape = a.shape(), strides = a.strides();
   shape.erase(shape.begin() + dim);
@@ -123,8 +121,8 @@ Tensor select(const Tensor& a, int64_t dim, int64_t index) {
 }
 
 Tensor expand(const Tensor& a, const Shape& shape) {
-  RG_CHECK(shape.size() >= static_cast<size_t>(a.dim()), "expand", "cannot expand ", a.desc(), " to ",
-           shape_str(shape), ": fewer dims");
+  RG_CHECK(shape.size() >= static_cast<size_t>(a.dim()), "expand", "cannot expand ", a.desc(), " to ", shape_str(shape),
+           ": fewer dims");
   const size_t lead = shape.size() - a.dim();
   Shape out_shape(shape.size()), strides(shape.size(), 0);
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -134,8 +132,8 @@ Tensor expand(const Tensor& a, const Shape& shape) {
       continue;
     }
     const int64_t have = a.size(i - lead), want = shape[i] == -1 ? have : shape[i];
-    RG_CHECK(have == want || have == 1, "expand", "cannot expand ", a.desc(), " to ", shape_str(shape),
-             ": dimension ", i, " is ", have, ", not 1 or ", want);
+    RG_CHECK(have == want || have == 1, "expand", "cannot expand ", a.desc(), " to ", shape_str(shape), ": dimension ",
+             i, " is ", have, ", not 1 or ", want);
     out_shape[i] = want;
     strides[i] = have == want ? a.stride(i - lead) : 0;
   }

@@ -31,8 +31,16 @@ class HierarchicalAllreduce : public PendingOp {
  public:
   HierarchicalAllreduce(const Tensor& t, ReduceOp op, int tag, const Topology& topo, int world_size, Acc* work,
                         Acc* slots, RingTuning tuning)
-      : tensor_(t), op_(op), tag_(tag), topo_(topo), world_size_(world_size), n_(t.numel()),
-        data_(static_cast<T*>(t.raw_data())), work_(work), slots_(slots), tuning_(tuning) {
+      : tensor_(t),
+        op_(op),
+        tag_(tag),
+        topo_(topo),
+        world_size_(world_size),
+        n_(t.numel()),
+        data_(static_cast<T*>(t.raw_data())),
+        work_(work),
+        slots_(slots),
+        tuning_(tuning) {
     if (topo_.node_size == 1) {
       after_node_reduce();
       return;
@@ -59,8 +67,7 @@ class HierarchicalAllreduce : public PendingOp {
           if (!test()) return false;
           stage_ = Stage::done;
           break;
-        case Stage::done:
-          return true;
+        case Stage::done: return true;
       }
     }
   }
@@ -132,10 +139,11 @@ std::unique_ptr<PendingOp> hierarchical_allreduce(const Tensor& t, ReduceOp op, 
   // The accumulation type is f32 for f16 / bf16 (Note [Half-precision accumulation]), else the dtype.
   const size_t acc_bytes = std::max<size_t>(dtype_size(t.dtype()), sizeof(float));
   const int64_t slots = tuning.slot_elems(acc_bytes);
-  return with_accumulator(scratch, t, slots, [&](auto zero, auto* work, auto* slot_buffer) -> std::unique_ptr<PendingOp> {
-    return std::make_unique<HierarchicalAllreduce<decltype(zero)>>(t, op, tag, topo, world_size, work, slot_buffer,
-                                                                  tuning);
-  });
+  return with_accumulator(scratch, t, slots,
+                          [&](auto zero, auto* work, auto* slot_buffer) -> std::unique_ptr<PendingOp> {
+                            return std::make_unique<HierarchicalAllreduce<decltype(zero)>>(t, op, tag, topo, world_size,
+                                                                                           work, slot_buffer, tuning);
+                          });
 }
 
 }  // namespace ringgrad::dist::detail

@@ -85,7 +85,9 @@ inline void widen<Half>(float* dst, const Half* src, int64_t n) {
   for (; i < n; ++i) dst[i] = load(src[i]);
 }
 
-inline __m256 load_f32x8(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load_f32x8(const Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 inline __m256 load_f32x8(const float* p) { return _mm256_loadu_ps(p); }
 
 // combine_into for an f16 input (Note [Each chunk is reduced once]); theirs is f16 at the ring's
@@ -126,7 +128,8 @@ inline void finish_into<Half, float>(Half* dst, const float* src, int64_t n, Red
   for (; i + 8 <= n; i += 8) {
     __m256 v = _mm256_loadu_ps(src + i);
     if (average) v = _mm256_div_ps(v, vdivisor);  // the same single f32 division as the scalar loop
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   for (; i < n; ++i) dst[i] = store_as<Half>(average ? src[i] / divisor : src[i]);
 }
@@ -135,10 +138,22 @@ inline void finish_into<Half, float>(Half* dst, const float* src, int64_t n, Red
 // The MPI datatype of an accumulation type.
 template <class Acc>
 MPI_Datatype mpi_type();
-template <> inline MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
-template <> inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
-template <> inline MPI_Datatype mpi_type<int32_t>() { return MPI_INT32_T; }
-template <> inline MPI_Datatype mpi_type<int64_t>() { return MPI_INT64_T; }
+template <>
+inline MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
+template <>
+inline MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
+template <>
+inline MPI_Datatype mpi_type<int32_t>() {
+  return MPI_INT32_T;
+}
+template <>
+inline MPI_Datatype mpi_type<int64_t>() {
+  return MPI_INT64_T;
+}
 
 inline MPI_Op mpi_op(ReduceOp op) {
   switch (op) {

@@ -26,8 +26,8 @@ int checked_int(size_t count, const char* op) {
 // One ring step: receive `rcount` from the left neighbour while sending `scount` to the right.
 class RingStep {
  public:
-  void post(const void* send, size_t scount, void* recv, size_t rcount, MPI_Datatype type, int left, int right,
-            int tag, MPI_Comm comm) {
+  void post(const void* send, size_t scount, void* recv, size_t rcount, MPI_Datatype type, int left, int right, int tag,
+            MPI_Comm comm) {
     RG_MPI_CHECK(MPI_Irecv(recv, checked_int(rcount, "dist.ring"), type, left, tag, comm, &requests_[0]));
     RG_MPI_CHECK(MPI_Isend(send, checked_int(scount, "dist.ring"), type, right, tag, comm, &requests_[1]));
     posted_ = true;
@@ -58,7 +58,13 @@ class RingStep {
 class RingAllgather : public PendingOp {
  public:
   RingAllgather(const Tensor& output, const Tensor& input, int tag, MPI_Comm comm, int rank, int size)
-      : output_(output), input_(input), tag_(tag), comm_(comm), rank_(rank), N_(size), block_(input.nbytes()),
+      : output_(output),
+        input_(input),
+        tag_(tag),
+        comm_(comm),
+        rank_(rank),
+        N_(size),
+        block_(input.nbytes()),
         out_(static_cast<std::byte*>(output.raw_data())) {
     if (block_ > 0) std::memcpy(out_ + rank_ * block_, input.raw_data(), block_);
   }
@@ -108,8 +114,8 @@ class ChainBroadcast : public PendingOp {
   bool poll() override {
     while (received_ < pieces_) {
       if (recv_ == MPI_REQUEST_NULL) {
-        RG_MPI_CHECK(MPI_Irecv(data_ + received_ * kPiece, piece_bytes(received_), MPI_BYTE, prev_, tag_, comm_,
-                               &recv_));
+        RG_MPI_CHECK(
+            MPI_Irecv(data_ + received_ * kPiece, piece_bytes(received_), MPI_BYTE, prev_, tag_, comm_, &recv_));
       }
       int done = 0;
       RG_MPI_CHECK(MPI_Test(&recv_, &done, MPI_STATUS_IGNORE));  // sets recv_ to NULL when done
@@ -189,10 +195,11 @@ std::unique_ptr<PendingOp> ring_allreduce(const Tensor& t, ReduceOp op, Channel 
                                           RingTuning tuning) {
   return with_ring_buffers(scratch, t, /*in_place=*/true, tuning,
                            [&](auto zero, auto* data, auto* work, auto* slots) -> std::unique_ptr<PendingOp> {
-    using T = decltype(zero);
-    return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::allreduce, t.numel(), op, ch.size, ch, data, data,
-                                             work, slots, tuning, std::vector<Tensor>{t});
-  });
+                             using T = decltype(zero);
+                             return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::allreduce, t.numel(), op,
+                                                                      ch.size, ch, data, data, work, slots, tuning,
+                                                                      std::vector<Tensor>{t});
+                           });
 }
 
 std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, Channel ch,
@@ -200,11 +207,12 @@ std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tenso
   // The input must survive: it is only read, and the partial sums go to scratch.
   return with_ring_buffers(scratch, input, /*in_place=*/false, tuning,
                            [&](auto zero, auto* in, auto* work, auto* slots) -> std::unique_ptr<PendingOp> {
-    using T = decltype(zero);
-    return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::reduce_scatter, input.numel(), op, ch.size, ch,
-                                             in, static_cast<T*>(output.raw_data()), work, slots, tuning,
-                                             std::vector<Tensor>{output, input});
-  });
+                             using T = decltype(zero);
+                             return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::reduce_scatter,
+                                                                      input.numel(), op, ch.size, ch, in,
+                                                                      static_cast<T*>(output.raw_data()), work, slots,
+                                                                      tuning, std::vector<Tensor>{output, input});
+                           });
 }
 
 std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch) {

@@ -63,10 +63,18 @@ class RingPipeline : public PendingOp {
   // keep_alive: tensors MPI reads or writes, held until the op ends.
   RingPipeline(Mode mode, int64_t n, ReduceOp op, int divisor, Channel ch, const T* input, T* data, Acc* work,
                Acc* slots, RingTuning tuning, std::vector<Tensor> keep_alive)
-      : mode_(mode), n_(n), op_(op), divisor_(divisor), ch_(ch), input_(input), data_(data), work_(work),
+      : mode_(mode),
+        n_(n),
+        op_(op),
+        divisor_(divisor),
+        ch_(ch),
+        input_(input),
+        data_(data),
+        work_(work),
         slots_(slots),
         segment_(tuning.segment_elems(sizeof(Acc))),
-        window_(std::max(1, tuning.window)), keep_alive_(std::move(keep_alive)) {
+        window_(std::max(1, tuning.window)),
+        keep_alive_(std::move(keep_alive)) {
     const int N = ch.size, r = ch.rank, shift = mode == Mode::allreduce ? 0 : 1;
     owned_ = mod(r + 1 - shift);
     const int steps = mode == Mode::allreduce ? 2 * (N - 1) : N - 1;
@@ -83,8 +91,8 @@ class RingPipeline : public PendingOp {
       while (recvs_[k].step != sends_[i].step - 1 || recvs_[k].begin != sends_[i].begin) ++k;
       sends_[i].after_recv = static_cast<int64_t>(k);
     }
-    first_ag_send_ = std::find_if(sends_.begin(), sends_.end(), [](const Unit& u) { return !u.reduce_scatter; }) -
-                     sends_.begin();
+    first_ag_send_ =
+        std::find_if(sends_.begin(), sends_.end(), [](const Unit& u) { return !u.reduce_scatter; }) - sends_.begin();
     send_requests_.assign(sends_.size(), MPI_REQUEST_NULL);
     recv_requests_.assign(static_cast<size_t>(window_), MPI_REQUEST_NULL);
     if (N == 1) {  // nothing to exchange: the owned chunk is everything, this rank's input
@@ -116,8 +124,8 @@ class RingPipeline : public PendingOp {
     }
     if (received_ < recvs_.size() || next_send_ < sends_.size()) return false;
     int done = 0;
-    RG_MPI_CHECK(MPI_Testall(static_cast<int>(send_requests_.size()), send_requests_.data(), &done,
-                             MPI_STATUSES_IGNORE));
+    RG_MPI_CHECK(
+        MPI_Testall(static_cast<int>(send_requests_.size()), send_requests_.data(), &done, MPI_STATUSES_IGNORE));
     return done != 0;
   }
 
@@ -129,9 +137,9 @@ class RingPipeline : public PendingOp {
  private:
   struct Unit {
     int step;
-    bool reduce_scatter;     // false: all-gather
-    int64_t begin, count;    // elements of the tensor
-    int64_t after_recv = -1; // sends: the receive this send forwards
+    bool reduce_scatter;      // false: all-gather
+    int64_t begin, count;     // elements of the tensor
+    int64_t after_recv = -1;  // sends: the receive this send forwards
   };
 
   int mod(int c) const { return ((c % ch_.size) + ch_.size) % ch_.size; }
@@ -166,8 +174,8 @@ class RingPipeline : public PendingOp {
       RG_MPI_CHECK(MPI_Isend(work_ + u.begin, static_cast<int>(u.count), mpi_type<Acc>(), right, ch_.tag, ch_.comm,
                              &send_requests_[i]));
     else
-      RG_MPI_CHECK(MPI_Isend(data_ + u.begin, static_cast<int>(u.count * sizeof(T)), MPI_BYTE, right, ch_.tag,
-                             ch_.comm, &send_requests_[i]));
+      RG_MPI_CHECK(MPI_Isend(data_ + u.begin, static_cast<int>(u.count * sizeof(T)), MPI_BYTE, right, ch_.tag, ch_.comm,
+                             &send_requests_[i]));
   }
 
   void post_recv(size_t k) {
@@ -175,13 +183,13 @@ class RingPipeline : public PendingOp {
     const int left = mod(ch_.rank - 1);
     MPI_Request* request = &recv_requests_[k % window_];
     if (u.reduce_scatter && u.step == 0)  // the left neighbour's input, as T
-      RG_MPI_CHECK(MPI_Irecv(slot(k), static_cast<int>(u.count * sizeof(T)), MPI_BYTE, left, ch_.tag, ch_.comm,
-                             request));
+      RG_MPI_CHECK(
+          MPI_Irecv(slot(k), static_cast<int>(u.count * sizeof(T)), MPI_BYTE, left, ch_.tag, ch_.comm, request));
     else if (u.reduce_scatter)
       RG_MPI_CHECK(MPI_Irecv(slot(k), static_cast<int>(u.count), mpi_type<Acc>(), left, ch_.tag, ch_.comm, request));
     else
-      RG_MPI_CHECK(MPI_Irecv(data_ + u.begin, static_cast<int>(u.count * sizeof(T)), MPI_BYTE, left, ch_.tag,
-                             ch_.comm, request));
+      RG_MPI_CHECK(MPI_Irecv(data_ + u.begin, static_cast<int>(u.count * sizeof(T)), MPI_BYTE, left, ch_.tag, ch_.comm,
+                             request));
   }
 
   Acc* slot(size_t k) const { return slots_ + static_cast<int64_t>(k % window_) * segment_; }
@@ -189,10 +197,8 @@ class RingPipeline : public PendingOp {
   void on_received(size_t k) {
     const Unit& u = recvs_[k];
     if (!u.reduce_scatter) return;  // all-gather data landed in place
-    if (u.step == 0)
-      combine_into(work_ + u.begin, input_ + u.begin, reinterpret_cast<const T*>(slot(k)), u.count, op_);
-    else
-      combine_into(work_ + u.begin, input_ + u.begin, slot(k), u.count, op_);
+    if (u.step == 0) combine_into(work_ + u.begin, input_ + u.begin, reinterpret_cast<const T*>(slot(k)), u.count, op_);
+    else combine_into(work_ + u.begin, input_ + u.begin, slot(k), u.count, op_);
     if (u.step == ch_.size - 2) finish_owned(u.begin, u.count);  // the last partial sum arrived
   }
 

@@ -51,8 +51,8 @@ std::vector<TreeStep> tree_schedule(int rank, int size) {
   const int extra = size - p;
   std::vector<TreeStep> steps;
   if (rank >= p) {
-    steps.push_back({rank - p, -1, false});   // fold in
-    steps.push_back({-1, rank - p, false});   // the final result comes back
+    steps.push_back({rank - p, -1, false});  // fold in
+    steps.push_back({-1, rank - p, false});  // the final result comes back
     return steps;
   }
   if (rank < extra) steps.push_back({-1, rank + p, true});
@@ -61,7 +61,7 @@ std::vector<TreeStep> tree_schedule(int rank, int size) {
   return steps;
 }
 
-constexpr size_t kEagerPieceBytes = 4000;          // Note [Eager pieces]
+constexpr size_t kEagerPieceBytes = 4000;  // Note [Eager pieces]
 constexpr size_t kPiecewiseMaxBytes = size_t{16} << 10;
 
 // t: (n) viewed flat, reduced in place.
@@ -71,9 +71,16 @@ class TreeAllreduce : public PendingOp {
 
  public:
   TreeAllreduce(const Tensor& t, ReduceOp op, int tag, MPI_Comm comm, int rank, int size, Acc* work, Acc* recv)
-      : tensor_(t), op_(op), tag_(tag), comm_(comm), size_(size), n_(t.numel()),
-        data_(static_cast<T*>(t.raw_data())), work_(work), recv_(recv), steps_(tree_schedule(rank, size)) {
-  }
+      : tensor_(t),
+        op_(op),
+        tag_(tag),
+        comm_(comm),
+        size_(size),
+        n_(t.numel()),
+        data_(static_cast<T*>(t.raw_data())),
+        work_(work),
+        recv_(recv),
+        steps_(tree_schedule(rank, size)) {}
 
   bool poll() override {
     for (;;) {
@@ -147,8 +154,9 @@ std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel 
   if (shared != nullptr && SharedSlots::fits(t)) return shared->allreduce(t, op, ch.tag, scratch);
   return with_accumulator(scratch, t, std::max<int64_t>(t.numel(), 1),
                           [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
-    return std::make_unique<TreeAllreduce<decltype(zero)>>(t, op, ch.tag, ch.comm, ch.rank, ch.size, work, recv);
-  });
+                            return std::make_unique<TreeAllreduce<decltype(zero)>>(t, op, ch.tag, ch.comm, ch.rank,
+                                                                                   ch.size, work, recv);
+                          });
 }
 
 }  // namespace ringgrad::dist::detail

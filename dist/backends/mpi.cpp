@@ -33,8 +33,8 @@ class MpiGroup final : public MpiGroupBase {
       const int64_t n = t.numel();
       T* data = static_cast<T*>(t.raw_data());
       MPI_Request request;
-      RG_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), mpi_type<Acc>(), mpi_op(op), comm_,
-                                  &request));
+      RG_MPI_CHECK(
+          MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), mpi_type<Acc>(), mpi_op(op), comm_, &request));
       auto on_done = [data, acc, n, op, N = size_] {
         if (static_cast<void*>(data) != static_cast<void*>(acc) || op == ReduceOp::avg)
           finish_into(data, acc, n, op, N);
@@ -46,8 +46,6 @@ class MpiGroup final : public MpiGroupBase {
 
 }  // namespace
 
-std::unique_ptr<ProcessGroup> new_mpi_group(const GroupOptions& options) {
-  return std::make_unique<MpiGroup>(options);
-}
+std::unique_ptr<ProcessGroup> new_mpi_group(const GroupOptions& options) { return std::make_unique<MpiGroup>(options); }
 
 }  // namespace ringgrad::dist::detail

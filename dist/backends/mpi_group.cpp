@@ -66,14 +66,16 @@ Tensor MpiGroupBase::new_in_place_buffer(int64_t numel, DType dtype, Device devi
     any_shared_buffers_.store(true, std::memory_order_relaxed);
   }
   // The storage owns the mapping: it is unmapped when the last view of the buffer goes away.
-  auto storage = std::make_shared<Storage>(shared->mine(), bytes, Device::cpu(), [shared](void*) mutable { shared.reset(); });
+  auto storage =
+      std::make_shared<Storage>(shared->mine(), bytes, Device::cpu(), [shared](void*) mutable { shared.reset(); });
   return make_view(storage, {numel}, {1}, 0, dtype);  // zero: a new segment is zero-filled
 }
 
 std::shared_ptr<Work> MpiGroupBase::allreduce_in_place(const OpInfo& info, const Tensor& t, ReduceOp op) {
   std::shared_ptr<SharedBuffer> shared = shared_buffer_of(t);
   if (shared == nullptr) return nullptr;
-  return submit_collective(info, [shared = std::move(shared), t, op](int tag) { return shared->allreduce(t, op, tag); });
+  return submit_collective(info,
+                           [shared = std::move(shared), t, op](int tag) { return shared->allreduce(t, op, tag); });
 }
 
 std::shared_ptr<SharedBuffer> MpiGroupBase::shared_buffer_of(const Tensor& t) const {
@@ -93,27 +95,26 @@ std::unique_ptr<PendingOp> MpiGroupBase::start_broadcast(const Tensor& t, int ro
 std::unique_ptr<PendingOp> MpiGroupBase::start_allgather(const Tensor& output, const Tensor& input, int /*tag*/) {
   MPI_Request request;
   const int bytes = static_cast<int>(input.nbytes());
-  RG_MPI_CHECK(MPI_Iallgather(input.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_,
-                              &request));
+  RG_MPI_CHECK(MPI_Iallgather(input.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_, &request));
   return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{output, input});
 }
 
 std::unique_ptr<PendingOp> MpiGroupBase::start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
                                                               int /*tag*/) {
   const int64_t m = output.numel();
-  return with_accumulator(scratch_, input, std::max<int64_t>(m, 1), [&](auto zero, auto* work, auto* recv)
-                                                                          -> std::unique_ptr<PendingOp> {
-    using T = decltype(zero);
-    using Acc = std::remove_pointer_t<decltype(work)>;
-    MPI_Request request;
-    RG_MPI_CHECK(MPI_Ireduce_scatter_block(work, recv, static_cast<int>(m), mpi_type<Acc>(), mpi_op(op), comm_,
-                                           &request));
-    auto on_done = [out = static_cast<T*>(output.raw_data()), recv, m, op, N = size_] {
-      finish_into(out, recv, m, op, N);
-    };
-    return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, on_done,
-                                        std::vector<Tensor>{output, input});
-  });
+  return with_accumulator(scratch_, input, std::max<int64_t>(m, 1),
+                          [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
+                            using T = decltype(zero);
+                            using Acc = std::remove_pointer_t<decltype(work)>;
+                            MPI_Request request;
+                            RG_MPI_CHECK(MPI_Ireduce_scatter_block(work, recv, static_cast<int>(m), mpi_type<Acc>(),
+                                                                   mpi_op(op), comm_, &request));
+                            auto on_done = [out = static_cast<T*>(output.raw_data()), recv, m, op, N = size_] {
+                              finish_into(out, recv, m, op, N);
+                            };
+                            return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, on_done,
+                                                                std::vector<Tensor>{output, input});
+                          });
 }
 
 }  // namespace ringgrad::dist::detail

@@ -60,9 +60,9 @@ namespace {
                       cuda::detail::error_location(file, line)));  // names the device and the rank
 }
 
-#define RG_NCCL_CHECK(stmt)                                                   \
-  do {                                                                        \
-    const ncclResult_t rg_nccl_result_ = (stmt);                              \
+#define RG_NCCL_CHECK(stmt)                                                                           \
+  do {                                                                                                \
+    const ncclResult_t rg_nccl_result_ = (stmt);                                                      \
     if (rg_nccl_result_ != ncclSuccess) throw_nccl_error(#stmt, rg_nccl_result_, __FILE__, __LINE__); \
   } while (0)
 
@@ -257,7 +257,8 @@ class NcclGroup final : public GroupBase {
         RG_FAIL("dist.new_group", "backend 'nccl' needs one GPU per rank, but ranks ", i, " and ", j,
                 " would both drive one GPU (GPUs are assigned by local rank; host '", all.data() + i * stride,
                 "'). Start at most as many ranks per machine as it has GPUs, or use an MPI backend (ring, tree, "
-                "auto, mpi), which stages GPU tensors through the host (rank ", rank_, "/", size_, ")");
+                "auto, mpi), which stages GPU tensors through the host (rank ",
+                rank_, "/", size_, ")");
       }
   }
 

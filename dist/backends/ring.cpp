@@ -10,8 +10,8 @@ namespace ringgrad::dist::detail {
 std::unique_ptr<PendingOp> RingFamilyGroup::start_allreduce(const Tensor& t, ReduceOp op, int tag) {
   return ring_allreduce(t, op, channel(tag), scratch_, ring_tuning_);
 }
-std::unique_ptr<PendingOp> RingFamilyGroup::start_reduce_scatter(const Tensor& output, const Tensor& input,
-                                                                 ReduceOp op, int tag) {
+std::unique_ptr<PendingOp> RingFamilyGroup::start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                                 int tag) {
   return ring_reduce_scatter(output, input, op, channel(tag), scratch_, ring_tuning_);
 }
 std::unique_ptr<PendingOp> RingFamilyGroup::start_broadcast(const Tensor& t, int root, int tag) {

@@ -45,7 +45,8 @@ std::vector<std::string> split_lines(const std::string& s) {
 // Construction check: the same parameters (name, shape, dtype) in the same order on every rank.
 void check_same_parameters(ProcessGroup& group, const std::vector<std::pair<std::string, Tensor>>& params) {
   std::string mine;
-  for (const auto& [name, t] : params) mine += str_cat(name, " ", shape_str(t.shape()), " ", dtype_name(t.dtype()), "\n");
+  for (const auto& [name, t] : params)
+    mine += str_cat(name, " ", shape_str(t.shape()), " ", dtype_name(t.dtype()), "\n");
   const std::vector<std::string> all = allgather_strings(group, mine);
   if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; })) return;
   std::vector<std::vector<std::string>> lines;
@@ -55,8 +56,8 @@ void check_same_parameters(ProcessGroup& group, const std::vector<std::pair<std:
     most = std::max(most, lines.back().size());
   }
   auto line_of = [&](size_t r, size_t i) {
-    return i < lines[r].size() ? "'" + lines[r][i] + "'" : std::string("no such parameter (it has ") +
-                                                               std::to_string(lines[r].size()) + ")";
+    return i < lines[r].size() ? "'" + lines[r][i] + "'"
+                               : std::string("no such parameter (it has ") + std::to_string(lines[r].size()) + ")";
   };
   for (size_t i = 0; i < most; ++i) {
     std::string differ;
@@ -88,8 +89,8 @@ std::vector<TraceEvent> decode_events(const std::string& text) {
     std::istringstream in(line);
     for (std::string field; std::getline(in, field, '\t');) f.push_back(field);
     if (f.size() < 6) continue;
-    events.push_back(TraceEvent{f[0], f[1], std::stoi(f[2]), f[3], std::stod(f[4]), std::stod(f[5]),
-                                f.size() > 6 ? f[6] : ""});
+    events.push_back(
+        TraceEvent{f[0], f[1], std::stoi(f[2]), f[3], std::stod(f[4]), std::stod(f[5]), f.size() > 6 ? f[6] : ""});
   }
   return events;
 }

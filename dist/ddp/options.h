@@ -14,8 +14,8 @@
 namespace ringgrad::dist {
 
 struct DDPOptions {
-  double bucket_cap_mb = 25;     // bucket size limit (MiB); a larger parameter gets a bucket of its own
-  double first_bucket_mb = 1;    // the first bucket is small so that communication starts early
+  double bucket_cap_mb = 25;   // bucket size limit (MiB); a larger parameter gets a bucket of its own
+  double first_bucket_mb = 1;  // the first bucket is small so that communication starts early
   // Parameters that receive no gradient in a backward are reduced with zero gradients (the model
   // skips some parameters, e.g. a conditional branch). Off: that is an error naming them.
   bool find_unused_parameters = false;
@@ -37,20 +37,20 @@ struct DDPOptions {
 // Where the time of one optimizer step went, on this rank. A step ends with a synchronising
 // backward; it begins at the first forward after the previous step ended.
 struct DDPStepTimes {
-  double compute_ms = 0;        // first forward -> end of the last backward's computation
-  double comm_ms = 0;           // sum over buckets of their reductions' time on the communication thread
-  double exposed_comm_ms = 0;   // end of backward's computation -> every reduction done (what waiting cost)
+  double compute_ms = 0;            // first forward -> end of the last backward's computation
+  double comm_ms = 0;               // sum over buckets of their reductions' time on the communication thread
+  double exposed_comm_ms = 0;       // end of backward's computation -> every reduction done (what waiting cost)
   double overlap_percent() const {  // share of communication hidden behind computation
     return comm_ms > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_comm_ms / comm_ms) : 100.0;
   }
 };
 
 struct DDPStats {
-  int64_t steps = 0;           // synchronising backwards
+  int64_t steps = 0;  // synchronising backwards
   int64_t bucket_reductions = 0;
-  int64_t bytes_reduced = 0;   // bucket bytes handed to the comm hook
-  DDPStepTimes total;          // summed over steps
-  DDPStepTimes last;           // the last step
+  int64_t bytes_reduced = 0;    // bucket bytes handed to the comm hook
+  DDPStepTimes total;           // summed over steps
+  DDPStepTimes last;            // the last step
   std::string summary() const;  // one line: steps, compute / comm / exposed ms per step, overlap %
 };
 

@@ -178,8 +178,8 @@ void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < static_cast<int>(buckets_.size()) && buckets_[next_to_launch_].pending == 0) {
     Bucket& b = buckets_[next_to_launch_++];
     b.work = hook_ ? hook_(*group_, b.grad) : allreduce_hook(*group_, b.grad);
-    RG_CHECK(b.work.work != nullptr, "dist.DistributedDataParallel", "the communication hook returned no Work for bucket ",
-             b.grad.index);
+    RG_CHECK(b.work.work != nullptr, "dist.DistributedDataParallel",
+             "the communication hook returned no Work for bucket ", b.grad.index);
     b.launched = true;
     ++stats_.bucket_reductions;
     stats_.bytes_reduced += static_cast<int64_t>(b.grad.buffer.nbytes());
@@ -198,8 +198,7 @@ void Reducer::mark_unused_parameters() {
       if (b.launched) {
         try {
           b.work.work->wait();
-        } catch (const Error&) {
-        }
+        } catch (const Error&) {}
       }
     std::string names;
     for (size_t k = 0; k < unused.size() && k < 8; ++k)
@@ -265,17 +264,16 @@ void Reducer::record_step_times(const SyncedStep& step) {
     done_us = std::max(done_us, end);  // a device-waited reduction may end after the host moved on
     t.comm_ms += (end - start) * 1e-3;
     if (options_.trace && events_.size() < kMaxTraceEvents)
-      events_.push_back(TraceEvent{str_cat("bucket ", b.index), "comm", rank, "comm:" + group_->backend(), start,
-                                   end - start,
-                                   str_cat("\"bucket\": ", b.index, ", \"bytes\": ", b.bytes,
-                                           ", \"parameters\": ", b.parameters)});
+      events_.push_back(
+          TraceEvent{str_cat("bucket ", b.index), "comm", rank, "comm:" + group_->backend(), start, end - start,
+                     str_cat("\"bucket\": ", b.index, ", \"bytes\": ", b.bytes, ", \"parameters\": ", b.parameters)});
   }
   const double backward_end_us = step.backward_end_us;
   t.compute_ms = step.start_us >= 0 ? (backward_end_us - step.start_us) * 1e-3 : 0;
   t.exposed_comm_ms = (done_us - backward_end_us) * 1e-3;
   if (options_.trace && events_.size() < kMaxTraceEvents)
-    events_.push_back(TraceEvent{"wait for buckets", "compute", rank, "compute", backward_end_us,
-                                 done_us - backward_end_us, ""});
+    events_.push_back(
+        TraceEvent{"wait for buckets", "compute", rank, "compute", backward_end_us, done_us - backward_end_us, ""});
   stats_.last = t;
   stats_.total.compute_ms += t.compute_ms;
   stats_.total.comm_ms += t.comm_ms;

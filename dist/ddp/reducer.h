@@ -96,9 +96,9 @@ class Reducer {
   bool is_bucket_view(const Param& p) const;
   void attach_view(Param& p);  // keeps the current gradient's value (zero when none)
 
-  void on_gradient_ready(int index);     // the post-accumulate-grad hook
-  void launch_ready_buckets();           // Note [Buckets launch in index order]
-  void finish_backward();                // the end-of-backward callback
+  void on_gradient_ready(int index);  // the post-accumulate-grad hook
+  void launch_ready_buckets();        // Note [Buckets launch in index order]
+  void finish_backward();             // the end-of-backward callback
   void mark_unused_parameters();
   void rebuild_buckets_from_observed_order();
   // A synchronised backward's reductions, recorded in the stats once they have all completed.
@@ -121,7 +121,7 @@ class Reducer {
   CommHook hook_;
 
   bool require_sync_ = true;
-  bool in_backward_ = false;        // a backward of this model has delivered its first gradient
+  bool in_backward_ = false;  // a backward of this model has delivered its first gradient
   bool sync_this_backward_ = true;
   int next_to_launch_ = 0;
   bool rebuilt_ = false;

@@ -37,8 +37,8 @@ struct OpHeader {
   int64_t tag;      // the op's collective tag
   uint64_t offset;  // byte offset of the tensor inside the rank's buffer
   int64_t numel;
-  int32_t dtype;    // DType
-  int32_t op;       // ReduceOp
+  int32_t dtype;  // DType
+  int32_t op;     // ReduceOp
 };
 
 // One rank's lines of the control block: its arrival counter and the headers of its last two ops.
@@ -89,8 +89,10 @@ std::shared_ptr<SharedBuffer> SharedBuffer::create(ProcessGroup& group, size_t b
       mapping = map_shm_segment(announcement.name, total, announcement.nonce);
     // 1: mapped; 0: could not (every rank then takes an ordinary buffer); -1: another size than
     // rank 0's, a misuse that every rank reports.
-    Tensor vote = from_vector(std::vector<double>{!same_size ? -1.0 : mapping != nullptr ? 1.0 : 0.0}, {1},
-                              {.dtype = DType::i32});
+    Tensor vote = from_vector(std::vector<double>{!same_size           ? -1.0
+                                                  : mapping != nullptr ? 1.0
+                                                                       : 0.0},
+                              {1}, {.dtype = DType::i32});
     group.allreduce(vote, ReduceOp::min)->wait();
     const double least = vote.to_vector()[0];
     RG_CHECK(least >= 0, "dist.new_reduction_buffer", "the ranks asked for buffers of different sizes (rank ", rank,
@@ -113,8 +115,13 @@ std::shared_ptr<SharedBuffer> SharedBuffer::create(ProcessGroup& group, size_t b
 
 SharedBuffer::SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t control_bytes, size_t bytes, size_t stride,
                            int rank, int size)
-    : mapping_(mapping), mapping_bytes_(mapping_bytes), data_(mapping + control_bytes), bytes_(bytes), stride_(stride),
-      rank_(rank), size_(size) {}
+    : mapping_(mapping),
+      mapping_bytes_(mapping_bytes),
+      data_(mapping + control_bytes),
+      bytes_(bytes),
+      stride_(stride),
+      rank_(rank),
+      size_(size) {}
 
 // Local, like SharedSlots: the other ranks keep their own mappings.
 SharedBuffer::~SharedBuffer() { munmap(mapping_, mapping_bytes_); }
@@ -146,18 +153,25 @@ class InPlaceAllreduce final : public PendingOp {
 
  public:
   InPlaceAllreduce(std::shared_ptr<SharedBuffer> buffer, const Tensor& t, ReduceOp op, int tag)
-      : buffer_(std::move(buffer)), tensor_(t), op_(op), n_(t.numel()),
+      : buffer_(std::move(buffer)),
+        tensor_(t),
+        op_(op),
+        n_(t.numel()),
         offset_(static_cast<uint64_t>(static_cast<std::byte*>(t.raw_data()) - buffer_->mine())),
-        s_(buffer_->ops_ + 1), first_chunk_(buffer_->chunks_before_), end_chunk_(first_chunk_ + chunks()) {
+        s_(buffer_->ops_ + 1),
+        first_chunk_(buffer_->chunks_before_),
+        end_chunk_(first_chunk_ + chunks()) {
     // The chunk counts and the headers' parity assume the previous op finished first (the
     // communication thread runs one collective at a time): check it rather than trust it.
     RG_CHECK(buffer_->finished_ == buffer_->ops_, "dist.allreduce", "shared-buffer op ", s_, " started before op ",
              buffer_->ops_, " finished (rank ", buffer_->rank_, ")");
     buffer_->ops_ = s_;
-    for (int r = 0; r < buffer_->size_; ++r)
-      copies_.push_back(reinterpret_cast<T*>(buffer_->region_of(r) + offset_));
+    for (int r = 0; r < buffer_->size_; ++r) copies_.push_back(reinterpret_cast<T*>(buffer_->region_of(r) + offset_));
     SharedBuffer::Control& mine = buffer_->control_of(buffer_->rank_);
-    mine.header[s_ % 2] = OpHeader{.tag = tag, .offset = offset_, .numel = n_, .dtype = static_cast<int32_t>(t.dtype()),
+    mine.header[s_ % 2] = OpHeader{.tag = tag,
+                                   .offset = offset_,
+                                   .numel = n_,
+                                   .dtype = static_cast<int32_t>(t.dtype()),
                                    .op = static_cast<int32_t>(op)};
     counter(mine.arrived).store(s_, std::memory_order_release);
   }
@@ -190,7 +204,8 @@ class InPlaceAllreduce final : public PendingOp {
       RG_CHECK(theirs.tag == mine.tag && theirs.offset == mine.offset && theirs.numel == mine.numel &&
                    theirs.dtype == mine.dtype && theirs.op == mine.op,
                "dist.allreduce", "rank ", r, " is at another collective (", describe(theirs), ") than rank ",
-               buffer_->rank_, " (", describe(mine), ") on a shared reduction buffer: every rank must issue the "
+               buffer_->rank_, " (", describe(mine),
+               ") on a shared reduction buffer: every rank must issue the "
                "same collectives in the same order, on the same view of its buffer (Note [Collective order] in "
                "dist/process_group.h)");
     }
@@ -255,9 +270,9 @@ class InPlaceAllreduce final : public PendingOp {
   uint64_t offset_;
   uint64_t s_;
   uint64_t first_chunk_, end_chunk_;  // this op's chunks in the segment's counts: [first, end)
-  std::vector<T*> copies_;  // the tensor's place in every rank's buffer, rank order
-  bool reduced_ = false;    // I have claimed my last chunk
-  int waiting_for_ = 0;     // ranks below this one have arrived
+  std::vector<T*> copies_;            // the tensor's place in every rank's buffer, rank order
+  bool reduced_ = false;              // I have claimed my last chunk
+  int waiting_for_ = 0;               // ranks below this one have arrived
 };
 
 std::unique_ptr<PendingOp> SharedBuffer::allreduce(const Tensor& t, ReduceOp op, int tag) {

@@ -95,12 +95,12 @@ class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
 
   std::byte* mapping_;  // what mmap returned: the nonce and control lines, then the buffers
   size_t mapping_bytes_;
-  std::byte* data_;     // rank 0's buffer
-  size_t bytes_;        // bytes per rank's buffer
-  size_t stride_;       // bytes_ rounded up to whole pages
+  std::byte* data_;  // rank 0's buffer
+  size_t bytes_;     // bytes per rank's buffer
+  size_t stride_;    // bytes_ rounded up to whole pages
   int rank_, size_;
-  uint64_t ops_ = 0;       // ops started on this segment: the s of the Note
-  uint64_t finished_ = 0;  // of which finished (the last one's s)
+  uint64_t ops_ = 0;            // ops started on this segment: the s of the Note
+  uint64_t finished_ = 0;       // of which finished (the last one's s)
   uint64_t chunks_before_ = 0;  // chunks of the finished ops: where the next op's claims start
   template <class T>
   friend class InPlaceAllreduce;

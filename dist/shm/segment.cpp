@@ -16,9 +16,7 @@ namespace {
 uint64_t& nonce_of(std::byte* base) { return *reinterpret_cast<uint64_t*>(base); }
 }  // namespace
 
-uint64_t new_shm_nonce() {
-  return std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(getpid());
-}
+uint64_t new_shm_nonce() { return std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(getpid()); }
 
 std::string create_shm_segment(size_t bytes, uint64_t nonce, std::byte** base) {
   static std::atomic<int> counter{0};

@@ -4,14 +4,14 @@
 
 #include <atomic>
 #include <cstddef>
-#include <string>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "core/error.h"
-#include "dist/mpi_check.h"
 #include "dist/algorithms/reduce_kernels.h"
+#include "dist/mpi_check.h"
 #include "dist/shm/segment.h"
 
 namespace ringgrad::dist::detail {
@@ -21,17 +21,17 @@ namespace ringgrad::dist::detail {
 // the header and the first 32 bytes of data, so when the counter arrives at a waiting rank, a small
 // op's whole payload arrives with it: one cross-core transfer instead of a counter, then the rest.
 struct SharedSlots::Header {
-  uint64_t posted; // the op number s last published here (atomic_ref: written with release)
-  int64_t tag;     // the op's tag (its collective number mod 32768)
-  uint64_t bytes;  // accumulation-type bytes of the data
-  int32_t dtype;   // the tensor's DType
-  int32_t op;      // the ReduceOp
+  uint64_t posted;  // the op number s last published here (atomic_ref: written with release)
+  int64_t tag;      // the op's tag (its collective number mod 32768)
+  uint64_t bytes;   // accumulation-type bytes of the data
+  int32_t dtype;    // the tensor's DType
+  int32_t op;       // the ReduceOp
 };
 
 namespace {
 
 constexpr size_t kLine = 64;
-constexpr size_t kHeaderBytes = 32;  // the data starts here (Note [One line to wait for])
+constexpr size_t kHeaderBytes = 32;                        // the data starts here (Note [One line to wait for])
 constexpr size_t kParityBytes = kLine + kSharedSlotBytes;  // header + data, rounded to whole lines
 // Each rank's slot, page-aligned, after a first page that holds the segment's nonce.
 constexpr size_t kSlotBytes = (2 * kParityBytes + 4095) / 4096 * 4096;
@@ -108,12 +108,18 @@ class SharedAllreduce final : public PendingOp {
 
  public:
   SharedAllreduce(SharedSlots& slots, const Tensor& t, ReduceOp op, int tag, Acc* sum)
-      : slots_(slots), tensor_(t), op_(op), n_(t.numel()), data_(static_cast<T*>(t.raw_data())), sum_(sum),
-        tag_(tag), op_number_(slots.ops_ + 1) {
+      : slots_(slots),
+        tensor_(t),
+        op_(op),
+        n_(t.numel()),
+        data_(static_cast<T*>(t.raw_data())),
+        sum_(sum),
+        tag_(tag),
+        op_number_(slots.ops_ + 1) {
     // The two-parity argument of the Note needs the previous op finished before this one starts
     // (the communication thread runs one collective at a time): check it rather than trust it.
-    RG_CHECK(slots_.finished_ == slots_.ops_, "dist.allreduce", "shared-memory op ", op_number_,
-             " started before op ", slots_.ops_, " finished (rank ", slots_.rank_, ")");
+    RG_CHECK(slots_.finished_ == slots_.ops_, "dist.allreduce", "shared-memory op ", op_number_, " started before op ",
+             slots_.ops_, " finished (rank ", slots_.rank_, ")");
     slots_.ops_ = op_number_;
     std::byte* mine = parity_of(slots_.slot_of(slots_.rank_), op_number_);
     auto* header = reinterpret_cast<SharedSlots::Header*>(mine);
@@ -135,7 +141,8 @@ class SharedAllreduce final : public PendingOp {
       RG_CHECK(theirs.tag == mine.tag && theirs.bytes == mine.bytes && theirs.dtype == mine.dtype &&
                    theirs.op == mine.op,
                "dist.allreduce", "rank ", r, " is at another collective (", describe(theirs), ") than rank ",
-               slots_.rank_, " (", describe(mine), "): every rank must issue the same collectives in the same "
+               slots_.rank_, " (", describe(mine),
+               "): every rank must issue the same collectives in the same "
                "order (Note [Collective order] in dist/process_group.h; RINGGRAD_DIST_DEBUG=1 names the first that "
                "differs)");
     }

@@ -85,7 +85,10 @@ int main(int argc, char** argv) {
     else if (flag == "--backends") backends = value;
     else if (flag == "--segment") segment = value;
     else {
-      std::fprintf(stderr, "unknown flag %s (flags: -b -e -f -n -w -c -r -d f32|f16|bf16 --backends MPI_Allreduce,mpi,ring,tree,auto,hierarchical --segment BYTES)\n", flag.c_str());
+      std::fprintf(stderr,
+                   "unknown flag %s (flags: -b -e -f -n -w -c -r -d f32|f16|bf16 --backends "
+                   "MPI_Allreduce,mpi,ring,tree,auto,hierarchical --segment BYTES)\n",
+                   flag.c_str());
       return 2;
     }
   }
@@ -95,8 +98,10 @@ int main(int argc, char** argv) {
     const DType dtype = type == "f16" ? DType::f16 : type == "bf16" ? DType::bf16 : DType::f32;
     const double n = w.size;
     if (w.rank == 0) {
-      std::printf("# allreduce_bench: %d ranks, %s, sizes %s..%s x%g, %d iterations after %d warm-ups, median of %d "
-                  "interleaved rounds\n", w.size, type.c_str(), begin.c_str(), end.c_str(), factor, iters, warmup, rounds);
+      std::printf(
+          "# allreduce_bench: %d ranks, %s, sizes %s..%s x%g, %d iterations after %d warm-ups, median of %d "
+          "interleaved rounds\n",
+          w.size, type.c_str(), begin.c_str(), end.c_str(), factor, iters, warmup, rounds);
       std::printf("# ceiling: one core's memcpy bandwidth %.2f GB/s (read + write)\n", memcpy_bandwidth() / 1e9);
     }
     dist::GroupOptions options;
@@ -121,7 +126,8 @@ int main(int argc, char** argv) {
          bytes *= factor)
       counts.push_back(static_cast<int64_t>(bytes) / static_cast<int64_t>(dtype_size(dtype)));
     // seconds[b][s]: one mean time per round; wrong[b][s]: elements off the closed form.
-    std::vector<std::vector<std::vector<double>>> seconds(names.size(), std::vector<std::vector<double>>(counts.size()));
+    std::vector<std::vector<std::vector<double>>> seconds(names.size(),
+                                                          std::vector<std::vector<double>>(counts.size()));
     std::vector<std::vector<int64_t>> wrong(names.size(), std::vector<int64_t>(counts.size(), 0));
     for (int round = 0; round < rounds; ++round)
       for (size_t s = 0; s < counts.size(); ++s) {
@@ -136,9 +142,9 @@ int main(int argc, char** argv) {
           }
           auto allreduce = [&](Tensor& x) {
             if (pg == nullptr)
-              MPI_Allreduce(MPI_IN_PLACE, x.raw_data(), static_cast<int>(x.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-            else
-              pg->allreduce(x)->wait();
+              MPI_Allreduce(MPI_IN_PLACE, x.raw_data(), static_cast<int>(x.numel()), MPI_FLOAT, MPI_SUM,
+                            MPI_COMM_WORLD);
+            else pg->allreduce(x)->wait();
           };
           for (int i = 0; i < warmup; ++i) allreduce(t);
           MPI_Barrier(MPI_COMM_WORLD);

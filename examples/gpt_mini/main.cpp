@@ -59,8 +59,11 @@ double scalar(const nn::StateDict& ck, const std::string& name) { return nn::sca
 Tensor value(double v) { return scalar_tensor(v, {.dtype = DType::f64}); }
 
 nn::GPTConfig config_from(const Config& c, int64_t vocab_size) {
-  return nn::GPTConfig{.vocab_size = vocab_size, .block_size = c.block_size, .n_layer = c.n_layer,
-                       .n_head = c.n_head, .n_embd = c.n_embd};
+  return nn::GPTConfig{.vocab_size = vocab_size,
+                       .block_size = c.block_size,
+                       .n_layer = c.n_layer,
+                       .n_head = c.n_head,
+                       .n_embd = c.n_embd};
 }
 
 // Weight decay on matrices (Linear weights, embeddings) only, not on biases and LayerNorm
@@ -99,13 +102,15 @@ std::string sample(nn::GPT& model, const data::CharVocab& vocab, const Config& c
   for (int64_t n = 0; n < c.num_chars; ++n) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), block);
     Tensor x = from_vector(std::vector<int64_t>(ids.end() - T, ids.end()), {1, T}, {.dtype = DType::i64});
-    std::vector<double> logits = model.forward(x.to(device)).to(DType::f64).narrow(1, T - 1, 1).reshape({V}).to_vector();
+    std::vector<double> logits =
+        model.forward(x.to(device)).to(DType::f64).narrow(1, T - 1, 1).reshape({V}).to_vector();
     for (double& l : logits) l /= std::max(c.temperature, 1e-6);
     if (c.top_k > 0 && c.top_k < V) {
       std::vector<double> sorted = logits;
       std::nth_element(sorted.begin(), sorted.begin() + (c.top_k - 1), sorted.end(), std::greater<>());
       const double kth = sorted[static_cast<size_t>(c.top_k - 1)];
-      for (double& l : logits) if (l < kth) l = -INFINITY;
+      for (double& l : logits)
+        if (l < kth) l = -INFINITY;
     }
     const double max = *std::max_element(logits.begin(), logits.end());
     double sum = 0;
@@ -152,7 +157,8 @@ int run(Config& c, const dist::World& world) {
   data::CharVocab vocab(corpus.text);
   auto [train, val] = data::split_tokens(vocab.encode(corpus.text), 0.9);
   RG_CHECK(static_cast<int64_t>(val.size()) > c.block_size, "gpt_mini", "the validation split (", val.size(),
-           " characters) is shorter than one window (", c.block_size + 1, "): use a longer text or a smaller --block-size");
+           " characters) is shorter than one window (", c.block_size + 1,
+           "): use a longer text or a smaller --block-size");
   data::WindowSampler sampler(static_cast<int64_t>(train.size()), c.block_size,
                               {.seed = c.seed, .num_replicas = world.size, .rank = world.rank});
   log("data: %s: %zu characters in %zu file(s), vocabulary %lld, train %zu / validation %zu\n", c.data.c_str(),
@@ -164,9 +170,9 @@ int run(Config& c, const dist::World& world) {
   const Device device = parse_device(c.device, world.local_rank);  // batches are copied there per step
   model->to(dtype);
   model->to(device);
-  auto opt = std::make_unique<optim::AdamW>(param_groups(*model, c.lr, c.weight_decay),
-                                            optim::AdamWOptions{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95,
-                                                                .weight_decay = c.weight_decay});
+  auto opt = std::make_unique<optim::AdamW>(
+      param_groups(*model, c.lr, c.weight_decay),
+      optim::AdamWOptions{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = c.weight_decay});
   optim::GradScaler scaler({.enabled = dtype == DType::f16});
   optim::WarmupCosineLR schedule(c.lr, c.warmup, c.lr_decay_steps, c.min_lr);
   int64_t step = 0;

@@ -54,7 +54,9 @@ DType precision_dtype(const std::string& p) {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<Tensor> params) {
   if (c.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+    return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = c.lr,
+                                                                  .momentum = c.momentum,
+                                                                  .weight_decay = c.weight_decay});
   if (c.optimizer == "adam")
     return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
   if (c.optimizer == "adamw")
@@ -106,9 +108,8 @@ int run(Config& c, const dist::World& world) {
     mnist.mean = mnist.std = 0.5;
   }
   auto train = std::make_shared<data::TensorDataset>(mnist.train.images, mnist.train.labels);
-  log("data: %s: %lld train, %lld test images (loaded in %.1f s; inputs (p - %.4f) / %.4f)\n",
-              c.data.c_str(), (long long)train->size(), (long long)mnist.test.images.size(0), seconds_since(t_load),
-              mnist.mean, mnist.std);
+  log("data: %s: %lld train, %lld test images (loaded in %.1f s; inputs (p - %.4f) / %.4f)\n", c.data.c_str(),
+      (long long)train->size(), (long long)mnist.test.images.size(0), seconds_since(t_load), mnist.mean, mnist.std);
 
   // The model lives on one device; each batch is copied there as it is used. For a GPU the loader
   // pins its batches, so that copy is asynchronous (queued before the forward's kernels).
@@ -120,8 +121,8 @@ int run(Config& c, const dist::World& world) {
   if (!c.simulate_network.empty()) {
     const auto comma = c.simulate_network.find(',');
     if (comma == std::string::npos) throw Error("[mnist] --simulate-network wants GBPS,LATENCY_US");
-    group_options.simulated_network =
-        dist::SimulatedNetwork{std::stod(c.simulate_network.substr(0, comma)), std::stod(c.simulate_network.substr(comma + 1))};
+    group_options.simulated_network = dist::SimulatedNetwork{std::stod(c.simulate_network.substr(0, comma)),
+                                                             std::stod(c.simulate_network.substr(comma + 1))};
   }
   auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(c.backend, group_options));
   // Wrapping checks that every rank built the same model and copies rank 0's weights everywhere.
@@ -133,7 +134,8 @@ int run(Config& c, const dist::World& world) {
   optim::GradScaler scaler({.enabled = dtype == DType::f16});
   dist::sync_found_inf(scaler, group);  // one rank's overflow makes every rank skip the step
   // Each rank its own shard; the same permutation everywhere (seed + epoch).
-  data::DistributedSampler sampler(train->size(), {.num_replicas = world.size, .rank = world.rank, .shuffle = true, .seed = c.seed});
+  data::DistributedSampler sampler(train->size(),
+                                   {.num_replicas = world.size, .rank = world.rank, .shuffle = true, .seed = c.seed});
   data::DataLoader loader(train, sampler, {.batch_size = c.batch_size, .prefetch = 2, .pin_memory = device.is_cuda()});
   log("model: %s, %lld parameters, %s on %s; optimizer %s lr %g; %d threads per rank; optimizer state %.1f MiB\n",
       c.model.c_str(), (long long)model->parameter_count(), c.precision.c_str(), device.str().c_str(),

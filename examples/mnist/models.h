@@ -22,10 +22,9 @@ inline std::shared_ptr<nn::Sequential> make_mlp() {
 inline std::shared_ptr<nn::Sequential> make_cnn() {
   return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
       std::make_shared<nn::Conv2d>(1, 32, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Conv2d>(32, 64, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(3136, 128),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10)});
+      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(32, 64, 3, nn::Conv2dOptions{.padding = 1}),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(3136, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10)});
 }
 
 inline std::shared_ptr<nn::Sequential> make_model(const std::string& name) {

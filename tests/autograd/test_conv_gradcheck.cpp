@@ -64,9 +64,9 @@ TEST_CASE("conv2d gradients match finite differences, with and without bias, str
 }
 
 TEST_CASE("max_pool2d picks window maxima and routes gradients to them") {
-  Tensor x = from_vector(std::vector<double>{1, 5, 2, 0,   //
-                                             3, 4, 8, 1,   //
-                                             0, 0, 1, 2,   //
+  Tensor x = from_vector(std::vector<double>{1, 5, 2, 0,  //
+                                             3, 4, 8, 1,  //
+                                             0, 0, 1, 2,  //
                                              9, 0, 3, 7},
                          {1, 1, 4, 4}, {.requires_grad = true});
   Tensor y = max_pool2d(x, 2);

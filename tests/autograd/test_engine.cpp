@@ -70,8 +70,8 @@ TEST_CASE("a tensor used twice receives the sum of both gradients") {
   Tensor v = leaf({0.5, -1}, {2});
   Tensor a = v * 4.0;
   (a * a.exp().detach() + a).sum().backward();  // a used twice; d/dv = 4 (exp(a) + 1)
-  CHECK_VALUES(v.grad(), Shape({2}), (std::vector<double>{4 * (std::exp(2.0) + 1), 4 * (std::exp(-4.0) + 1)}),
-               1e-6, 1e-6);
+  CHECK_VALUES(v.grad(), Shape({2}), (std::vector<double>{4 * (std::exp(2.0) + 1), 4 * (std::exp(-4.0) + 1)}), 1e-6,
+               1e-6);
 }
 
 TEST_CASE("retain_graph allows a second backward and without it the second backward throws") {
@@ -167,7 +167,7 @@ TEST_CASE("retain_grad keeps the gradient of a non-leaf") {
   Tensor z = w * 3.0;
   y.retain_grad();
   (y * y + z).sum().backward();
-  CHECK_VALUES(y.grad(), Shape({2}), (std::vector<double>{4, 8}), 0, 0);  // 2y
+  CHECK_VALUES(y.grad(), Shape({2}), (std::vector<double>{4, 8}), 0, 0);    // 2y
   CHECK_FALSE(z.grad().defined());                                          // not retained
   CHECK_VALUES(w.grad(), Shape({2}), (std::vector<double>{11, 19}), 0, 0);  // 8w + 3
 }
@@ -265,8 +265,8 @@ TEST_CASE("post-accumulate-grad hooks fire last layer first, see the final grad,
     REQUIRE(log.size() == 7);
     CHECK(log.back() == "callback");
     CHECK(callbacks == 1);
-    const size_t w1 = position(log, "w1"), b1 = position(log, "b1"), w2 = position(log, "w2"),
-                 b2 = position(log, "b2"), w3 = position(log, "w3"), b3 = position(log, "b3");
+    const size_t w1 = position(log, "w1"), b1 = position(log, "b1"), w2 = position(log, "w2"), b2 = position(log, "b2"),
+                 w3 = position(log, "w3"), b3 = position(log, "b3");
     std::string order;
     for (const auto& e : log) order += e + " ";
     INFO("hook order: " << order);
@@ -516,12 +516,10 @@ TEST_CASE("a gradient destination receives linear's weight gradient in place, wi
 
 TEST_CASE("set_grad_destination refuses a destination that does not match the leaf") {
   LinearCase c = linear_case();
-  CHECK_THROWS_WITH(autograd::set_grad_destination(c.w, zeros({4, 3})),
-                    doctest::Contains("set_grad_destination"));
+  CHECK_THROWS_WITH(autograd::set_grad_destination(c.w, zeros({4, 3})), doctest::Contains("set_grad_destination"));
   CHECK_THROWS_WITH(autograd::set_grad_destination(c.w, zeros({3, 4}, {.dtype = DType::f64})),
                     doctest::Contains("contiguous tensor of the leaf's shape, dtype and device"));
   CHECK_THROWS_WITH(autograd::set_grad_destination(zeros({4, 3}).t(), zeros({3, 4})),
                     doctest::Contains("needs a leaf that requires grad"));
-  CHECK_THROWS_WITH(autograd::set_grad_destination(c.w, zeros({4, 3}).t()),
-                    doctest::Contains("contiguous"));
+  CHECK_THROWS_WITH(autograd::set_grad_destination(c.w, zeros({4, 3}).t()), doctest::Contains("contiguous"));
 }

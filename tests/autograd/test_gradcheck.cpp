@@ -30,8 +30,8 @@ Tensor param(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.
 
 // An f64 leaf with |values| in [0.2, 1.2] (away from a kink at 0).
 Tensor param_away_from_zero(const Shape& shape, uint64_t seed) {
-  Tensor t = rgtest::make(rgtest::values_away_from_zero(static_cast<size_t>(shape_numel(shape)), seed), shape,
-                          DType::f64);
+  Tensor t =
+      rgtest::make(rgtest::values_away_from_zero(static_cast<size_t>(shape_numel(shape)), seed), shape, DType::f64);
   t.requires_grad_(true);
   return t;
 }
@@ -55,9 +55,9 @@ Tensor param_distinct(const Shape& shape, uint64_t seed) {
 }  // namespace
 
 // GRADCHECK_OK(fn, inputs[, options]): gradcheck passes; on failure prints its message.
-#define GRADCHECK_OK(...)                                                                        \
-  do {                                                                                           \
-    const ::ringgrad::GradcheckResult rg_r_ = ::ringgrad::gradcheck(__VA_ARGS__);                \
+#define GRADCHECK_OK(...)                                                                       \
+  do {                                                                                          \
+    const ::ringgrad::GradcheckResult rg_r_ = ::ringgrad::gradcheck(__VA_ARGS__);               \
     CHECK_MESSAGE(rg_r_.ok, rg_r_.message << " (max_abs_error " << rg_r_.max_abs_error << ")"); \
   } while (0)
 
@@ -174,7 +174,7 @@ TEST_CASE("gradcheck passes for every view") {
   GRADCHECK_OK([](const TL& v) { return v[0].view({6, 4}); }, {x});
   GRADCHECK_OK([](const TL& v) { return v[0].view({-1}); }, {x});
   GRADCHECK_OK([](const TL& v) { return v[0].reshape({4, 6}); }, {x});
-  GRADCHECK_OK([](const TL& v) { return v[0].t().reshape({12}); }, {m});  // reshape must copy here
+  GRADCHECK_OK([](const TL& v) { return v[0].t().reshape({12}); }, {m});    // reshape must copy here
   GRADCHECK_OK([](const TL& v) { return v[0].t().view({2, 2, 3}); }, {m});  // splits the stride-1 dim
   GRADCHECK_OK([](const TL& v) { return v[0].transpose(0, 2); }, {x});
   GRADCHECK_OK([](const TL& v) { return v[0].t(); }, {m});
@@ -281,20 +281,23 @@ TEST_CASE("gradcheck passes for batched matmul, mm, bmm and linear") {
   GRADCHECK_OK([](const TL& v) { return matmul(v[0], v[1]); }, {param({3, 4}, 73), param({2, 4, 5}, 74)});
   // transposed and sliced operands
   GRADCHECK_OK([](const TL& v) { return matmul(v[0].t(), v[1].t()); }, {param({4, 3}, 52), param({2, 4}, 53)});
-  GRADCHECK_OK([](const TL& v) { return matmul(v[0].slice(1, 0, 8, 2), v[1]); }, {param({3, 8}, 54), param({4, 2}, 55)});
+  GRADCHECK_OK([](const TL& v) { return matmul(v[0].slice(1, 0, 8, 2), v[1]); },
+               {param({3, 8}, 54), param({4, 2}, 55)});
   GRADCHECK_OK([](const TL& v) { return matmul(v[0], v[0].transpose(-1, -2)); }, {param({2, 3, 4}, 56)});
 
   GRADCHECK_OK([](const TL& v) { return mm(v[0], v[1]); }, {param({3, 4}, 57), param({4, 5}, 58)});
   GRADCHECK_OK([](const TL& v) { return mm(v[0].t(), v[1]); }, {param({4, 3}, 59), param({4, 5}, 60)});
   GRADCHECK_OK([](const TL& v) { return bmm(v[0], v[1]); }, {param({2, 3, 4}, 61), param({2, 4, 5}, 62)});
-  GRADCHECK_OK([](const TL& v) { return bmm(v[0].transpose(1, 2), v[1]); }, {param({2, 4, 3}, 63), param({2, 4, 5}, 64)});
+  GRADCHECK_OK([](const TL& v) { return bmm(v[0].transpose(1, 2), v[1]); },
+               {param({2, 4, 3}, 63), param({2, 4, 5}, 64)});
 
   GRADCHECK_OK([](const TL& v) { return linear(v[0], v[1], v[2]); },
                {param({2, 3, 4}, 65), param({5, 4}, 66), param({5}, 67)});
   GRADCHECK_OK([](const TL& v) { return linear(v[0], v[1]); }, {param({6, 4}, 68), param({5, 4}, 69)});
   GRADCHECK_OK([](const TL& v) { return linear(v[0].t(), v[1], v[2]); },
                {param({4, 6}, 70), param({5, 4}, 71), param({5}, 72)});
-  GRADCHECK_OK([](const TL& v) { return linear(v[0], v[1], v[2]); }, {param({4}, 75), param({5, 4}, 76), param({5}, 77)});
+  GRADCHECK_OK([](const TL& v) { return linear(v[0], v[1], v[2]); },
+               {param({4}, 75), param({5, 4}, 76), param({5}, 77)});
   GRADCHECK_OK([](const TL& v) { return linear(v[0].transpose(0, 1), v[1], v[2]); },
                {param({3, 2, 4}, 78), param({5, 4}, 79), param({5}, 80)});
 }
@@ -318,7 +321,8 @@ TEST_CASE("gradcheck passes for cross_entropy, including ignored targets") {
   GRADCHECK_OK([](const TL& v) { return cross_entropy(v[0], v[1]); }, {logits, make_i64({1, 4, 0, 3}, {4})});
   GRADCHECK_OK([](const TL& v) { return cross_entropy(v[0], v[1]); }, {logits, make_i64({1, -100, 3, 0}, {4})});
   GRADCHECK_OK([](const TL& v) { return cross_entropy(v[0], v[1], 2); }, {logits, make_i64({2, 2, 4, 0}, {4})});
-  GRADCHECK_OK([](const TL& v) { return cross_entropy(v[0].t(), v[1]); }, {param({5, 4}, 91), make_i64({0, 1, 2, 3}, {4})});
+  GRADCHECK_OK([](const TL& v) { return cross_entropy(v[0].t(), v[1]); },
+               {param({5, 4}, 91), make_i64({0, 1, 2, 3}, {4})});
 }
 
 // ---- joining, splitting, indexing -------------------------------------------------------------
@@ -334,14 +338,18 @@ TEST_CASE("gradcheck passes for cat, stack and split") {
   GRADCHECK_OK([](const TL& v) { return stack({v[0], v[1].t().t()}, -1); }, {a, d});
 
   // split (5, 3) by 2 along dim 0: (2, 3), (2, 3), (1, 3); use every piece
-  GRADCHECK_OK([](const TL& v) {
-    const auto p = split(v[0], 2, 0);
-    return p[0] * p[1] + p[2].exp();
-  }, {param({5, 3}, 104)});
-  GRADCHECK_OK([](const TL& v) {
-    const auto p = split(v[0], 3, 1);
-    return cat({p[1], p[0]}, 1);
-  }, {param({2, 6}, 105)});
+  GRADCHECK_OK(
+      [](const TL& v) {
+        const auto p = split(v[0], 2, 0);
+        return p[0] * p[1] + p[2].exp();
+      },
+      {param({5, 3}, 104)});
+  GRADCHECK_OK(
+      [](const TL& v) {
+        const auto p = split(v[0], 3, 1);
+        return cat({p[1], p[0]}, 1);
+      },
+      {param({2, 6}, 105)});
 }
 
 TEST_CASE("gradcheck passes for index_select and gather, repeated indices accumulating") {
@@ -358,26 +366,32 @@ TEST_CASE("gradcheck passes for index_select and gather, repeated indices accumu
 TEST_CASE("gradcheck passes for a small network and a layer norm built from primitives") {
   const Tensor x = param({4, 6}, 120);
   const Tensor w1 = param({5, 6}, 121), b1 = param({5}, 122), w2 = param({3, 5}, 123), b2 = param({3}, 124);
-  GRADCHECK_OK([](const TL& v) {
-    const Tensor h = gelu(linear(v[0], v[1], v[2]));
-    return cross_entropy(linear(h, v[3], v[4]), v[5]);
-  }, {x, w1, b1, w2, b2, make_i64({0, 2, 1, 2}, {4})});
-  GRADCHECK_OK([](const TL& v) {
-    const Tensor mu = v[0].mean({-1}, true);
-    const Tensor var = v[0].var({-1}, true, false);
-    return (v[0] - mu) * rsqrt(var + 1e-5) * v[1] + v[2];
-  }, {x, param({6}, 125), param({6}, 126)});
+  GRADCHECK_OK(
+      [](const TL& v) {
+        const Tensor h = gelu(linear(v[0], v[1], v[2]));
+        return cross_entropy(linear(h, v[3], v[4]), v[5]);
+      },
+      {x, w1, b1, w2, b2, make_i64({0, 2, 1, 2}, {4})});
+  GRADCHECK_OK(
+      [](const TL& v) {
+        const Tensor mu = v[0].mean({-1}, true);
+        const Tensor var = v[0].var({-1}, true, false);
+        return (v[0] - mu) * rsqrt(var + 1e-5) * v[1] + v[2];
+      },
+      {x, param({6}, 125), param({6}, 126)});
 }
 
 TEST_CASE("gradcheck converts f32 inputs and leaves inputs without requires_grad unchecked") {
   Tensor f = rgtest::random_tensor({3, 4}, 130);  // f32
   f.requires_grad_(true);
   const Tensor constant = rgtest::random_tensor({3, 4}, 131, 0.5, 1.5, DType::f64);  // no requires_grad
-  GRADCHECK_OK([](const TL& v) {
-    CHECK(v[0].dtype() == DType::f64);
-    CHECK(v[1].dtype() == DType::f64);
-    return v[0].exp() * v[1];
-  }, {f, constant});
+  GRADCHECK_OK(
+      [](const TL& v) {
+        CHECK(v[0].dtype() == DType::f64);
+        CHECK(v[1].dtype() == DType::f64);
+        return v[0].exp() * v[1];
+      },
+      {f, constant});
 }
 
 namespace {
@@ -391,7 +405,8 @@ Tensor custom_square(const Tensor& x, bool correct) {
   }
   const Tensor saved = x.detach();
   autograd::record("custom_square", {y}, {x},
-                   [saved, correct](const autograd::TensorList& grads, const autograd::NeedsGrad&) -> autograd::TensorList {
+                   [saved, correct](const autograd::TensorList& grads,
+                                    const autograd::NeedsGrad&) -> autograd::TensorList {
                      // d(x^2)/dx = 2x; the wrong version forgets the factor 2
                      return {correct ? grads[0] * saved * 2.0 : grads[0] * saved};
                    });

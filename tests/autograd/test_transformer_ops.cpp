@@ -61,8 +61,8 @@ TEST_CASE("layer_norm: gradients match finite differences (x, weight, bias; stri
 }
 
 TEST_CASE("layer_norm: bad shapes name the op and the shapes") {
-  CHECK_THROWS_WITH_AS(layer_norm(zeros({2, 5}), zeros({4})), doctest::Contains("[layer_norm] weight and bias must be (5,) f32"),
-                       Error);
+  CHECK_THROWS_WITH_AS(layer_norm(zeros({2, 5}), zeros({4})),
+                       doctest::Contains("[layer_norm] weight and bias must be (5,) f32"), Error);
 }
 
 TEST_CASE("causal_softmax: forward against scale, mask and softmax written out; gradients") {
@@ -177,8 +177,8 @@ TEST_CASE("causal self-attention from packed qkv: equals the (q, k, v) form; gra
   r = gradcheck([&](const std::vector<Tensor>& x) { return causal_self_attention(x[0], 2); }, {two_blocks});
   CHECK_MESSAGE(r.ok, r.message);
 
-  CHECK_THROWS_WITH_AS(causal_self_attention(randn({2, 5, 10}, gen), 3),
-                       doctest::Contains("C divisible by n_head"), Error);
+  CHECK_THROWS_WITH_AS(causal_self_attention(randn({2, 5, 10}, gen), 3), doctest::Contains("C divisible by n_head"),
+                       Error);
 }
 
 // With v = the identity (D = T, v row j = e_j), y row i IS row i of the (dropped) probabilities, so
@@ -213,9 +213,9 @@ TEST_CASE("causal self-attention dropout: kept entries scaled by 1/(1-p), seeded
   CHECK(zeros < visible * 7 / 10);
 
   Generator same(11);
-  CHECK(causal_self_attention(qkv, H, 0.5, same).to_vector() == dropped);           // same seed, same mask
-  CHECK(causal_self_attention(qkv, H, 0.5, same).to_vector() != dropped);           // the generator moved on
-  CHECK(causal_self_attention(qkv, H, 0.0, same).to_vector() == p);                 // rate 0: no dropout
+  CHECK(causal_self_attention(qkv, H, 0.5, same).to_vector() == dropped);  // same seed, same mask
+  CHECK(causal_self_attention(qkv, H, 0.5, same).to_vector() != dropped);  // the generator moved on
+  CHECK(causal_self_attention(qkv, H, 0.0, same).to_vector() == p);        // rate 0: no dropout
 
   // The backward recomputes the same mask (a fresh generator per call keeps fn deterministic).
   Generator g0(3);

@@ -40,7 +40,7 @@ uint16_t half_bits_ref(float value) {
   const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
   x = std::fabs(x);
   if (x >= 65520.0) return sign | 0x7c00;  // 65520 is halfway from 65504 to 2^16; 65504 is odd: up
-  if (x < 0x1p-14) {                        // subnormal: multiples of 2^-24 (1024 * 2^-24 = 2^-14 works too)
+  if (x < 0x1p-14) {                       // subnormal: multiples of 2^-24 (1024 * 2^-24 = 2^-14 works too)
     return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(x * 0x1p24)));
   }
   int e;
@@ -261,9 +261,8 @@ TEST_CASE("f32 to f16 rounds to nearest with ties to even at the edge cases") {
     values.push_back(c.value);
   }
   // The same through a tensor conversion.
-  const std::vector<uint16_t> got = bits_of(blob(values.data(), {static_cast<int64_t>(values.size())},
-                                                      DType::f32)
-                                                .to(DType::f16));
+  const std::vector<uint16_t> got =
+      bits_of(blob(values.data(), {static_cast<int64_t>(values.size())}, DType::f32).to(DType::f16));
   for (size_t i = 0; i < values.size(); ++i) {
     INFO("tensor to(f16): " << std::string(cases[i].why));
     CHECK(hex(got[i]) == hex(cases[i].bits));
@@ -389,9 +388,7 @@ TEST_CASE("f16 and bf16 arithmetic computes in f32 and rounds once") {
   const auto raw_b = rgtest::random_values(4096, 302, 0.5, 20);
   for (DType dt : {DType::f16, DType::bf16}) {
     INFO("dtype " << std::string(dtype_name(dt)));
-    auto to16 = [&](float f) {
-      return dt == DType::f16 ? float_to_half_bits(f) : float_to_bf16_bits(f);
-    };
+    auto to16 = [&](float f) { return dt == DType::f16 ? float_to_half_bits(f) : float_to_bf16_bits(f); };
     auto from16 = [&](uint16_t b) { return dt == DType::f16 ? half_bits_to_float(b) : bf16_bits_to_float(b); };
     std::vector<uint16_t> a_bits, b_bits;
     for (size_t i = 0; i < raw_a.size(); ++i) {
@@ -420,8 +417,8 @@ TEST_CASE("f16 and bf16 arithmetic computes in f32 and rounds once") {
       std::string first;
       for (size_t i = 0; i < got.size(); ++i) {
         const uint16_t want = to16(op.f32_op(from16(a_bits[i]), from16(b_bits[i])));
-        if (got[i] != want && bad++ == 0) first = hex(a_bits[i]) + ", " + hex(b_bits[i]) + " -> " + hex(got[i]) +
-                                                  ", expected " + hex(want);
+        if (got[i] != want && bad++ == 0)
+          first = hex(a_bits[i]) + ", " + hex(b_bits[i]) + " -> " + hex(got[i]) + ", expected " + hex(want);
       }
       CHECK_MESSAGE(bad == 0, bad << " wrong; first: " << first);
     }

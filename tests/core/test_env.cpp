@@ -100,7 +100,8 @@ TEST_CASE("env::number_above, flag, bytes and choice parse what they document") 
   }
   {
     ScopedEnv v(kVar, "OpenBLAS");
-    CHECK(error_of([] { env::choice(kVar, "gemm", {"auto", "openblas"}); }).find("is not one of: auto, openblas") !=
-          std::string::npos);
+    CHECK(error_of([] {
+            env::choice(kVar, "gemm", {"auto", "openblas"});
+          }).find("is not one of: auto, openblas") != std::string::npos);
   }
 }

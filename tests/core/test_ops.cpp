@@ -56,15 +56,14 @@ double gelu_ref(double x) {
 }
 
 // out[b][i][j] = sum_k a[b][i][k] * w[b][k][j] for row-major blocks.
-std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t batch,
-                               int64_t m, int64_t k, int64_t n, bool b_shared = false) {
+std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t batch, int64_t m,
+                               int64_t k, int64_t n, bool b_shared = false) {
   std::vector<double> out(static_cast<size_t>(batch * m * n), 0.0);
   for (int64_t s = 0; s < batch; ++s)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         double acc = 0;
-        for (int64_t q = 0; q < k; ++q)
-          acc += a[s * m * k + i * k + q] * b[(b_shared ? 0 : s * k * n) + q * n + j];
+        for (int64_t q = 0; q < k; ++q) acc += a[s * m * k + i * k + q] * b[(b_shared ? 0 : s * k * n) + q * n + j];
         out[s * m * n + i * n + j] = acc;
       }
   return out;
@@ -119,8 +118,7 @@ TEST_CASE("unary math functions match double-precision references") {
 
   CHECK_VALUES(ringgrad::abs(t_any), s, map(any, [](double x) { return std::fabs(x); }), kExact, 0);
   CHECK_VALUES(relu(t_any), s, map(any, [](double x) { return x > 0 ? x : 0.0; }), kExact, 0);
-  CHECK_VALUES(clamp(t_any, -0.5, 1.5), s, map(any, [](double x) { return std::clamp(x, -0.5, 1.5); }),
-               kExact, 0);
+  CHECK_VALUES(clamp(t_any, -0.5, 1.5), s, map(any, [](double x) { return std::clamp(x, -0.5, 1.5); }), kExact, 0);
   CHECK_VALUES(ringgrad::sqrt(t_pos), s, map(pos, [](double x) { return f32(std::sqrt(x)); }), kExact, 0);
   CHECK_VALUES(ringgrad::exp(t_any), s, map(any, [](double x) { return std::exp(x); }), kTransAtol, kTransRtol);
   CHECK_VALUES(ringgrad::log(t_pos), s, map(pos, [](double x) { return std::log(x); }), kTransAtol, kTransRtol);
@@ -130,8 +128,7 @@ TEST_CASE("unary math functions match double-precision references") {
                kTransRtol);
   CHECK_VALUES(gelu(t_any), s, map(any, gelu_ref), 1e-6, 1e-5);
   CHECK_VALUES(ringgrad::pow(t_pos, 3.0), s, map(pos, [](double x) { return x * x * x; }), kTransAtol, kTransRtol);
-  CHECK_VALUES(ringgrad::pow(t_pos, 0.5), s, map(pos, [](double x) { return std::sqrt(x); }), kTransAtol,
-               kTransRtol);
+  CHECK_VALUES(ringgrad::pow(t_pos, 0.5), s, map(pos, [](double x) { return std::sqrt(x); }), kTransAtol, kTransRtol);
   CHECK_VALUES(ringgrad::pow(t_pos, -1.5), s, map(pos, [](double x) { return std::pow(x, -1.5); }), kTransAtol,
                kTransRtol);
   CHECK_VALUES(ringgrad::pow(t_any, 2.0), s, map(any, [](double x) { return x * x; }), kTransAtol, kTransRtol);
@@ -321,7 +318,7 @@ TEST_CASE("sum_to sums a broadcast result back to the shape it came from") {
   CHECK_VALUES(sum_to(x, {1, 3, 4}), Shape({1, 3, 4}), to134, kReduceAtol, kReduceRtol);
   CHECK_VALUES(sum_to(x, {1, 1}), Shape({1, 1}), to1, kReduceAtol, kReduceRtol);
   CHECK_VALUES(sum_to(x, {2, 3, 4}), Shape({2, 3, 4}), v, 0, 0);  // already that shape
-  CHECK_THROWS_AS(sum_to(x, {5}), ringgrad::Error);                 // (5) does not broadcast to (2, 3, 4)
+  CHECK_THROWS_AS(sum_to(x, {5}), ringgrad::Error);               // (5) does not broadcast to (2, 3, 4)
 }
 
 // ---- linear algebra ---------------------------------------------------------------------------
@@ -353,7 +350,7 @@ TEST_CASE("matmul, mm and bmm of matrices and batches match a double triple loop
                Shape({2, 3, 5}), shared, kGemmAtol, 0);
 
   CHECK_THROWS_AS(mm(make(ba, {2, 3, 4}), make(bb, {2, 4, 5})), ringgrad::Error);  // mm is 2-D only
-  CHECK_THROWS_AS(bmm(make(a, {3, 4}), make(b, {4, 2})), ringgrad::Error);          // bmm is 3-D only
+  CHECK_THROWS_AS(bmm(make(a, {3, 4}), make(b, {4, 2})), ringgrad::Error);         // bmm is 3-D only
 }
 
 TEST_CASE("matmul broadcasts batch dimensions") {
@@ -443,7 +440,8 @@ TEST_CASE("cross_entropy is the mean negative log-likelihood over targets that a
   const auto v = round_to_f32(rgtest::random_values(20, 111, -3, 3));
   const Tensor logits = make(v, {4, 5});
   auto nll = [&](int row, int cls) {
-    return -log_softmax_ref(std::vector<double>(v.begin() + 5 * row, v.begin() + 5 * row + 5))[static_cast<size_t>(cls)];
+    return -log_softmax_ref(
+        std::vector<double>(v.begin() + 5 * row, v.begin() + 5 * row + 5))[static_cast<size_t>(cls)];
   };
   const double all4 = (nll(0, 1) + nll(1, 4) + nll(2, 0) + nll(3, 3)) / 4;
   Tensor loss = cross_entropy(logits, make_i64({1, 4, 0, 3}, {4}));
@@ -482,12 +480,12 @@ TEST_CASE("cat joins along an existing dim and stack along a new one") {
   CHECK_THROWS_AS(cat({a, c}, 0), ringgrad::Error);  // (2, 3) and (2, 2) differ outside dim 0
 
   const Tensor d = make({10, 20, 30, 40, 50, 60}, {2, 3});
-  CHECK_VALUES(stack({a, d}, 0), Shape({2, 2, 3}), (std::vector<double>{1, 2, 3, 4, 5, 6, 10, 20, 30, 40, 50, 60}),
-               0, 0);
-  CHECK_VALUES(stack({a, d}, 1), Shape({2, 2, 3}), (std::vector<double>{1, 2, 3, 10, 20, 30, 4, 5, 6, 40, 50, 60}),
-               0, 0);
-  CHECK_VALUES(stack({a, d}, -1), Shape({2, 3, 2}),
-               (std::vector<double>{1, 10, 2, 20, 3, 30, 4, 40, 5, 50, 6, 60}), 0, 0);
+  CHECK_VALUES(stack({a, d}, 0), Shape({2, 2, 3}), (std::vector<double>{1, 2, 3, 4, 5, 6, 10, 20, 30, 40, 50, 60}), 0,
+               0);
+  CHECK_VALUES(stack({a, d}, 1), Shape({2, 2, 3}), (std::vector<double>{1, 2, 3, 10, 20, 30, 4, 5, 6, 40, 50, 60}), 0,
+               0);
+  CHECK_VALUES(stack({a, d}, -1), Shape({2, 3, 2}), (std::vector<double>{1, 10, 2, 20, 3, 30, 4, 40, 5, 50, 6, 60}), 0,
+               0);
   CHECK_THROWS_AS(stack({a, b}, 0), ringgrad::Error);
 }
 
@@ -510,8 +508,8 @@ TEST_CASE("index_select and gather pick elements by i64 indices") {
   const Tensor x = make({0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23}, {3, 4});  // x[i][j] = 10i + j
   CHECK_VALUES(index_select(x, 0, make_i64({2, 0, 2}, {3})), Shape({3, 4}),
                (std::vector<double>{20, 21, 22, 23, 0, 1, 2, 3, 20, 21, 22, 23}), 0, 0);
-  CHECK_VALUES(index_select(x, 1, make_i64({3, 1}, {2})), Shape({3, 2}), (std::vector<double>{3, 1, 13, 11, 23, 21}),
-               0, 0);
+  CHECK_VALUES(index_select(x, 1, make_i64({3, 1}, {2})), Shape({3, 2}), (std::vector<double>{3, 1, 13, 11, 23, 21}), 0,
+               0);
   CHECK_VALUES(index_select(x, -1, make_i64({0}, {1})), Shape({3, 1}), (std::vector<double>{0, 10, 20}), 0, 0);
 
   // dim 1: out[i][j] = x[i][idx[i][j]]
@@ -634,7 +632,7 @@ TEST_CASE("in-place ops modify the tensor they are called on and return it") {
   y.clamp_(0.5, 5);
   CHECK_VALUES(y, Shape({2, 3}), (std::vector<double>{3, 0.5, 5, 4, 0.5, 5}), 0, 0);
 
-  CHECK_THROWS_AS(y.add_(make({1, 2}, {2})), ringgrad::Error);  // (2) does not broadcast to (2, 3)
+  CHECK_THROWS_AS(y.add_(make({1, 2}, {2})), ringgrad::Error);               // (2) does not broadcast to (2, 3)
   CHECK_THROWS_AS(make({1}, {1}).add_(make({1, 2}, {2})), ringgrad::Error);  // cannot grow self
 }
 

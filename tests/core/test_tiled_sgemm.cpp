@@ -69,8 +69,8 @@ void check(const Case& c, Gemm gemm) {
       const double tol = 1.2e-7 * double(c.k + 2) * std::fabs(c.alpha) * magnitude + 1e-6;
       if (!(std::fabs(got - want) <= tol)) {
         if (wrong < 3)
-          MESSAGE("C(" << i << ", " << j << ") = " << got << ", want " << want << " (m " << c.m << " n " << c.n
-                       << " k " << c.k << " ta " << c.trans_a << " tb " << c.trans_b << " beta " << c.beta << ")");
+          MESSAGE("C(" << i << ", " << j << ") = " << got << ", want " << want << " (m " << c.m << " n " << c.n << " k "
+                       << c.k << " ta " << c.trans_a << " tb " << c.trans_b << " beta " << c.beta << ")");
         ++wrong;
       }
     }
@@ -140,12 +140,12 @@ TEST_CASE("cpu::gemm gives the same products on the tiled path and on OpenBLAS's
   // cpu::gemm hands short products (k <= 384) to tiled_sgemm and long ones to OpenBLAS; both
   // sides of that line, and the GPT-mini shapes that motivated the kernel, through the dispatcher.
   const Case cases[] = {
-      {false, true, 256, 384, 128, 0, 1.0f, 0.0f},   // x W^T of c_attn (tokens, 3C)
-      {false, false, 256, 128, 384, 0, 1.0f, 0.0f},  // dY W of c_attn
-      {true, false, 384, 128, 256, 0, 1.0f, 1.0f},   // dY^T x, accumulated into .grad
+      {false, true, 256, 384, 128, 0, 1.0f, 0.0f},     // x W^T of c_attn (tokens, 3C)
+      {false, false, 256, 128, 384, 0, 1.0f, 0.0f},    // dY W of c_attn
+      {true, false, 384, 128, 256, 0, 1.0f, 1.0f},     // dY^T x, accumulated into .grad
       {false, true, 128, 128, 32, 352, 0.125f, 0.0f},  // one head's q k^T, rows of width 3C
-      {false, true, 64, 512, 784, 0, 1.0f, 0.0f},    // W1's first layer: OpenBLAS
-      {true, false, 96, 40, 1000, 2, 1.0f, 0.5f},    // a long product: OpenBLAS
+      {false, true, 64, 512, 784, 0, 1.0f, 0.0f},      // W1's first layer: OpenBLAS
+      {true, false, 96, 40, 1000, 2, 1.0f, 0.5f},      // a long product: OpenBLAS
   };
   // Two pool threads, so large products are split into blocks that run tiled_sgemm concurrently
   // (each thread with its own packing buffers); restored afterwards.

@@ -33,9 +33,7 @@ class TestRng {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
-  double uniform(double lo, double hi) {
-    return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53;
-  }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
  private:
   uint64_t state_;
@@ -49,8 +47,7 @@ inline std::vector<double> random_values(size_t n, uint64_t seed, double lo = -1
 }
 
 // Values with |v| in [gap, gap + span] and a random sign: keeps inputs away from kinks at 0.
-inline std::vector<double> values_away_from_zero(size_t n, uint64_t seed, double gap = 0.2,
-                                                 double span = 1.0) {
+inline std::vector<double> values_away_from_zero(size_t n, uint64_t seed, double gap = 0.2, double span = 1.0) {
   TestRng rng(seed);
   std::vector<double> v(n);
   for (double& x : v) {
@@ -76,8 +73,7 @@ inline Tensor make_i64(const std::vector<int64_t>& values, const Shape& shape) {
 
 inline Tensor random_tensor(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0,
                             DType dtype = DType::f32) {
-  return make(random_values(static_cast<size_t>(ringgrad::shape_numel(shape)), seed, lo, hi), shape,
-              dtype);
+  return make(random_values(static_cast<size_t>(ringgrad::shape_numel(shape)), seed, lo, hi), shape, dtype);
 }
 
 // Row-major flat index of `index` in `shape`.
@@ -89,11 +85,10 @@ inline int64_t flat_index(const Shape& shape, const std::vector<int64_t>& index)
 
 // Empty when `t` has `shape` and |t[i] - expected[i]| <= atol + rtol * |expected[i]| everywhere
 // (NaN matches NaN, infinities match exactly); otherwise a description of the worst element.
-inline std::string compare_values(const Tensor& t, const Shape& shape, const std::vector<double>& expected,
-                                  double atol, double rtol) {
+inline std::string compare_values(const Tensor& t, const Shape& shape, const std::vector<double>& expected, double atol,
+                                  double rtol) {
   if (!t.defined()) return "tensor is undefined";
-  if (t.shape() != shape)
-    return "shape " + ringgrad::shape_str(t.shape()) + ", expected " + ringgrad::shape_str(shape);
+  if (t.shape() != shape) return "shape " + ringgrad::shape_str(t.shape()) + ", expected " + ringgrad::shape_str(shape);
   if (static_cast<size_t>(t.numel()) != expected.size()) return "test bug: expected.size() != numel";
   const std::vector<double> got = t.to_vector();
   if (got.size() != expected.size()) return "to_vector() returned the wrong number of elements";
@@ -155,10 +150,10 @@ inline bool contains(const std::string& haystack, const std::string& needle) {
 }  // namespace rgtest
 
 // CHECK_VALUES(tensor, shape, expected, atol, rtol): shape and every element within tolerance.
-#define CHECK_VALUES(t, shape, expected, atol, rtol)                                        \
-  do {                                                                                      \
+#define CHECK_VALUES(t, shape, expected, atol, rtol)                                                 \
+  do {                                                                                               \
     const std::string rg_diff_ = ::rgtest::compare_values((t), (shape), (expected), (atol), (rtol)); \
-    CHECK_MESSAGE(rg_diff_.empty(), rg_diff_);                                              \
+    CHECK_MESSAGE(rg_diff_.empty(), rg_diff_);                                                       \
   } while (0)
 
 // CHECK_ERROR(callable, "part", ...): the callable throws ringgrad::Error mentioning every part.

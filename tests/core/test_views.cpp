@@ -42,9 +42,9 @@ TEST_CASE("view reshapes a contiguous tensor without copying and -1 infers one d
   CHECK(x.view({-1}).shape() == Shape{24});
   CHECK(x.view({1, 24, 1}).shape() == Shape{1, 24, 1});
   CHECK(x.view({4, -1, 2}).shape() == Shape{4, 3, 2});
-  CHECK_THROWS_AS(x.view({5, -1}), ringgrad::Error);      // 24 is not a multiple of 5
-  CHECK_THROWS_AS(x.view({-1, -1}), ringgrad::Error);     // only one dim can be inferred
-  CHECK_THROWS_AS(x.view({7, 4}), ringgrad::Error);       // wrong element count
+  CHECK_THROWS_AS(x.view({5, -1}), ringgrad::Error);   // 24 is not a multiple of 5
+  CHECK_THROWS_AS(x.view({-1, -1}), ringgrad::Error);  // only one dim can be inferred
+  CHECK_THROWS_AS(x.view({7, 4}), ringgrad::Error);    // wrong element count
 }
 
 TEST_CASE("view of a transposed tensor fails when no strides fit and reshape copies instead") {
@@ -66,7 +66,7 @@ TEST_CASE("view of a transposed tensor fails when no strides fit and reshape cop
 
 TEST_CASE("view splits a dimension of a transposed tensor when the strides allow it") {
   Tensor x = make(iota(24), {4, 6});
-  Tensor t = x.t();  // (6, 4), strides (1, 6): t[r][c] = x[c][r] = 6c + r
+  Tensor t = x.t();              // (6, 4), strides (1, 6): t[r][c] = x[c][r] = 6c + r
   Tensor v = t.view({2, 3, 4});  // splits the stride-1 dim: strides (3, 1, 6)
   CHECK(shares_storage(v, x));
   CHECK(v.strides() == Shape{3, 1, 6});
@@ -299,8 +299,8 @@ std::vector<StridedCase> strided_views(double lo, double hi, uint64_t seed) {
   // a (6, 1) expanded to (6, 4): stride 0
   cases.push_back({"expanded", rgtest::random_tensor({6, 1}, seed + 3, lo, hi).expand({6, 4})});
   // a permuted 3-D tensor narrowed and flattened back to (6, 4) needs a copy; use the permuted view
-  cases.push_back({"permuted then selected",
-                   rgtest::random_tensor({4, 3, 6}, seed + 4, lo, hi).permute({2, 0, 1}).select(2, 1)});
+  cases.push_back(
+      {"permuted then selected", rgtest::random_tensor({4, 3, 6}, seed + 4, lo, hi).permute({2, 0, 1}).select(2, 1)});
   return cases;
 }
 
@@ -401,10 +401,10 @@ TEST_CASE("matmul, mm, bmm and linear accept transposed and sliced operands") {
     INFO(what);
     CHECK_VALUES(got, want.shape(), want.to_vector(), atol, rtol);
   };
-  const Tensor a_t = rgtest::random_tensor({4, 5}, 1).t();                  // (5, 4) transposed
-  const Tensor a_s = rgtest::random_tensor({5, 8}, 2).slice(1, 0, 8, 2);   // (5, 4) column step 2
-  const Tensor b_t = rgtest::random_tensor({3, 4}, 3).t();                  // (4, 3) transposed
-  const Tensor b_s = rgtest::random_tensor({8, 3}, 4).slice(0, 1, 8, 2);   // (4, 3) row step 2
+  const Tensor a_t = rgtest::random_tensor({4, 5}, 1).t();                // (5, 4) transposed
+  const Tensor a_s = rgtest::random_tensor({5, 8}, 2).slice(1, 0, 8, 2);  // (5, 4) column step 2
+  const Tensor b_t = rgtest::random_tensor({3, 4}, 3).t();                // (4, 3) transposed
+  const Tensor b_s = rgtest::random_tensor({8, 3}, 4).slice(0, 1, 8, 2);  // (4, 3) row step 2
   for (const Tensor& a : {a_t, a_s})
     for (const Tensor& b : {b_t, b_s}) {
       same(mm(a, b), mm(a.contiguous(), b.contiguous()), "mm");
@@ -418,7 +418,7 @@ TEST_CASE("matmul, mm, bmm and linear accept transposed and sliced operands") {
   same(matmul(x, b_s.narrow(1, 0, 2)), matmul(x.contiguous(), b_s.narrow(1, 0, 2).contiguous()),
        "matmul batched with a 2-D strided rhs");
 
-  const Tensor w = rgtest::random_tensor({4, 3}, 7).t();  // (3, 4) weight, transposed storage
+  const Tensor w = rgtest::random_tensor({4, 3}, 7).t();                // (3, 4) weight, transposed storage
   const Tensor bias = rgtest::random_tensor({6}, 8).slice(0, 0, 6, 2);  // (3), stride 2
   same(linear(a_s, w, bias), linear(a_s.contiguous(), w.contiguous(), bias.contiguous()), "linear");
 

@@ -101,8 +101,8 @@ TEST_CASE("nccl: collectives on this rank's GPU when each rank has one, else a c
   const Tensor later = mul(t, 2.0);  // a kernel the caller launches meanwhile on the default stream
   work->wait();
   CHECK(avg.to(Device::cpu()).to_vector() == std::vector<double>(1000, (N + 1) / 2.0));
-  CHECK(later.to(Device::cpu()).to_vector() == std::vector<double>{2.0 * (N + N * (N - 1) / 2.0), 4.0 * N,
-                                                                   6.0 * N * (N - 1) / 2.0});
+  CHECK(later.to(Device::cpu()).to_vector() ==
+        std::vector<double>{2.0 * (N + N * (N - 1) / 2.0), 4.0 * N, 6.0 * N * (N - 1) / 2.0});
   // A CPU tensor (DDP's own bookkeeping uses them) is staged through the group's GPU and back.
   Tensor on_host = full({2}, r + 1.0, {.dtype = DType::i64});
   pg->allreduce(on_host)->wait();

@@ -78,15 +78,17 @@ TEST_CASE("softmax, log_softmax and cross-entropy match the CPU, gradients inclu
     CAPTURE(dtype_name(dtype));
     const double tol = dtype == DType::f64 ? 1e-12 : 1e-5;
     const Tensor x = randn_on_cpu({7, 45, 33}, 1, dtype);
-    check_op_and_grads({x}, [](const auto& in) { return softmax(in[0], -1); }, tol, tol, "softmax");
-    check_op_and_grads({x}, [](const auto& in) { return log_softmax(in[0], 1); }, tol, tol, "log_softmax (dim 1)");
+    check_op_and_grads(
+        {x}, [](const auto& in) { return softmax(in[0], -1); }, tol, tol, "softmax");
+    check_op_and_grads(
+        {x}, [](const auto& in) { return log_softmax(in[0], 1); }, tol, tol, "log_softmax (dim 1)");
     // Rows longer than a warp and a vocabulary-sized one.
     const Tensor logits = randn_on_cpu({64, 1000}, 2, dtype);
     Tensor target = from_vector(std::vector<int64_t>(64, 3), {64});
     for (int64_t i = 0; i < 64; ++i) target.data<int64_t>()[i] = (i * 37) % 1000;
     target.data<int64_t>()[5] = -100;  // ignored
-    check_op_and_grads({logits, target}, [](const auto& in) { return cross_entropy(in[0], in[1]); }, tol, tol,
-                       "cross_entropy");
+    check_op_and_grads(
+        {logits, target}, [](const auto& in) { return cross_entropy(in[0], in[1]); }, tol, tol, "cross_entropy");
   }
   // f16 logits compute in f32 and round once on both devices.
   const Tensor h = randn_on_cpu({16, 10}, 3, DType::f16);
@@ -102,24 +104,25 @@ TEST_CASE("layer_norm matches the CPU, forward and backward") {
     CAPTURE(C);
     const Tensor x = randn_on_cpu({3, 50, C}, 10);
     const Tensor w = randn_on_cpu({C}, 11), b = randn_on_cpu({C}, 12);
-    check_op_and_grads({x, w, b}, [](const auto& in) { return layer_norm(in[0], in[1], in[2]); }, 1e-5, 1e-5,
-                       "layer_norm");
-    check_op_and_grads({x}, [](const auto& in) { return layer_norm(in[0]); }, 1e-5, 1e-5, "layer_norm, no affine");
+    check_op_and_grads(
+        {x, w, b}, [](const auto& in) { return layer_norm(in[0], in[1], in[2]); }, 1e-5, 1e-5, "layer_norm");
+    check_op_and_grads(
+        {x}, [](const auto& in) { return layer_norm(in[0]); }, 1e-5, 1e-5, "layer_norm, no affine");
   }
   const Tensor x64 = randn_on_cpu({130, 64}, 13, DType::f64);  // more rows than one dw/db chunk
   const Tensor w64 = randn_on_cpu({64}, 14, DType::f64), b64 = randn_on_cpu({64}, 15, DType::f64);
-  check_op_and_grads({x64, w64, b64}, [](const auto& in) { return layer_norm(in[0], in[1], in[2]); }, 1e-12, 1e-12,
-                     "layer_norm f64");
+  check_op_and_grads(
+      {x64, w64, b64}, [](const auto& in) { return layer_norm(in[0], in[1], in[2]); }, 1e-12, 1e-12, "layer_norm f64");
 }
 
 TEST_CASE("causal softmax and the fused attention match the CPU, with and without dropout") {
   const Tensor scores = randn_on_cpu({2, 3, 70, 70}, 20);
-  check_op_and_grads({scores}, [](const auto& in) { return causal_softmax(in[0], 0.25); }, 1e-5, 1e-6,
-                     "causal_softmax");
+  check_op_and_grads(
+      {scores}, [](const auto& in) { return causal_softmax(in[0], 0.25); }, 1e-5, 1e-6, "causal_softmax");
   // qkv: (B, T, 3C) with T = 70 (not a multiple of the CPU's 32-row blocks), C = 64, 4 heads.
   const Tensor qkv = randn_on_cpu({2, 70, 192}, 21);
-  check_op_and_grads({qkv}, [](const auto& in) { return causal_self_attention(in[0], 4); }, 1e-5, 2e-5,
-                     "causal_self_attention");
+  check_op_and_grads(
+      {qkv}, [](const auto& in) { return causal_self_attention(in[0], 4); }, 1e-5, 2e-5, "causal_self_attention");
   // The dropout mask is Philox(seed, offset) on both devices: the same generator state gives the
   // same mask, so the results agree entry for entry up to rounding.
   check_op_and_grads(
@@ -130,23 +133,25 @@ TEST_CASE("causal softmax and the fused attention match the CPU, with and withou
       },
       1e-5, 2e-5, "causal_self_attention with dropout");
   const Tensor qkv64 = randn_on_cpu({1, 33, 96}, 22, DType::f64);
-  check_op_and_grads({qkv64}, [](const auto& in) { return causal_self_attention(in[0], 2); }, 1e-12, 1e-12,
-                     "causal_self_attention f64");
+  check_op_and_grads(
+      {qkv64}, [](const auto& in) { return causal_self_attention(in[0], 2); }, 1e-12, 1e-12,
+      "causal_self_attention f64");
 }
 
 TEST_CASE("embedding, gather and one_hot match the CPU; repeated indices accumulate") {
   const Tensor weight = randn_on_cpu({50, 24}, 30);
   Tensor idx = from_vector(std::vector<int64_t>{3, 7, 3, 49, 0, 3, 7, 12}, {2, 4});  // repeats
-  check_op_and_grads({weight, idx}, [](const auto& in) { return embedding(in[0], in[1]); }, 1e-6, 1e-6,
-                     "embedding");
+  check_op_and_grads(
+      {weight, idx}, [](const auto& in) { return embedding(in[0], in[1]); }, 1e-6, 1e-6, "embedding");
   const Tensor a = randn_on_cpu({6, 9}, 31);
   Tensor gidx = from_vector(std::vector<int64_t>{0, 8, 8, 1, 2, 3, 4, 5, 6, 7, 0, 0}, {6, 2});
-  check_op_and_grads({a, gidx}, [](const auto& in) { return gather(in[0], 1, in[1]); }, 1e-6, 1e-6, "gather");
+  check_op_and_grads(
+      {a, gidx}, [](const auto& in) { return gather(in[0], 1, in[1]); }, 1e-6, 1e-6, "gather");
   const Tensor rows = from_vector(std::vector<int64_t>{3, 5, 3, 0}, {4});
-  check_op_and_grads({a, rows}, [](const auto& in) { return index_select(in[0], 0, in[1]); }, 1e-6, 1e-6,
-                     "index_select dim 0");
-  check_op_and_grads({a, rows}, [](const auto& in) { return index_select(in[0], 1, in[1]); }, 1e-6, 1e-6,
-                     "index_select dim 1");
+  check_op_and_grads(
+      {a, rows}, [](const auto& in) { return index_select(in[0], 0, in[1]); }, 1e-6, 1e-6, "index_select dim 0");
+  check_op_and_grads(
+      {a, rows}, [](const auto& in) { return index_select(in[0], 1, in[1]); }, 1e-6, 1e-6, "index_select dim 1");
   const Tensor classes = from_vector(std::vector<int64_t>{2, 0, 4}, {3});
   check_close(one_hot(classes.to(kGpu), 5), one_hot(classes, 5), 0, 0, "one_hot");
   CHECK_THROWS_WITH(embedding(weight.to(kGpu), from_vector(std::vector<int64_t>{50}, {1}).to(kGpu)),
@@ -160,13 +165,15 @@ TEST_CASE("conv2d (cuDNN) and max_pool2d match the CPU, gradients included") {
     for (int64_t padding : {int64_t{0}, int64_t{1}}) {
       CAPTURE(stride);
       CAPTURE(padding);
-      check_op_and_grads({x, w, b}, [&](const auto& in) { return conv2d(in[0], in[1], in[2], stride, padding); },
-                         1e-5, 1e-4, "conv2d");
+      check_op_and_grads(
+          {x, w, b}, [&](const auto& in) { return conv2d(in[0], in[1], in[2], stride, padding); }, 1e-5, 1e-4,
+          "conv2d");
     }
-  check_op_and_grads({x}, [](const auto& in) { return max_pool2d(in[0], 2); }, 0, 0, "max_pool2d 2x2");
+  check_op_and_grads(
+      {x}, [](const auto& in) { return max_pool2d(in[0], 2); }, 0, 0, "max_pool2d 2x2");
   // Overlapping windows (stride < kernel) with padding: gradients add where windows share a maximum.
-  check_op_and_grads({x}, [](const auto& in) { return max_pool2d(in[0], 3, 2, 1); }, 1e-6, 1e-6,
-                     "max_pool2d 3x3 stride 2 padding 1");
+  check_op_and_grads(
+      {x}, [](const auto& in) { return max_pool2d(in[0], 3, 2, 1); }, 1e-6, 1e-6, "max_pool2d 3x3 stride 2 padding 1");
   // On the GPU autograd pools through cuDNN (Note [Max pooling on cuDNN]), in the tensor's own dtype:
   // f16 maxima are exact; overlapping gradients add in f16 there and in f32 on the CPU. Distinct
   // values f16 holds exactly (k / 64, shuffled), so no window has a tie, where the two may pick
@@ -177,8 +184,9 @@ TEST_CASE("conv2d (cuDNN) and max_pool2d match the CPU, gradients included") {
   const Tensor untied = from_vector(distinct, x.shape());
   for (DType dtype : {DType::f16, DType::bf16}) {
     CAPTURE(dtype_name(dtype));
-    check_op_and_grads({untied.to(dtype)}, [](const auto& in) { return max_pool2d(in[0], 3, 2, 1); }, 1e-2, 1e-2,
-                       "max_pool2d 16-bit 3x3 stride 2 padding 1");
+    check_op_and_grads(
+        {untied.to(dtype)}, [](const auto& in) { return max_pool2d(in[0], 3, 2, 1); }, 1e-2, 1e-2,
+        "max_pool2d 16-bit 3x3 stride 2 padding 1");
   }
   // A NaN wins its window on both devices; the other windows are untouched.
   Tensor with_nan = full({1, 1, 4, 4}, 1.0);
@@ -200,13 +208,14 @@ TEST_CASE("dropout draws its mask on the GPU, the CPU's mask exactly, forward an
   const Tensor x = randn_on_cpu({37, 129}, 60);
   for (DType dtype : {DType::f32, DType::f16}) {
     CAPTURE(dtype_name(dtype));
-    check_op_and_grads({x.to(dtype)},
-                       [](const auto& in) {
-                         Generator gen(21);  // the same (seed, offset) on both devices
-                         gen.advance(5);
-                         return nn::F::dropout(in[0], 0.4, /*training=*/true, gen);
-                       },
-                       0, 0, "dropout");
+    check_op_and_grads(
+        {x.to(dtype)},
+        [](const auto& in) {
+          Generator gen(21);  // the same (seed, offset) on both devices
+          gen.advance(5);
+          return nn::F::dropout(in[0], 0.4, /*training=*/true, gen);
+        },
+        0, 0, "dropout");
   }
 }
 

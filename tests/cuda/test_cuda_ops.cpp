@@ -20,8 +20,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <thread>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "core/cuda/streams.h"
@@ -53,8 +53,8 @@ void check_matches_cpu(const Tensor& on_cuda, const Tensor& on_cpu, double rtol 
   CHECK(on_cuda.dtype() == on_cpu.dtype());
   const Tensor back = on_cuda.to(Device::cpu());
   const bool same = rtol == 0 && atol == 0 ? equal(back, on_cpu) : allclose(back, on_cpu, rtol, atol);
-  CHECK_MESSAGE(same, "max |cuda - cpu| = ", max_abs_diff(back, on_cpu), " over ",
-                shape_str(on_cpu.shape()), " ", dtype_name(on_cpu.dtype()));
+  CHECK_MESSAGE(same, "max |cuda - cpu| = ", max_abs_diff(back, on_cpu), " over ", shape_str(on_cpu.shape()), " ",
+                dtype_name(on_cpu.dtype()));
 }
 
 }  // namespace
@@ -146,9 +146,9 @@ TEST_CASE("casts round like the CPU, special values included") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   // Around the f16 limits: largest finite (65504), the rounding boundary to Inf (65520), the
   // smallest normal (2^-14), subnormals and values that round to zero, and ties.
-  const std::vector<double> special = {0.0, -0.0, 1.0, -1.0, 1.0 / 3, 65504, 65519, 65520, 1e5, -1e5,
-                                       std::ldexp(1.0, -14), 6e-8, 3e-8, 2.9e-8, 1e-8, 1.00048828125,
-                                       1.0009765625, 3.0e38, inf, -inf, nan};
+  const std::vector<double> special = {
+      0.0,  -0.0, 1.0,    -1.0, 1.0 / 3,       65504,        65519,  65520, 1e5,  -1e5, std::ldexp(1.0, -14),
+      6e-8, 3e-8, 2.9e-8, 1e-8, 1.00048828125, 1.0009765625, 3.0e38, inf,   -inf, nan};
   const Tensor s = from_vector(special, {static_cast<int64_t>(special.size())});
   const Tensor r = randn_cpu({1000}, 30) * 1000.0;
   for (const Tensor& x : {s, r}) {
@@ -252,7 +252,8 @@ TEST_CASE("a block another stream used is reused only after that stream has pass
   REQUIRE(cudaLaunchHostFunc(
               side,
               [](void* flag) {
-                while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                while (!static_cast<std::atomic<bool>*>(flag)->load())
+                  std::this_thread::sleep_for(std::chrono::milliseconds(1));
               },
               &release) == cudaSuccess);
   const Shape shape{int64_t{1} << 18};
@@ -265,7 +266,7 @@ TEST_CASE("a block another stream used is reused only after that stream has pass
     cuda::record_stream(t, side);
   }
   const MemoryStats freed = memory_stats(kCuda);
-  CHECK(freed.allocated == before.allocated);        // freed by the host...
+  CHECK(freed.allocated == before.allocated);                                      // freed by the host...
   CHECK(freed.reserved == before.reserved + allocation_size_class(shape[0] * 4));  // ...kept, not reusable
   {
     const Tensor other = empty(shape, on_gpu);  // the side stream has not passed the free: a new block
@@ -311,7 +312,7 @@ TEST_CASE("the CUDA caching allocator counts bytes and reuses blocks") {
     CHECK(during.os_allocations == before.os_allocations + 1);
   }
   const MemoryStats freed = memory_stats(kCuda);
-  CHECK(freed.allocated == before.allocated);  // back down...
+  CHECK(freed.allocated == before.allocated);        // back down...
   CHECK(freed.reserved == before.reserved + block);  // ...but the block stays cached
   CHECK(freed.peak_allocated >= before.allocated + block);
   {

@@ -18,7 +18,8 @@ TEST_CASE("CharVocab: sorted distinct bytes, round trip, stored as a u8 tensor")
   CHECK(vocab.decode(ids) == "low");
   CharVocab back = CharVocab::from_tensor(vocab.to_tensor());
   CHECK(back.chars() == vocab.chars());
-  CHECK_THROWS_WITH_AS(vocab.encode("lox"), doctest::Contains("byte 120 at position 2 is not in the vocabulary"), Error);
+  CHECK_THROWS_WITH_AS(vocab.encode("lox"), doctest::Contains("byte 120 at position 2 is not in the vocabulary"),
+                       Error);
 }
 
 TEST_CASE("the fortunes corpus is the one ../shared/WORKLOADS.md describes") {
@@ -35,7 +36,8 @@ TEST_CASE("the fortunes corpus is the one ../shared/WORKLOADS.md describes") {
 
 TEST_CASE("WindowSampler: offsets in range, reproducible, distinct per rank and per epoch") {
   const int64_t n = 1000, T = 16;
-  WindowSampler r0(n, T, {.seed = 3, .num_replicas = 2, .rank = 0}), r1(n, T, {.seed = 3, .num_replicas = 2, .rank = 1});
+  WindowSampler r0(n, T, {.seed = 3, .num_replicas = 2, .rank = 0}),
+      r1(n, T, {.seed = 3, .num_replicas = 2, .rank = 1});
   const auto a = r0.offsets(5, 8), again = r0.offsets(5, 8), b = r1.offsets(5, 8);
   CHECK(a == again);
   CHECK(a != b);
@@ -49,7 +51,8 @@ TEST_CASE("WindowSampler: offsets in range, reproducible, distinct per rank and 
   std::set<int64_t> tenths;
   for (int64_t o : r1.offsets(0, 500)) tenths.insert(o * 10 / (n - T));
   CHECK(tenths.size() == 10);
-  CHECK_THROWS_WITH_AS(WindowSampler(16, 16), doctest::Contains("shorter than one window (block_size + 1 = 17)"), Error);
+  CHECK_THROWS_WITH_AS(WindowSampler(16, 16), doctest::Contains("shorter than one window (block_size + 1 = 17)"),
+                       Error);
 }
 
 TEST_CASE("window_batch: y is x shifted by one token") {

@@ -28,8 +28,8 @@ inline std::string mismatch(const rg::Tensor& t, const std::function<double(int6
   for (size_t i = 0; i < got.size(); ++i) {
     const double want = expected(static_cast<int64_t>(i));
     if (got[i] != want)
-      return rg::str_cat("rank ", dist::world().rank, "/", dist::world().size, ": element ", i, " of ",
-                         got.size(), " ", rg::dtype_name(t.dtype()), " is ", got[i], ", expected ", want);
+      return rg::str_cat("rank ", dist::world().rank, "/", dist::world().size, ": element ", i, " of ", got.size(), " ",
+                         rg::dtype_name(t.dtype()), " is ", got[i], ", expected ", want);
   }
   return "";
 }

@@ -16,14 +16,14 @@
 
 namespace {
 
-const std::vector<rg::DType> kDtypes = {rg::DType::f32, rg::DType::f64, rg::DType::f16,
+const std::vector<rg::DType> kDtypes = {rg::DType::f32,  rg::DType::f64, rg::DType::f16,
                                         rg::DType::bf16, rg::DType::i32, rg::DType::i64};
 // "ring/small-segments" is the ring with 256-byte segments, so that moderate sizes run many
 // pipeline segments per chunk; "hierarchical" declares nodes of 2 ranks (at np 4: 2 fake nodes of 2).
 // The tests run on one machine, so "tree" and "auto" reduce small tensors through shared memory;
 // "tree/p2p" and "auto/p2p" switch that off to test their MPI point-to-point path too.
-const std::vector<std::string> kBackends = {"mpi",  "ring",     "ring/small-segments", "tree",
-                                            "auto", "tree/p2p", "auto/p2p",            "hierarchical"};
+const std::vector<std::string> kBackends = {"mpi",      "ring",     "ring/small-segments", "tree", "auto",
+                                            "tree/p2p", "auto/p2p", "hierarchical"};
 
 std::unique_ptr<dist::ProcessGroup> make_group(const std::string& name) {
   dist::GroupOptions options = test_options();
@@ -56,8 +56,7 @@ double expected_reduce(dist::ReduceOp op, rg::DType dt, int64_t i) {
     case dist::ReduceOp::sum: return static_cast<double>(sum);
     case dist::ReduceOp::max: return static_cast<double>(N + k);
     case dist::ReduceOp::min: return static_cast<double>(1 + k);
-    case dist::ReduceOp::avg:
-      return rg::is_floating(dt) ? static_cast<double>(sum) / N : static_cast<double>(sum / N);
+    case dist::ReduceOp::avg: return rg::is_floating(dt) ? static_cast<double>(sum) / N : static_cast<double>(sum / N);
   }
   return 0;
 }
@@ -148,7 +147,7 @@ TEST_CASE("allreduce: f16 and bf16 are summed in f32 and rounded once") {
     for (rg::DType dt : {rg::DType::f16, rg::DType::bf16}) {
       CAPTURE(backend);
       const std::string dtype = rg::dtype_name(dt);
-          CAPTURE(dtype);
+      CAPTURE(dtype);
       const double big = dt == rg::DType::f16 ? 2048 : 256;  // 1 is half an ulp there
       rg::Tensor t = filled(5, dt, [&](int64_t) { return r == 0 ? big : 1.0; });
       pg->allreduce(t)->wait();
@@ -224,13 +223,15 @@ TEST_CASE("allgather: every backend x dtype x size") {
         if (n > 100000 && dt != rg::DType::f32 && dt != rg::DType::f16) continue;
         CAPTURE(backend);
         const std::string dtype = rg::dtype_name(dt);
-          CAPTURE(dtype);
+        CAPTURE(dtype);
         CAPTURE(n);
         rg::Tensor input = filled(n, dt, [&](int64_t i) { return (r + 1) + (i % 5); });
         rg::Tensor output = rg::full({N, n}, -1.0, {.dtype = dt});
         pg->allgather(output, input)->wait();
         // output[q][i] = (q + 1) + (i % 5), flattened row-major.
-        CHECK(mismatch(output, [&](int64_t j) { return (j / std::max<int64_t>(n, 1) + 1) + (j % std::max<int64_t>(n, 1)) % 5; }) == "");
+        CHECK(mismatch(output, [&](int64_t j) {
+                return (j / std::max<int64_t>(n, 1) + 1) + (j % std::max<int64_t>(n, 1)) % 5;
+              }) == "");
       }
   }
 }
@@ -256,7 +257,8 @@ TEST_CASE("many outstanding async ops complete in submission order") {
       CHECK(works[k]->is_success());
       CHECK(works[k]->wait(std::chrono::milliseconds(0)));
       if (k % 8 != 7)
-        CHECK(mismatch(tensors[k], [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
+        CHECK(mismatch(tensors[k],
+                       [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
     }
     // An op that completes on the host has no device event: wait_on_device() is wait() (Note
     // [Waiting on the device]), so the last op's result is in place when it returns.
@@ -266,8 +268,11 @@ TEST_CASE("many outstanding async ops complete in submission order") {
     // Descriptions are built on demand (after the op, here), from what the op was given.
     const std::string d = works[3]->description();
     CHECK_MESSAGE(d.find("allreduce #3 (sum, (1004,) f32") != std::string::npos, d);
-    CHECK_MESSAGE(d.find("4016 bytes) on backend '" + pg->backend() + "', rank " + std::to_string(r)) != std::string::npos, d);
-    CHECK_MESSAGE(works[7]->description().find("barrier #7 (no data, 0 bytes)") != std::string::npos, works[7]->description());
+    CHECK_MESSAGE(d.find("4016 bytes) on backend '" + pg->backend() + "', rank " + std::to_string(r)) !=
+                      std::string::npos,
+                  d);
+    CHECK_MESSAGE(works[7]->description().find("barrier #7 (no data, 0 bytes)") != std::string::npos,
+                  works[7]->description());
   }
 }
 
@@ -275,12 +280,15 @@ TEST_CASE("argument errors name the op, the tensor and the rank") {
   auto pg = dist::new_group("ring", test_options());
   const std::string rank = rg::str_cat("rank ", dist::world().rank, "/", dist::world().size);
   rg::Tensor m = rg::zeros({4, 6});
-  CHECK_THROWS_WITH_AS(pg->allreduce(m.t()), doctest::Contains("[dist.allreduce] tensor (6, 4) f32 cpu must be contiguous"), rg::Error);
-  CHECK_THROWS_WITH_AS(pg->allreduce(rg::zeros({3}, {.dtype = rg::DType::u8})), doctest::Contains("u8 is not supported"), rg::Error);
+  CHECK_THROWS_WITH_AS(pg->allreduce(m.t()),
+                       doctest::Contains("[dist.allreduce] tensor (6, 4) f32 cpu must be contiguous"), rg::Error);
+  CHECK_THROWS_WITH_AS(pg->allreduce(rg::zeros({3}, {.dtype = rg::DType::u8})),
+                       doctest::Contains("u8 is not supported"), rg::Error);
   CHECK_THROWS_WITH_AS(pg->broadcast(m, dist::world().size), doctest::Contains("[dist.broadcast] root"), rg::Error);
   CHECK_THROWS_WITH_AS(pg->allgather(rg::zeros({7}), m), doctest::Contains("must be (N, *input.shape)"), rg::Error);
   CHECK_THROWS_WITH_AS(pg->allgather(rg::zeros({7}), m), doctest::Contains(rank.c_str()), rg::Error);
-  CHECK_THROWS_WITH_AS(dist::new_group("carrier-pigeon"), doctest::Contains("unknown backend 'carrier-pigeon'"), rg::Error);
+  CHECK_THROWS_WITH_AS(dist::new_group("carrier-pigeon"), doctest::Contains("unknown backend 'carrier-pigeon'"),
+                       rg::Error);
 }
 
 TEST_CASE("collective timeout comes from RINGGRAD_COLLECTIVE_TIMEOUT") {
@@ -289,7 +297,8 @@ TEST_CASE("collective timeout comes from RINGGRAD_COLLECTIVE_TIMEOUT") {
   auto pg = dist::new_group("mpi");
   CHECK(pg->timeout_seconds() == 12.5);
   setenv("RINGGRAD_COLLECTIVE_TIMEOUT", "soon", 1);
-  CHECK_THROWS_WITH_AS(dist::default_collective_timeout(), doctest::Contains("RINGGRAD_COLLECTIVE_TIMEOUT='soon'"), rg::Error);
+  CHECK_THROWS_WITH_AS(dist::default_collective_timeout(), doctest::Contains("RINGGRAD_COLLECTIVE_TIMEOUT='soon'"),
+                       rg::Error);
   unsetenv("RINGGRAD_COLLECTIVE_TIMEOUT");
   CHECK(dist::default_collective_timeout() == 300.0);
 }
@@ -414,11 +423,13 @@ TEST_CASE("send / recv: a message that does not fit the receiving tensor is an e
     smaller->send(rg::zeros({3}), 1, 8)->wait();
   } else if (r == 1) {
     CHECK_THROWS_WITH_AS(bigger->recv(rg::zeros({4}), 0, 7)->wait(),
-                         doctest::Contains("the message from rank 0 (tag 7) is larger than the receiving tensor (4,) f32"),
+                         doctest::Contains(
+                             "the message from rank 0 (tag 7) is larger than the receiving tensor (4,) f32"),
                          rg::Error);
-    CHECK_THROWS_WITH_AS(smaller->recv(rg::zeros({4}), 0, 8)->wait(),
-                         doctest::Contains("the message from rank 0 (tag 8) has 12 bytes but the receiving tensor (4,) f32 cpu has 16"),
-                         rg::Error);
+    CHECK_THROWS_WITH_AS(
+        smaller->recv(rg::zeros({4}), 0, 8)->wait(),
+        doctest::Contains("the message from rank 0 (tag 8) has 12 bytes but the receiving tensor (4,) f32 cpu has 16"),
+        rg::Error);
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
@@ -619,7 +630,8 @@ TEST_CASE("new_reduction_buffer with shared memory off is an ordinary tensor wit
   buffer.copy_(filled(100000, rg::DType::f32, [&](int64_t i) { return (r + 1) + (i % 7); }));
   pg->allreduce(buffer, dist::ReduceOp::avg)->wait();
   CHECK(mismatch(buffer, [&](int64_t i) { return expected_reduce(dist::ReduceOp::avg, rg::DType::f32, i); }) == "");
-  CHECK_THROWS_WITH_AS(pg->new_reduction_buffer(-1, rg::DType::f32), doctest::Contains("numel must be >= 0"), rg::Error);
+  CHECK_THROWS_WITH_AS(pg->new_reduction_buffer(-1, rg::DType::f32), doctest::Contains("numel must be >= 0"),
+                       rg::Error);
 }
 
 TEST_CASE("debug mode: a size mismatch is reported with every rank's view") {

@@ -4,8 +4,8 @@
 // examples; the DDP model (rank r initialised differently unless r == 0, to prove the broadcast)
 // trains on examples [r B, (r + 1) B). After each step the two must agree.
 #include <cstdio>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "autograd/engine.h"
@@ -112,7 +112,7 @@ TEST_CASE("ddp: N ranks x batch B == one process x batch N*B (MLP and CNN, SGD a
         auto pg = group(backend);
         dist::DistributedDataParallel ddp(replica, pg, {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
         CHECK(params_differ(*reference, *replica, 0, 0) == "");  // broadcast from rank 0
-        CHECK(ddp.buckets().size() >= 2);                          // several buckets, so several launches
+        CHECK(ddp.buckets().size() >= 2);                        // several buckets, so several launches
         for (const dist::BucketInfo& b : ddp.buckets()) CHECK(b.in_shared_memory == (backend == "auto" && N > 1));
         auto ref_opt = make_opt(opt_name, reference->parameters());
         auto opt = make_opt(opt_name, replica->parameters());
@@ -139,7 +139,8 @@ TEST_CASE("ddp: after zero_grad(set_to_none) linear weight gradients are written
   auto model = make_mlp(7);
   std::map<std::string, const rg::Storage*> seen;
   for (auto& [name, p] : model->named_parameters())
-    p.register_post_accumulate_grad_hook([&seen, name = name](rg::Tensor& t) { seen[name] = t.grad().storage().get(); });
+    p.register_post_accumulate_grad_hook(
+        [&seen, name = name](rg::Tensor& t) { seen[name] = t.grad().storage().get(); });
   dist::DistributedDataParallel ddp(model, group(), {});
   optim::SGD opt(model->parameters(), {.lr = 0.1});
   for (int step = 0; step < 3; ++step) {
@@ -256,7 +257,8 @@ TEST_CASE("ddp: the fp16 compression hook stays within f16 precision of the f32 
     CHECK(worst <= 2e-3 * largest);
     CHECK(worst > 0);  // it really went through f16
   }
-  CHECK_THROWS_WITH_AS(dist::comm_hook_by_name("carrier-pigeon"), doctest::Contains("unknown communication hook"), rg::Error);
+  CHECK_THROWS_WITH_AS(dist::comm_hook_by_name("carrier-pigeon"), doctest::Contains("unknown communication hook"),
+                       rg::Error);
 }
 
 TEST_CASE("ddp: a parameter without gradient is an error naming it, or zeros with find_unused_parameters") {
@@ -304,9 +306,9 @@ TEST_CASE("ddp: buffers follow rank 0 at construction and before every forward (
     CHECK(m->offset.item() == (broadcast ? 0.0 : 100.0 * r));
     m->offset.fill_(m->offset.item() + 1000.0 * r);  // rank r drifts on its own between forwards
     const double y = ddp(x).to_vector()[0];
-    if (broadcast) CHECK(y == 10.0);             // every rank used rank 0's buffer (0)
-    else CHECK(y == 10.0 + 1100.0 * r);          // each its own
-    CHECK(m->offset.item() == y - 10.0 + 1.0);   // and forward's update applied after that
+    if (broadcast) CHECK(y == 10.0);            // every rank used rank 0's buffer (0)
+    else CHECK(y == 10.0 + 1100.0 * r);         // each its own
+    CHECK(m->offset.item() == y - 10.0 + 1.0);  // and forward's update applied after that
   }
 }
 

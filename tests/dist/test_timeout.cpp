@@ -64,7 +64,8 @@ TEST_CASE("ddp: one rank with one batch fewer ends every rank with the timeout d
     // 2 batches of 4 per rank, plus one example: with padding off, rank 0 gets a third batch.
     const int64_t B = 4, size = N * B * 2 + 1;
     rg::Generator gen(5);
-    auto dataset = std::make_shared<data::TensorDataset>(rg::randn({size, 8}, gen), rg::zeros({size}, {.dtype = rg::DType::i64}));
+    auto dataset =
+        std::make_shared<data::TensorDataset>(rg::randn({size, 8}, gen), rg::zeros({size}, {.dtype = rg::DType::i64}));
     data::DistributedSampler sampler(size, {.shuffle = false, .pad = false});
     data::DataLoader loader(dataset, sampler, {.batch_size = B});
     rg::manual_seed(1);

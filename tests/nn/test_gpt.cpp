@@ -45,7 +45,8 @@ Vec naive_gpt(const std::map<std::string, Vec>& P, const nn::GPTConfig& c, const
   const int64_t T = static_cast<int64_t>(tokens.size()), C = c.n_embd, H = c.n_head, D = C / H, V = c.vocab_size;
   Vec x(static_cast<size_t>(T * C));
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t k = 0; k < C; ++k) x[t * C + k] = P.at("wte.weight")[tokens[t] * C + k] + P.at("wpe.weight")[t * C + k];
+    for (int64_t k = 0; k < C; ++k)
+      x[t * C + k] = P.at("wte.weight")[tokens[t] * C + k] + P.at("wpe.weight")[t * C + k];
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     Vec a = layer_norm_rows(x, T, C, P.at(p + "ln_1.weight"), P.at(p + "ln_1.bias"));
@@ -124,7 +125,8 @@ TEST_CASE("GPT: logits and loss match a naive double-precision forward written i
     naive_loss -= (expected[r * 7 + static_cast<int>(tv[r])] - max - std::log(sum)) / 10;
   }
   CHECK(loss == doctest::Approx(naive_loss).epsilon(1e-12));
-  CHECK_THROWS_WITH_AS(model.forward(zeros({1, 7}, {.dtype = DType::i64})), doctest::Contains("exceeds block_size 6"), Error);
+  CHECK_THROWS_WITH_AS(model.forward(zeros({1, 7}, {.dtype = DType::i64})), doctest::Contains("exceeds block_size 6"),
+                       Error);
 }
 
 TEST_CASE("GPT: memorises a short text (loss near zero)") {
@@ -149,6 +151,6 @@ TEST_CASE("GPT: memorises a short text (loss near zero)") {
   }
   CAPTURE(first);
   CAPTURE(last);
-  CHECK(first > 3.5);   // ~ln 64 at the start
-  CHECK(last < 0.05);   // memorised
+  CHECK(first > 3.5);  // ~ln 64 at the start
+  CHECK(last < 0.05);  // memorised
 }

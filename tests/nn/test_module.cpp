@@ -108,7 +108,8 @@ TEST_CASE("Linear and Conv2d initialise within PyTorch's kaiming-uniform bounds"
 }
 
 TEST_CASE("Sequential chains its layers and names them by position") {
-  nn::Sequential seq{std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4, 2)};
+  nn::Sequential seq{std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::ReLU>(),
+                     std::make_shared<nn::Linear>(4, 2)};
   CHECK(names(seq.named_parameters()) == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
   Tensor x = ones({5, 3});
   CHECK(seq.forward(x).shape() == Shape{5, 2});
@@ -174,8 +175,8 @@ TEST_CASE("dropout's mask comes from the generator's seed and offset, and the ba
   }
   CHECK(consistent);
   CHECK(std::abs(static_cast<double>(dropped) - 30000.0) < 5 * 145);  // Binomial(100000, 0.3): sd ~145
-  CHECK(run(2, 11).first == y);  // the same mask with two threads
-  CHECK(run(1, 12).first != y);  // another seed, another mask
+  CHECK(run(2, 11).first == y);                                       // the same mask with two threads
+  CHECK(run(1, 12).first != y);                                       // another seed, another mask
   // The mask follows the logical (row-major) index: a transposed view drops what its dense copy drops.
   const Tensor square = x0.narrow(0, 0, 10000).reshape({100, 100});
   Generator g1(13), g2(13);

@@ -70,7 +70,8 @@ TEST_CASE("Adam and AdamW match a hand loop for 3 steps") {
     }
     Tensor p = param_from(kInit);
     std::unique_ptr<optim::Optimizer> opt;
-    if (decoupled) opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{.lr = lr, .weight_decay = wd});
+    if (decoupled)
+      opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{.lr = lr, .weight_decay = wd});
     else opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions{.lr = lr, .weight_decay = wd});
     for (int t = 0; t < 3; ++t) {
       set_grad(p, t);
@@ -145,7 +146,10 @@ TEST_CASE("GradScaler skips the step and backs off on inf, grows after the inter
   CHECK(scaler.get_scale() == 1024.0);
   // A NaN also counts, and the reducer seam sees the local flag.
   bool seen = false;
-  scaler.set_found_inf_reducer([&](bool local) { seen = local; return local; });
+  scaler.set_found_inf_reducer([&](bool local) {
+    seen = local;
+    return local;
+  });
   p.set_grad(from_vector(std::vector<double>{std::nan(""), 0, 0, 0}, {4}));
   CHECK_FALSE(scaler.step(opt));
   CHECK(seen);
@@ -156,8 +160,8 @@ TEST_CASE("GradScaler finds one inf or NaN anywhere in long f16 and f32 gradient
   const int64_t n = 1000;
   for (DType dtype : {DType::f16, DType::f32}) {
     for (int64_t bad_at : {int64_t{0}, int64_t{517}, n - 1}) {
-      for (double bad : {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
-                         std::nan("")}) {
+      for (double bad :
+           {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(), std::nan("")}) {
         CAPTURE(bad_at);
         CAPTURE(bad);
         Tensor p = full({n}, 1.0, {.dtype = dtype}).requires_grad_();

@@ -39,8 +39,7 @@ int main() {
     for (int i = 0; i < 3; ++i) expect_near("dy/dx element", dx[i], want_dx[i]);
 
     // Calls into the CUDA runtime when the package has CUDA (0 devices is fine).
-    std::printf("cuda compiled: %s, devices: %d\n", rg::cuda_compiled() ? "yes" : "no",
-                rg::cuda_device_count());
+    std::printf("cuda compiled: %s, devices: %d\n", rg::cuda_compiled() ? "yes" : "no", rg::cuda_device_count());
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
     return 1;

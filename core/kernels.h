@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/allocator.h"
 #include "core/device.h"
@@ -24,6 +25,12 @@ namespace ringgrad {
 // Reductions over the last axis of a dense (rows, cols) input, one output per row. (Not to be confused
 // with dist::ReduceOp, the combining op of a collective.)
 enum class RowReduction : uint8_t { sum, mean, max, argmax };
+
+// What sum / mean of T accumulate in, on every backend: double for f32 / f64 (a training step sums
+// millions of terms), float for f16 / bf16 (whose values carry 8-11 bits anyway), int64 for integers.
+template <class T>
+using RowAccumulator = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float,
+                                          std::conditional_t<std::is_floating_point_v<T>, double, int64_t>>;
 
 // gather / scatter_add: position p of the dense index tensor (shape index_shape) maps to the element
 // of `a` (strides a_strides) at p's coordinates with the one along `dim` replaced by index[p].

@@ -11,11 +11,8 @@
 namespace ringgrad::cpu {
 namespace {
 
-// Sums accumulate in double for f32/f64 (a training step sums millions of terms) and in float for
-// f16/bf16, whose values carry 8-11 bits anyway.
 template <class T>
-using accumulator_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float,
-                                         std::conditional_t<std::is_floating_point_v<T>, double, int64_t>>;
+using accumulator_t = RowAccumulator<T>;  // core/kernels.h: the same on every backend
 
 template <class T>
 void reduce_typed(RowReduction op, const T* in, void* out_raw, int64_t rows, int64_t cols) {

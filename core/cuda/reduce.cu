@@ -27,21 +27,8 @@ constexpr int kWarp = 32;
 constexpr int64_t kMaxBlocks = 65536;  // the row loop is grid-strided beyond this
 
 // ---- reducers ----------------------------------------------------------------------------------------
-// Sums accumulate in double for f32/f64 (as on the CPU), in float for f16/bf16, in int64 for integers.
 template <class T>
-struct Accumulator {
-  using type = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
-};
-template <>
-struct Accumulator<Half> {
-  using type = float;
-};
-template <>
-struct Accumulator<BFloat16> {
-  using type = float;
-};
-template <class T>
-using acc_t = typename Accumulator<T>::type;
+using acc_t = RowAccumulator<T>;  // core/kernels.h: the same on every backend
 
 template <class V>
 struct MaxIndex {

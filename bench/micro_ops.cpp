@@ -4,14 +4,16 @@
 //
 // GEMM   ringgrad::matmul on square products, on the W1 MLP shapes (784-512-512-10, batch 128;
 //        forward x @ w^T and the backward products) and on W3 GPT-mini's, in GFLOP/s = 2·M·N·K / time. Beside each one,
-//        cblas_sgemm called directly on the same operands (same transposes, same threads), and as the
-//        ceiling of the table cblas_sgemm on a 2048 x 2048 product.
+//        cblas_sgemm called directly on the same operands (same transposes, same threads). The ceiling
+//        of the table is the FMA peak of the threads used (bench/fma_peak.h: AVX-512 where the CPU has
+//        it, else AVX2); cblas_sgemm on a 2048 x 2048 product is printed as a second reference.
 // memory add, mul, exp on 64 MiB f32 tensors through ringgrad ops, in GB/s = (bytes read + bytes
 //        written) / time, against the bandwidth of std::memcpy on one core (256 MiB buffers; a copy
 //        reads and writes every byte, so it is counted the same way).
 //
-// --ceilings-only prints the two `# ceiling:` lines and stops (a few seconds): bench/run.sh measures
-// them this way for 1 and 2 threads in the same run as the workloads.
+// --ceilings-only prints the `# ceiling:` lines (the FMA peak per ISA, the sgemm reference, memcpy)
+// and stops (a few seconds): bench/run.sh measures them this way for 1 and 2 threads in the same run
+// as the workloads.
 //
 // Timing: std::chrono::steady_clock; `warmup` untimed runs, then `repeat` samples; a sample repeats
 // the operation until it lasts at least 5 ms (small GEMMs take microseconds). ringgrad and the direct
@@ -33,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/fma_peak.h"
 #include "ringgrad.h"
 
 namespace rg = ringgrad;
@@ -170,7 +173,7 @@ void cblas(const GemmCase& c, const float* a, const float* b, float* out) {
 
 void print_rule() { std::printf("%s\n", std::string(112, '-').c_str()); }
 
-void run_gemm(const GemmCase& c, double peak_gflops, rg::Generator& gen, const Options& opt) {
+void run_gemm(const GemmCase& c, double fma_gflops, rg::Generator& gen, const Options& opt) {
   // Operands as stored; the transposed ones are handed to matmul as .t() views, as nn::Linear does.
   rg::Tensor a_stored = rg::randn(c.a_transposed ? rg::Shape{c.k, c.m} : rg::Shape{c.m, c.k}, gen);
   rg::Tensor b_stored = rg::randn(c.b_transposed ? rg::Shape{c.n, c.k} : rg::Shape{c.k, c.n}, gen);
@@ -201,7 +204,7 @@ void run_gemm(const GemmCase& c, double peak_gflops, rg::Generator& gen, const O
   const double blas_best = flops / t[1].best / 1e9;
   std::printf("%-12s %-28s %10.3f %10.3f %10.1f %10.1f %10.1f %8.2f %7.0f%% %5s\n", c.name.c_str(),
               gemm_shape(c).c_str(), t[0].best * 1e3, t[0].median * 1e3, ours_best, ours_median, blas_best,
-              ours_best / blas_best, 100.0 * ours_best / peak_gflops, ok ? "ok" : "WRONG");
+              ours_best / blas_best, 100.0 * ours_best / fma_gflops, ok ? "ok" : "WRONG");
 }
 
 // ---- elementwise -------------------------------------------------------------------------------
@@ -254,12 +257,27 @@ int main(int argc, char** argv) {
                 2.0 * 2048.0 * 2048.0 * 2048.0 / peak_t.median / 1e9);
     std::printf("# ceiling: std::memcpy 256 MiB, one core:    best %.2f GB/s, median %.2f GB/s (read + write)\n",
                 memcpy_gbs.best, memcpy_gbs.median);
+    // The FMA peak of as many threads as ringgrad uses, for each ISA this CPU has; the widest is the
+    // ceiling every GFLOP/s below is a share of.
+    double fma_gflops = 0;
+    for (fma_peak::Isa isa : {fma_peak::Isa::avx2, fma_peak::Isa::avx512}) {
+      if (!fma_peak::cpu_has(isa)) {
+        std::printf("# ceiling: FMA peak %s: not supported by this CPU\n", fma_peak::isa_name(isa));
+        continue;
+      }
+      const int threads = rg::num_threads();
+      fma_gflops = fma_peak::measure_gflops(isa, threads, std::max(3, opt.repeat / 3));
+      std::printf("# ceiling: FMA peak %s, %d thread%s: best %.1f GFLOP/s (%.1f per thread)\n", fma_peak::isa_name(isa),
+                  threads, threads == 1 ? "" : "s", fma_gflops, fma_gflops / threads);
+    }
+    if (fma_gflops > 0)
+      std::printf("# reference: cblas_sgemm 2048^3 reaches %.0f%% of the FMA peak\n", 100.0 * peak_gflops / fma_gflops);
     if (opt.ceilings_only) return 0;
 
     // ---- GEMM ----
     std::printf("\n");
     std::printf("%-12s %-28s %10s %10s %10s %10s %10s %8s %8s %5s\n", "gemm", "shape", "best_ms", "median_ms",
-                "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_peak", "check");
+                "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_fma", "check");
     print_rule();
     std::vector<GemmCase> gemms;
     for (int64_t s : {128, 256, 512, 1024}) gemms.push_back({"square", s, s, s, false, false});
@@ -277,7 +295,7 @@ int main(int argc, char** argv) {
     gemms.push_back({"head q k^T", 128, 32, 128, false, true});  // q (128, 32) @ k^T
     gemms.push_back({"head p v", 128, 128, 32, false, false});   // p (128, 128) @ v (128, 32)
     gemms.push_back({"attn dw", 384, 2048, 128, true, false});   // dqkv^T (384, 2048) @ x: OpenBLAS
-    for (const GemmCase& c : gemms) run_gemm(c, peak_gflops, gen, opt);
+    for (const GemmCase& c : gemms) run_gemm(c, fma_gflops, gen, opt);
 
     // ---- elementwise, memory bound ----
     std::printf("\n");

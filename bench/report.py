@@ -13,8 +13,10 @@ docs/benchmarks.md between the markers <!-- bench:table --> and <!-- /bench:tabl
 
 Each cell is the median over the run's rounds with the min-max beside it; ratio = ringgrad's median /
 PyTorch's median, the figure issue 7's targets are about. Throughput is also given as achieved GFLOP/s
-and its share of the sgemm peak of the same thread count, measured in the same run by micro_ops:
-(a) the 1-thread peak, (b) the 2-thread peak, (c) twice the 1-thread peak (two ranks, one core each).
+and its share of the core's FMA peak (the widest ISA the CPU has: independent FMA chains, the most
+arithmetic the cores can retire; bench/fma_peak.h) and, as a second reference, of OpenBLAS's sgemm,
+both at the same thread count and measured in the same run by micro_ops: (a) the 1-thread peak, (b)
+the 2-thread peak, (c) twice the 1-thread peak (two ranks, one core each).
 FLOPs per trained sample or token, forward + backward (the usual 2 FLOPs per multiply-add forward,
 twice that backward):
   W1  6 * params, params = 784*512+512 + 512*512+512 + 512*10+10 = 669,706
@@ -103,9 +105,10 @@ def read_settings(raw):
 
 
 def read_ceilings(raw):
-    """{"sgemm_gflops": {threads: GFLOP/s}, "memcpy_gbs": GB/s}: the best micro_ops measured, at the start
-    or at the end of the run (memcpy from the 1-thread runs: one core's bandwidth)."""
-    sgemm, memcpy = {}, []
+    """{"fma_gflops": {isa: {threads: GFLOP/s}}, "sgemm_gflops": {threads: GFLOP/s}, "memcpy_gbs": GB/s}: the
+    best micro_ops measured, at the start or at the end of the run (memcpy from the 1-thread runs: one
+    core's bandwidth). The FMA peak is the ceiling; sgemm (OpenBLAS) a second reference."""
+    fma, sgemm, memcpy = {}, {}, []
     for path in sorted(raw.glob("ceilings-t[12]-*.txt")):
         threads = int(path.name[len("ceilings-t")])
         text = path.read_text()
@@ -115,7 +118,10 @@ def read_ceilings(raw):
         m = re.search(r"# ceiling: std::memcpy .*best ([\d.]+) GB/s", text)
         if m and threads == 1:
             memcpy.append(float(m[1]))
-    return {"sgemm_gflops": sgemm, "memcpy_gbs": max(memcpy, default=None)}
+        for isa, value in re.findall(r"# ceiling: FMA peak ([\w-]+), \d+ threads?: best ([\d.]+) GFLOP/s", text):
+            per_isa = fma.setdefault(isa, {})
+            per_isa[threads] = max(per_isa.get(threads, 0.0), float(value))
+    return {"fma_gflops": fma, "sgemm_gflops": sgemm, "memcpy_gbs": max(memcpy, default=None)}
 
 
 def parse_result_line(text):
@@ -198,25 +204,43 @@ def fmt_met(ok):
     return "—" if ok is None else ("yes" if ok else "**no**")
 
 
-def sgemm_peak(ceilings, variant):
-    """The sgemm ceiling for a variant's compute: 1 thread, 2 threads, or 2 ranks x 1 thread."""
-    peak = ceilings["sgemm_gflops"]
+def peak_for_variant(peak, variant):
+    """A {threads: GFLOP/s} ceiling for a variant's compute: 1 thread, 2 threads, or 2 ranks x 1 thread."""
     if variant == "c":
         return 2 * peak[1] if 1 in peak else None
     return peak.get(1 if variant == "a" else 2)
 
 
-def fmt_gflops(s, flops_per_item, peak):
+def sgemm_peak(ceilings, variant):
+    """The OpenBLAS sgemm reference for a variant."""
+    return peak_for_variant(ceilings["sgemm_gflops"], variant)
+
+
+def widest_isa(ceilings):
+    """The widest ISA whose FMA peak was measured (AVX-512 where the CPU has it), or None."""
+    fma = ceilings.get("fma_gflops", {})
+    return next((isa for isa in ("AVX-512", "AVX2") if isa in fma), None)
+
+
+def fma_peak(ceilings, variant):
+    """The real ceiling of a variant: the FMA peak of the widest ISA at its thread count."""
+    isa = widest_isa(ceilings)
+    return peak_for_variant(ceilings["fma_gflops"][isa], variant) if isa else None
+
+
+def fmt_gflops(s, flops_per_item, fma, sgemm):
+    """GFLOP/s as a share of the FMA peak, and of the sgemm reference."""
     if s is None:
         return "—"
     gflops = s["median"] * flops_per_item / 1e9
-    return f"{gflops:.1f}" + (f" ({100 * gflops / peak:.0f}%)" if peak else "")
+    shares = [f"{100 * gflops / peak:.0f}% {name}" for name, peak in (("FMA", fma), ("sgemm", sgemm)) if peak]
+    return f"{gflops:.1f}" + (f" ({', '.join(shares)})" if shares else "")
 
 
 # ---- the table's rows -----------------------------------------------------------------------------
 
 COLUMNS = ["workload", "variant", "ringgrad", "PyTorch / peer", "ratio", "target", "met",
-           "ceiling: GFLOP/s (% of sgemm peak) or busbw % of memcpy"]
+           "ceiling: GFLOP/s (% of FMA peak, % of sgemm) or busbw % of memcpy"]
 
 
 def training_rows(training, ceilings, workload):
@@ -233,15 +257,15 @@ def training_rows(training, ceilings, workload):
         r = ratio(ours, peer)
         target = TARGETS[workload][variant]
         met = None if r is None else r >= target
-        peak = sgemm_peak(ceilings, variant)
+        peak, fma = sgemm_peak(ceilings, variant), fma_peak(ceilings, variant)
         flops = FLOPS_PER_ITEM[workload]
         rows.append({
             "workload": workload, "variant": variant, "unit": unit, "ringgrad": ours, "torch": peer,
-            "ratio": r, "target": target, "met": met, "sgemm_peak_gflops": peak,
+            "ratio": r, "target": target, "met": met, "sgemm_peak_gflops": peak, "fma_peak_gflops": fma,
             "cells": [f"{title} ({unit})", label, fmt_spread(ours), fmt_spread(peer), fmt_ratio(r),
                       f"≥ {target}", fmt_met(met),
-                      f"ringgrad {fmt_gflops(ours, flops, peak)}, PyTorch {fmt_gflops(peer, flops, peak)}"
-                      + (f" of {peak:.0f}" if peak else "")],
+                      f"ringgrad {fmt_gflops(ours, flops, fma, peak)}, PyTorch {fmt_gflops(peer, flops, fma, peak)}"
+                      + (f" of {fma:.0f} ({widest_isa(ceilings)} FMA)" if fma else "")],
         })
     if workload == "w1":
         rows += w1_scaling_row(values)
@@ -345,7 +369,10 @@ def describe_run(settings, ceilings, failed, allreduce):
         f"PyTorch {settings.get('torch', '?')}, took {elapsed // 60}m {elapsed % 60}s.",
         f"Rounds: {rounds}. Warm-up + timed steps per run: {steps or '—'}."
         + (f" W4: {settings.get('w4_sizes')}." if "w4" in ran else ""),
-        "Ceilings, best of the run's start and end: sgemm 2048³ "
+        "Ceilings, best of the run's start and end: FMA peak "
+        + "; ".join(f"{isa} " + ", ".join(f"{t} thread{'s' * (t > 1)} {v:.1f}" for t, v in sorted(per.items()))
+                    for isa, per in ceilings.get("fma_gflops", {}).items())
+        + " GFLOP/s (the ceiling); reference sgemm 2048³ "
         + ", ".join(f"{t} thread{'s' * (t > 1)} {peak[t]:.1f} GFLOP/s" for t in sorted(peak))
         + (f"; one core's memcpy {memcpy:.1f} GB/s (read + write)." if memcpy else "."),
         f"Environment (both sides): OPENBLAS_CORETYPE={settings.get('OPENBLAS_CORETYPE', '?')}, "

@@ -5,6 +5,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"
 #include "core/allocator.h"
+#include "core/cpu_isa.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"

@@ -245,6 +245,7 @@ int main(int argc, char** argv) {
     std::printf("# micro_ops: threads %d (cblas_sgemm below: OpenBLAS with as many threads), repeat %d, warmup %d\n",
                 rg::num_threads(), opt.repeat, opt.warmup);
     std::printf("# OpenBLAS: %s\n", openblas_get_config());
+    std::printf("# cpu isa: %s\n", rg::cpu_isa_name(rg::cpu_isa()));
     rg::Generator gen(/*seed=*/1234);
 
     // ---- ceilings, measured first ----

@@ -375,6 +375,7 @@ def describe_run(settings, ceilings, failed, allreduce):
         + " GFLOP/s (the ceiling); reference sgemm 2048³ "
         + ", ".join(f"{t} thread{'s' * (t > 1)} {peak[t]:.1f} GFLOP/s" for t in sorted(peak))
         + (f"; one core's memcpy {memcpy:.1f} GB/s (read + write)." if memcpy else "."),
+        f"ringgrad's CPU kernels: {settings.get('cpu_isa', '?')} (RINGGRAD_ISA={settings.get('RINGGRAD_ISA', '?')}). "
         f"Environment (both sides): OPENBLAS_CORETYPE={settings.get('OPENBLAS_CORETYPE', '?')}, "
         f"OMP_WAIT_POLICY={settings.get('OMP_WAIT_POLICY', '?')} (the PyTorch peers default it to PASSIVE).",
     ]

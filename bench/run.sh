@@ -199,6 +199,9 @@ pair() {
   echo "torch=$torch_version"
   echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)}"
   echo "OMP_WAIT_POLICY=${OMP_WAIT_POLICY-(unset)}"
+  echo "RINGGRAD_ISA=${RINGGRAD_ISA-(unset)}"
+  # the ISA ringgrad's CPU kernels selected (core/cpu_isa.h), as micro_ops reports it
+  echo "cpu_isa=$(build/bench/micro_ops --ceilings-only --repeat 1 --warmup 0 2>/dev/null | sed -n 's/^# cpu isa: //p')"
 } >"$raw/settings.txt"
 
 case $mode in

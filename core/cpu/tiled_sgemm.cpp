@@ -8,7 +8,8 @@
 // multiply.
 //
 // What: the classic three-level blocking (Goto / BLIS) with a 6 x 16 register tile of C held in
-// twelve AVX2 registers, but packing only what pays:
+// twelve AVX2 registers (6 x 32 in twelve AVX-512 registers where cpu_isa() selects AVX-512: the same
+// loop with B packed 32 columns wide), but packing only what pays:
 //   - B is packed into slivers of 16 columns (k-major, zero-padded past n), kKC x kNC at a time,
 //     and reused by every row of A. A transposed B (x W^T, the forward of every linear layer) is
 //     transposed while packing.
@@ -27,6 +28,7 @@
 // docs/performance.md (change 13).
 #include "core/cpu/tiled_sgemm.h"
 
+#include "core/cpu_isa.h"
 #include "core/env.h"
 #include "core/error.h"
 
@@ -45,11 +47,12 @@ namespace ringgrad::cpu {
 #ifdef RINGGRAD_TILED_SGEMM
 namespace {
 
-constexpr int64_t kMR = 6;    // rows of one register tile of C
-constexpr int64_t kNR = 16;   // columns of one register tile (two 8-float vectors)
-constexpr int64_t kKC = 384;  // depth of one packed panel of B (a sliver: 384 x 16 floats = 24 KiB, in L1)
-constexpr int64_t kNC = 384;  // columns of one packed panel of B
-constexpr int64_t kMC = 120;  // rows of A swept per sliver of B (120 x 384 floats = 180 KiB, in L2)
+constexpr int64_t kMR = 6;      // rows of one register tile of C
+constexpr int64_t kNR = 16;     // columns of one AVX2 register tile (two 8-float vectors)
+constexpr int64_t kNR512 = 32;  // columns of one AVX-512 register tile (two 16-float vectors)
+constexpr int64_t kKC = 384;    // depth of one packed panel of B (a sliver: 384 x 16 floats = 24 KiB, in L1)
+constexpr int64_t kNC = 384;    // columns of one packed panel of B (a multiple of both tile widths)
+constexpr int64_t kMC = 120;    // rows of A swept per sliver of B (120 x 384 floats = 180 KiB, in L2)
 
 // Transposes the 8 x 8 block held in r[0..7] (r[i] = row i) in place: r[i] becomes column i.
 inline void transpose8(__m256 r[8]) {
@@ -71,26 +74,28 @@ inline void transpose8(__m256 r[8]) {
   r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-// Packs B(k0 : k0+kc, j0 : j0+nc) into slivers of kNR columns: sliver s holds, for each kk, the
-// values B(k0+kk, j0 + s*kNR + 0..15), zero past column n (so the kernel never branches on width).
+// Packs B(k0 : k0+kc, j0 : j0+nc) into slivers of NR columns (the tile width: 16 for AVX2, 32 for
+// AVX-512): sliver s holds, for each kk, the values B(k0+kk, j0 + s*NR + 0..NR-1), zero past column
+// n (so the kernel never branches on width). AVX2 code on either path: packing moves data, and
+// 8-float moves keep up with it.
+template <int64_t kNR>
 void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* out) {
   for (int64_t s = 0; s * kNR < nc; ++s) {
     const int64_t js = j0 + s * kNR;
     const int64_t width = std::min(kNR, j0 + nc - js);
     float* dst = out + s * kc * kNR;
-    if (!trans_b) {  // B(k, j) = b[k * ldb + j]: a sliver row is 16 contiguous floats
+    if (!trans_b) {  // B(k, j) = b[k * ldb + j]: a sliver row is NR contiguous floats
       for (int64_t kk = 0; kk < kc; ++kk) {
         const float* src = b + (k0 + kk) * ldb + js;
         float* row = dst + kk * kNR;
         if (width == kNR) {
-          _mm256_storeu_ps(row, _mm256_loadu_ps(src));
-          _mm256_storeu_ps(row + 8, _mm256_loadu_ps(src + 8));
+          for (int64_t v = 0; v < kNR; v += 8) _mm256_storeu_ps(row + v, _mm256_loadu_ps(src + v));
         } else {
           for (int64_t j = 0; j < kNR; ++j) row[j] = j < width ? src[j] : 0.0f;
         }
       }
     } else if (width == kNR) {  // B(k, j) = b[j * ldb + k]: transposed 8 x 8 blocks at a time
-      for (int64_t half = 0; half < 2; ++half) {
+      for (int64_t half = 0; half < kNR / 8; ++half) {
         const float* src = b + (js + 8 * half) * ldb + k0;
         int64_t kk = 0;
         for (; kk + 8 <= kc; kk += 8) {
@@ -194,18 +199,78 @@ inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t 
   }
 }
 
-}  // namespace
-
-bool tiled_sgemm_available() { return true; }
-
-void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0 || alpha == 0.0f) {  // C = beta * C; as BLAS: A and B unread, beta == 0 overwrites (NaN too)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-    return;
+// The same tile with AVX-512: 6 rows x 32 columns, twelve zmm accumulators (of 32), two zmm of B
+// and one broadcast per k, so one tile does twice the AVX2 tile's work per k for the same loads of A.
+// Each element of C is the same chain of FMAs over kk, in the same order, as on the AVX2 path: the
+// two paths give bit-identical results. Compiled for AVX-512F by the attribute alone (the rest of
+// the library stays x86-64-v3); called only when cpu_isa() selected it (core/cpu_isa.h).
+template <bool kFullTile>
+__attribute__((target("avx512f"))) void tile_kernel_avx512(int64_t kc, const float* a, const int64_t* row,
+                                                           int64_t kstep, const float* bp, float* c, int64_t ldc,
+                                                           int64_t rows, int64_t cols, float alpha, float beta,
+                                                           bool first) {
+  __m512 acc[kMR][2];
+  for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const float* a_rows[kMR];
+  for (int r = 0; r < kMR; ++r) a_rows[r] = a + row[r];
+  int64_t idx = 0;
+#pragma GCC unroll 2
+  for (int64_t kk = 0; kk < kc; ++kk, idx += kstep, bp += kNR512) {
+    const __m512 b0 = _mm512_loadu_ps(bp);
+    const __m512 b1 = _mm512_loadu_ps(bp + 16);
+#pragma GCC unroll 6
+    for (int r = 0; r < kMR; ++r) {
+      const __m512 x = _mm512_set1_ps(a_rows[r][idx]);
+      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+    }
   }
+  const __m512 va = _mm512_set1_ps(alpha);
+  const bool overwrite = first && beta == 0.0f;
+  const __m512 vb = _mm512_set1_ps(first ? beta : 1.0f);
+  if constexpr (kFullTile) {
+    for (int r = 0; r < kMR; ++r) {
+      float* cr = c + r * ldc;
+      for (int h = 0; h < 2; ++h) {
+        const __m512 out = overwrite ? _mm512_mul_ps(va, acc[r][h])
+                                     : _mm512_fmadd_ps(va, acc[r][h], _mm512_mul_ps(vb, _mm512_loadu_ps(cr + 16 * h)));
+        _mm512_storeu_ps(cr + 16 * h, out);
+      }
+    }
+  } else {  // an edge tile, through a buffer, as on the AVX2 path
+    alignas(64) float tile[kMR][kNR512] = {};
+    for (int r = 0; r < kMR; ++r) {
+      if (!overwrite && r < rows) std::memcpy(tile[r], c + r * ldc, static_cast<size_t>(cols) * sizeof(float));
+      for (int h = 0; h < 2; ++h) {
+        const __m512 old_c = _mm512_load_ps(tile[r] + 16 * h);
+        _mm512_store_ps(tile[r] + 16 * h, overwrite ? _mm512_mul_ps(va, acc[r][h])
+                                                    : _mm512_fmadd_ps(va, acc[r][h], _mm512_mul_ps(vb, old_c)));
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * ldc, tile[r], static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+// The two paths as policies of one blocking loop: the tile width and its kernel.
+struct Avx2Tiles {
+  static constexpr int64_t kWidth = kNR;
+  template <bool kFullTile, class... Args>
+  static void kernel(Args... args) {
+    tile_kernel<kFullTile>(args...);
+  }
+};
+struct Avx512Tiles {
+  static constexpr int64_t kWidth = kNR512;
+  template <bool kFullTile, class... Args>
+  static void kernel(Args... args) {
+    tile_kernel_avx512<kFullTile>(args...);
+  }
+};
+
+template <class Tiles>
+void tiled_sgemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                         int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  constexpr int64_t kNR = Tiles::kWidth;  // this path's tile width (shadows the AVX2 one)
   // Per thread (cpu::gemm runs blocks of one product on several pool threads at once), grown once.
   thread_local std::vector<float> packed_b;
   thread_local std::vector<float> packed_a;
@@ -224,7 +289,7 @@ void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
     for (int64_t k0 = 0; k0 < k; k0 += kKC) {
       const int64_t kc = std::min(kKC, k - k0);
       const bool first = k0 == 0;
-      pack_b(trans_b, b, ldb, k0, kc, j0, nc, packed_b.data());
+      pack_b<kNR>(trans_b, b, ldb, k0, kc, j0, nc, packed_b.data());
       for (int64_t i0 = 0; i0 < m; i0 += kMC) {
         const int64_t mc = std::min(kMC, m - i0);
         if (pack_a) pack_a_transposed(a, lda, i0, mc, k0, kc, packed_a.data());
@@ -248,13 +313,33 @@ void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
               for (int64_t r = 0; r < kMR; ++r) row[r] = (i + std::min(r, rows - 1)) * a_row_step;
             }
             if (rows == kMR && cols == kNR)
-              tile_kernel<true>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta, first);
-            else tile_kernel<false>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta, first);
+              Tiles::template kernel<true>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta,
+                                           first);
+            else
+              Tiles::template kernel<false>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta,
+                                            first);
           }
         }
       }
     }
   }
+}
+
+}  // namespace
+
+bool tiled_sgemm_available() { return true; }
+
+void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0 || alpha == 0.0f) {  // C = beta * C; as BLAS: A and B unread, beta == 0 overwrites (NaN too)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  if (cpu_isa() == CpuIsa::avx512)
+    tiled_sgemm_blocked<Avx512Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else tiled_sgemm_blocked<Avx2Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 bool tiled_sgemm_suits(bool /*trans_a*/, int64_t /*m*/, int64_t /*n*/, int64_t k) {

@@ -1,4 +1,5 @@
-// ringgrad's own single-threaded f32 GEMM for the small shapes of training steps (AVX2 + FMA).
+// ringgrad's own single-threaded f32 GEMM for the small shapes of training steps (AVX2 + FMA, and an
+// AVX-512 tile where the CPU has it and cpu_isa() selects it: core/cpu_isa.h).
 // See Note [Our own GEMM for short products] in tiled_sgemm.cpp for why it exists and when
 // cpu::gemm uses it instead of OpenBLAS.
 #pragma once

@@ -137,9 +137,11 @@ int run(Config& c, const dist::World& world) {
   data::DistributedSampler sampler(train->size(),
                                    {.num_replicas = world.size, .rank = world.rank, .shuffle = true, .seed = c.seed});
   data::DataLoader loader(train, sampler, {.batch_size = c.batch_size, .prefetch = 2, .pin_memory = device.is_cuda()});
-  log("model: %s, %lld parameters, %s on %s; optimizer %s lr %g; %d threads per rank; optimizer state %.1f MiB\n",
+  log("model: %s, %lld parameters, %s on %s; optimizer %s lr %g; %d threads per rank (CPU kernels: %s); optimizer "
+      "state %.1f MiB\n",
       c.model.c_str(), (long long)model->parameter_count(), c.precision.c_str(), device.str().c_str(),
-      opt->name().c_str(), c.lr, num_threads(), static_cast<double>(opt->state_bytes()) / (1 << 20));
+      opt->name().c_str(), c.lr, num_threads(), cpu_isa_name(cpu_isa()),
+      static_cast<double>(opt->state_bytes()) / (1 << 20));
   const auto buckets = ddp.buckets();
   const bool shared = !buckets.empty() && buckets.front().in_shared_memory;
   log("data parallel: %d ranks (backend %s, %zu buckets%s, comm hook %s); batch %d per rank x %d ranks x %d "

@@ -17,6 +17,7 @@
 
 #include "../core/test_util.h"
 #include "core/cpu/tiled_sgemm.h"
+#include "core/cpu_isa.h"
 #include "core/kernels.h"
 
 namespace {
@@ -102,14 +103,67 @@ std::vector<Case> edge_cases() {
   return cases;
 }
 
+// Selects an ISA for one scope and restores the previous selection after it.
+struct IsaScope {
+  ringgrad::CpuIsa before = ringgrad::cpu_isa();
+  explicit IsaScope(ringgrad::CpuIsa isa) { ringgrad::set_cpu_isa(isa); }
+  ~IsaScope() { ringgrad::set_cpu_isa(before); }
+};
+
+// The ISAs this CPU runs; the AVX-512 cases are skipped, saying so, where it lacks AVX-512F.
+std::vector<ringgrad::CpuIsa> isas_to_test() {
+  std::vector<ringgrad::CpuIsa> isas{ringgrad::CpuIsa::avx2};
+  if (ringgrad::cpu_supports(ringgrad::CpuIsa::avx512)) isas.push_back(ringgrad::CpuIsa::avx512);
+  else MESSAGE("this CPU has no AVX-512F: the AVX-512 path of tiled_sgemm is not tested here");
+  return isas;
+}
+
 }  // namespace
 
-TEST_CASE("tiled_sgemm matches a double-precision triple loop across every blocking edge") {
+TEST_CASE("tiled_sgemm matches a double-precision triple loop across every blocking edge, on every ISA") {
   if (!ringgrad::cpu::tiled_sgemm_available()) {
     MESSAGE("this build has no AVX2 + FMA: tiled_sgemm is not compiled in");
     return;
   }
-  for (const Case& c : edge_cases()) check(c, ringgrad::cpu::tiled_sgemm);
+  for (ringgrad::CpuIsa isa : isas_to_test()) {
+    CAPTURE(ringgrad::cpu_isa_name(isa));
+    IsaScope scope(isa);
+    for (const Case& c : edge_cases()) check(c, ringgrad::cpu::tiled_sgemm);
+  }
+}
+
+TEST_CASE("tiled_sgemm's AVX2 and AVX-512 paths give bit-identical products") {
+  // Each element of C is the same chain of FMAs in the same order on both paths; only the tile
+  // width differs (16 vs 32 columns), so the shapes cross both widths' edges.
+  if (!ringgrad::cpu::tiled_sgemm_available() || !ringgrad::cpu_supports(ringgrad::CpuIsa::avx512)) {
+    MESSAGE("no AVX-512F on this CPU (or no tiled_sgemm in this build): nothing to compare");
+    return;
+  }
+  int64_t differing = 0, compared = 0;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t m : {1, 6, 7, 121})
+        for (int64_t n : {15, 31, 32, 33, 64, 390})
+          for (int64_t k : {1, 128, 385}) {
+            rgtest::TestRng rng(static_cast<uint64_t>(m * 7919 + n * 104729 + k * 31 + ta * 2 + tb));
+            const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+            std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+            for (float& x : a) x = static_cast<float>(rng.uniform(-1, 1));
+            for (float& x : b) x = static_cast<float>(rng.uniform(-1, 1));
+            std::vector<float> c2(static_cast<size_t>(m * n), 0.5f), c512 = c2;
+            {
+              IsaScope scope(ringgrad::CpuIsa::avx2);
+              ringgrad::cpu::tiled_sgemm(ta, tb, m, n, k, 1.25f, a.data(), lda, b.data(), ldb, 0.5f, c2.data(), n);
+            }
+            {
+              IsaScope scope(ringgrad::CpuIsa::avx512);
+              ringgrad::cpu::tiled_sgemm(ta, tb, m, n, k, 1.25f, a.data(), lda, b.data(), ldb, 0.5f, c512.data(), n);
+            }
+            for (size_t i = 0; i < c2.size(); ++i) differing += c2[i] != c512[i];
+            compared += static_cast<int64_t>(c2.size());
+          }
+  CHECK(compared > 0);
+  CHECK(differing == 0);
 }
 
 TEST_CASE("tiled_sgemm: empty shapes and k = 0 follow BLAS") {

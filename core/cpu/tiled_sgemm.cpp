@@ -19,7 +19,11 @@
 //   - C is written once per K panel; the first panel stores alpha * AB (+ beta * C only when
 //     beta != 0), so there is no zero pass.
 //
-// When (tiled_sgemm_suits): K <= kKC, i.e. the product is one K panel. Measured one product at a
+// When (tiled_sgemm_suits): on the AVX2 path, K <= kKC, i.e. the product is one K panel; on the
+// AVX-512 path also every longer product at least one tile wide (n >= 32), where the 32-wide tile at
+// twice the AVX2 width beats OpenBLAS's AVX2 kernel (`micro_ops --threads 1`: K = 512-2048 products
+// 1.35-2.1x, the 1024^3 square 183 vs 104 GFLOP/s; docs/performance.md, "Vector ISA"). AVX2 path,
+// measured one product at a
 // time against OpenBLAS 0.3.21 (1 thread, this 2-core AMD EPYC VM; `build/bench/micro_ops --threads 1`
 // prints such a table): GPT-mini's K = 128 / 384 products 1.0-1.16x, its attention products 1.2-1.3x, the MLP's
 // 10-wide layers 1.1-1.8x. Longer products (the weight gradients' K = batch x tokens = 2048, the
@@ -342,9 +346,12 @@ void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
   else tiled_sgemm_blocked<Avx2Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-bool tiled_sgemm_suits(bool /*trans_a*/, int64_t /*m*/, int64_t /*n*/, int64_t k) {
+bool tiled_sgemm_suits(bool /*trans_a*/, int64_t /*m*/, int64_t n, int64_t k) {
   static const bool forced_off = env::choice("RINGGRAD_GEMM", "gemm", {"auto", "openblas"}) == "openblas";
-  return !forced_off && k <= kKC;
+  // With AVX-512 the tile does twice OpenBLAS's AVX2 work per cycle, so it takes the long products
+  // too, except narrow ones (n < one tile, e.g. a 10-class head), where most of a 32-wide tile is
+  // padding.
+  return !forced_off && (k <= kKC || (cpu_isa() == CpuIsa::avx512 && n >= kNR512));
 }
 
 #else  // built without AVX2 + FMA: OpenBLAS takes every product

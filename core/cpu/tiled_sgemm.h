@@ -18,6 +18,7 @@ void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // Whether cpu::gemm hands an f32 product of this shape to tiled_sgemm (otherwise OpenBLAS takes it).
+// Depends on the selected ISA (core/cpu_isa.h): the AVX-512 path also takes long products.
 // RINGGRAD_GEMM=openblas in the environment sends everything to OpenBLAS (for A/B measurements).
 bool tiled_sgemm_suits(bool trans_a, int64_t m, int64_t n, int64_t k);
 

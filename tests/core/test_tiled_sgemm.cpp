@@ -203,21 +203,38 @@ TEST_CASE("cpu::gemm gives the same products on the tiled path and on OpenBLAS's
   };
   // Two pool threads, so large products are split into blocks that run tiled_sgemm concurrently
   // (each thread with its own packing buffers); restored afterwards.
+  // On AVX2 the long ones go to OpenBLAS; on AVX-512 the tile takes them too (tiled_sgemm_suits).
   const int threads_before = ringgrad::num_threads();
   ringgrad::set_num_threads(2);
-  for (const Case& c : cases) {
-    check(c, [](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                const float* b, int64_t ldb, float beta, float* out, int64_t ldc) {
-      ringgrad::cpu::gemm(ringgrad::DType::f32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc);
-    });
+  for (ringgrad::CpuIsa isa : isas_to_test()) {
+    CAPTURE(ringgrad::cpu_isa_name(isa));
+    IsaScope scope(isa);
+    for (const Case& c : cases) {
+      check(c, [](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* out, int64_t ldc) {
+        ringgrad::cpu::gemm(ringgrad::DType::f32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc);
+      });
+    }
   }
   ringgrad::set_num_threads(threads_before);
 }
 
-TEST_CASE("tiled_sgemm takes exactly the one-panel products") {
+TEST_CASE("tiled_sgemm takes the one-panel products on AVX2, and every product a tile wide on AVX-512") {
   if (!ringgrad::cpu::tiled_sgemm_available()) return;
-  CHECK(ringgrad::cpu::tiled_sgemm_suits(false, 2048, 384, 128));
-  CHECK(ringgrad::cpu::tiled_sgemm_suits(true, 128, 32, 384));
-  CHECK_FALSE(ringgrad::cpu::tiled_sgemm_suits(true, 384, 128, 2048));
-  CHECK_FALSE(ringgrad::cpu::tiled_sgemm_suits(false, 128, 512, 785));
+  using ringgrad::cpu::tiled_sgemm_suits;
+  {
+    IsaScope scope(ringgrad::CpuIsa::avx2);
+    CHECK(tiled_sgemm_suits(false, 2048, 384, 128));
+    CHECK(tiled_sgemm_suits(true, 128, 32, 384));
+    CHECK_FALSE(tiled_sgemm_suits(true, 384, 128, 2048));
+    CHECK_FALSE(tiled_sgemm_suits(false, 128, 512, 785));
+  }
+  if (!ringgrad::cpu_supports(ringgrad::CpuIsa::avx512)) return;
+  IsaScope scope(ringgrad::CpuIsa::avx512);
+  CHECK(tiled_sgemm_suits(false, 2048, 384, 128));
+  CHECK(tiled_sgemm_suits(true, 384, 128, 2048));  // a weight gradient, K = batch x tokens
+  CHECK(tiled_sgemm_suits(false, 128, 512, 785));
+  CHECK(tiled_sgemm_suits(false, 128, 32, 785));        // one full tile wide
+  CHECK_FALSE(tiled_sgemm_suits(false, 128, 10, 512));  // a 10-class head: OpenBLAS
+  CHECK(tiled_sgemm_suits(false, 128, 10, 384));        // short products: always the tile
 }

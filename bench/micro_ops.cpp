@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
                 "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_fma", "check");
     print_rule();
     std::vector<GemmCase> gemms;
-    for (int64_t s : {128, 256, 512, 1024}) gemms.push_back({"square", s, s, s, false, false});
+    for (int64_t s : {128, 256, 512, 1024, 2048}) gemms.push_back({"square", s, s, s, false, false});
     // W1 (784-512-512-10, batch 128): linear(x, w) = x @ w^T with w stored (out, in).
     gemms.push_back({"fc1 fwd", 128, 784, 512, false, true});  // x (128, 784) @ w1^T
     gemms.push_back({"fc2 fwd", 128, 512, 512, false, true});  // h1 (128, 512) @ w2^T

@@ -56,6 +56,27 @@ def set_num_threads(n):
         sys.stderr.write("ddp_train_torch: OpenBLAS not found; its thread count is left as it is\n")
 
 
+# glibc's malloc serves a request above its mmap threshold (128 KiB at start) with a fresh mmap and
+# unmaps it on free; the threshold only rises when such a block is freed, and never above 32 MiB.
+# This script's first large frees are the 188 MB training-set temporaries, over that cap, so every
+# activation of every step (W2's conv1 output: 6.4 MB) came from new pages: 1.78 M page faults in
+# 220 CNN steps, a quarter of the time in the kernel zeroing pages, W2 (a) 1.3-1.4k samples/s against
+# 1.8-1.9k without (docs/benchmarks.md, "The PyTorch peers"). PyTorch's CPU allocator is malloc, so
+# fix the thresholds, as a long-running PyTorch job's allocator settles into anyway.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
+
+
+def keep_freed_memory():
+    """Lets glibc's malloc reuse freed blocks of up to 1 GiB instead of unmapping them."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        sys.stderr.write("ddp_train_torch: libc.so.6 not found; malloc's thresholds are left as they are\n")
+        return
+    libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)
+    libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+
+
 def timed_steps(step, warmup, steps, world_size):
     """Runs `warmup` untimed steps, then `steps` timed ones between two barriers; returns seconds."""
     barrier = dist.barrier if world_size > 1 else (lambda: None)
@@ -108,6 +129,7 @@ def main(argv):
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    keep_freed_memory()
     set_num_threads(threads)
     if size > 1:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -137,7 +159,7 @@ def main(argv):
         idx = order[(cursor + stride) % n]
         cursor += batch * size
         x, y = images.index_select(0, idx), labels.index_select(0, idx)
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=True)  # as PyTorch 2's default: no memset of every gradient
         loss_fn(net(x), y).backward()
         opt.step()
 

@@ -32,7 +32,7 @@ except ImportError as e:
     sys.exit(1)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddp_train_torch import set_num_threads, timed_steps  # noqa: E402
+from ddp_train_torch import keep_freed_memory, set_num_threads, timed_steps  # noqa: E402
 
 
 class CausalSelfAttention(nn.Module):
@@ -114,6 +114,7 @@ def main(argv):
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    keep_freed_memory()
     set_num_threads(threads)
     if size > 1:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

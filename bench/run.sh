@@ -4,7 +4,7 @@
 #
 #   bench/run.sh [--quick | --smoke] [--rounds N] [--out DIR] [--only w1,w2,w3,w4] [--publish]
 #
-#   (default)   the full suite, about 20 minutes on a 2-core machine: W1-W3 with 20 warm-up and 200
+#   (default)   the full suite, about 30 minutes on a 2-core machine: W1-W3 with 20 warm-up and 200
 #               timed steps per run (WORKLOADS.md's rule), W1 3 rounds, W2 3, W3 2 (a W3 round is ~7
 #               minutes), W4 3 rounds of 1 MiB..256 MiB.
 #   --quick     about 3 minutes: fewer steps (W1 100, W2 40, W3 20), 1-2 rounds, W4 up to 16 MiB.
@@ -26,15 +26,17 @@
 # the two (another process's busy moment can only lower a ceiling). Between them, per workload, per
 # round, per variant
 #   (a) one process, 1 thread   (b) one process, 2 threads   (c) mpirun -np 2 --bind-to core, 1 thread
-# the ringgrad program and its PyTorch peer back to back:
-#   W1 / W2  build/bench/ddp_train --model mlp|cnn        bench/ddp_train_torch.py
-#   W3       build/bench/gpt_train                        bench/gpt_train_torch.py
+# the ringgrad program and two PyTorch peers back to back: bench/'s own and, for W1-W3, the reference
+# loop of ../shared/peers (PEERS_DIR), which was written independently of bench/; each ratio is
+# against the faster of the two:
+#   W1 / W2  build/bench/ddp_train --model mlp|cnn        bench/ddp_train_torch.py, fmnist_torch_bench.py
+#   W3       build/bench/gpt_train                        bench/gpt_train_torch.py, gpt_torch_bench.py
 #   W4 (c)   build/examples/allreduce_bench, backends     bench/allreduce_torch.py (gloo)
 #            MPI_Allreduce, ring, auto
 #
 # Why alternate, flip and take medians: the machines are shared and their speed drifts by 2-3x over
-# seconds to minutes. Running the pair back to back puts both sides in the same moment; flipping the
-# order every round (ringgrad first in odd rounds, PyTorch first in even ones) keeps either side from
+# seconds to minutes. Running the programs back to back puts all sides in the same moment; flipping
+# the order every round (ringgrad first in odd rounds, last in even ones) keeps either side from
 # always inheriting the other's warm caches or a slow spell; the median over rounds ignores one bad
 # run, and min-max shows the spread. Ratios mean something within one run, not across runs. For the
 # same reason allreduce_bench gets its backend list rotated every round.
@@ -44,7 +46,7 @@
 # default OMP_WAIT_POLICY to PASSIVE themselves; see bench/ddp_train_torch.py.)
 #
 # Output: DIR/raw/ holds every program's stdout (first line: the command) and stderr, named
-# WORKLOAD-VARIANT-IMPL-ROUND, plus ceilings-tTHREADS-{start,end}.txt and settings.txt; bench/report.py
+# WORKLOAD-VARIANT-IMPL-ROUND (IMPL: ringgrad, torch = bench/'s peer, reference = ../shared/peers), plus ceilings-tTHREADS-{start,end}.txt and settings.txt; bench/report.py
 # turns them into DIR/results.json, DIR/table.md and DIR/benchmarks.png and prints the table. A failed
 # or timed-out run is reported and skipped; the script then exits 1 after the report.
 set -euo pipefail
@@ -120,6 +122,17 @@ if ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null && ! command -v gnuplot
     "scripts/setup.sh --bench (installs python3-matplotlib)" >&2
 fi
 
+# The reference PyTorch loops (../shared/peers, read-only, run from there): every W1-W3 ratio is
+# against the faster of them and bench/'s own peer. PEERS_DIR overrides where they are.
+peers_dir=${PEERS_DIR:-../shared/peers}
+if [[ -f $peers_dir/fmnist_torch_bench.py && -f $peers_dir/gpt_torch_bench.py ]]; then
+  peers_dir=$(cd "$peers_dir" && pwd)
+else
+  echo "run.sh: warning: no reference loops at $peers_dir (PEERS_DIR): W1-W3 are measured against" \
+    "bench/'s own PyTorch peers only, and the table says so" >&2
+  peers_dir=''
+fi
+
 # OpenMPI refuses to start as root unless told it is intended.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun -np 2 --bind-to core)
@@ -139,7 +152,8 @@ record() {
   if ((status == 0)); then
     # The headline: a training run's throughput, a ceiling's best, else just ok.
     printf '  %-20s %4ds  %s\n' "$name" $((SECONDS - started)) \
-      "$(grep -o -e '[a-z_]*_per_s=[0-9.]*' -e 'best [0-9.]* G[^,]*' "$raw/$name.txt" | paste -sd ' ' | grep . || echo ok)"
+      "$(grep -o -e '[a-z_]*_per_s=[0-9.]*' -e '"samples_per_s": [0-9.]*' -e '"tokens_per_s_mean": [0-9.]*' \
+        -e 'best [0-9.]* G[^,]*' "$raw/$name.txt" | paste -sd ' ' | grep . || echo ok)"
   else
     failures+=("$name")
     printf '  %-20s %4ds  FAILED (exit %d%s), last lines of %s:\n' "$name" $((SECONDS - started)) \
@@ -175,12 +189,39 @@ bench_command() {
   command+=(--steps "${steps[$workload]}" --warmup "${warmup[$workload]}")
 }
 
-# pair WORKLOAD VARIANT ROUND: ringgrad and PyTorch back to back, ringgrad first in odd rounds.
+# reference_command WORKLOAD VARIANT: sets `command` to the reference loop of ../shared/peers (its
+# README: --threads N, --ddp 2 spawns both ranks itself) for W1-W3, or to nothing where there is none.
+# Variant (b) passes --omp-wait-policy PASSIVE, which its own help recommends for two threads here.
+reference_command() {
+  local workload=$1 variant=$2
+  command=()
+  [[ -n $peers_dir ]] || return 0
+  case $workload in
+    w1) command=(/usr/bin/python3 "$peers_dir/fmnist_torch_bench.py" --model mlp) ;;
+    w2) command=(/usr/bin/python3 "$peers_dir/fmnist_torch_bench.py" --model cnn) ;;
+    w3) command=(/usr/bin/python3 "$peers_dir/gpt_torch_bench.py") ;;
+    *) return 0 ;;
+  esac
+  case $variant in
+    a) command+=(--threads 1) ;;
+    b) command+=(--threads 2 --omp-wait-policy PASSIVE) ;;
+    c) command+=(--ddp 2 --threads 1) ;;
+  esac
+  command+=(--steps "${steps[$workload]}" --warmup "${warmup[$workload]}")
+}
+
+# pair WORKLOAD VARIANT ROUND: ringgrad, bench/'s PyTorch peer and the reference loop back to back;
+# ringgrad first in odd rounds, last in even ones.
 pair() {
-  local impls=(ringgrad torch) impl
-  (($3 % 2)) || impls=(torch ringgrad)
+  local impls=(ringgrad torch reference) impl
+  (($3 % 2)) || impls=(reference torch ringgrad)
   for impl in "${impls[@]}"; do
-    bench_command "$1" "$2" "$impl" "$3"
+    if [[ $impl == reference ]]; then
+      reference_command "$1" "$2"
+      ((${#command[@]})) || continue
+    else
+      bench_command "$1" "$2" "$impl" "$3"
+    fi
     record "$1-$2-$impl-$3" "${command[@]}"
   done
 }
@@ -199,13 +240,14 @@ pair() {
   echo "torch=$torch_version"
   echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)}"
   echo "OMP_WAIT_POLICY=${OMP_WAIT_POLICY-(unset)}"
+  echo "peers_dir=${peers_dir:-(none)}"
   echo "RINGGRAD_ISA=${RINGGRAD_ISA-(unset)}"
   # the ISA ringgrad's CPU kernels selected (core/cpu_isa.h), as micro_ops reports it
   echo "cpu_isa=$(build/bench/micro_ops --ceilings-only --repeat 1 --warmup 0 2>/dev/null | sed -n 's/^# cpu isa: //p')"
 } >"$raw/settings.txt"
 
 case $mode in
-  full) echo "# bench/run.sh: full suite (about 20 minutes), results in $out/" ;;
+  full) echo "# bench/run.sh: full suite (about 30 minutes), results in $out/" ;;
   quick) echo "# bench/run.sh --quick (about 3 minutes; fewer steps and rounds than WORKLOADS.md asks: indicative only)" ;;
   smoke) echo "# bench/run.sh --smoke (a few steps per run: checks the driver, the figures mean nothing)" ;;
 esac

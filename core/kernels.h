@@ -152,7 +152,14 @@ struct AdamArgs {
                    const GatherGeometry& geometry);                                                                    \
   /* out (count, classes), zeroed by the caller: out[i, index[i]] = 1. */                                              \
   void one_hot(const int64_t* index, double* out, int64_t count, int64_t classes);                                     \
-  /* ---- conv.cpp / .cu: max pooling with argmax ---- */                                                              \
+  /* ---- conv.cpp / .cu: convolution, max pooling with argmax ---- */                                                 \
+  /* x (N, C, H, W), w (O, C, KH, KW), y / dy (N, O, OH, OW), all dense; dx / dw are overwritten. */                   \
+  /* CUDA: cuDNN in f32 / f64 / f16 / bf16 (f32 compute for the 16-bit types). CPU: im2col + GEMM */                   \
+  /* one sample at a time in the compute dtype, f32 or f64 (Note [Convolution one sample at a */                       \
+  /* time] in core/cpu/conv.cpp); the seam's backend_conv2d_dtype says which dtype a device takes. */                  \
+  void conv2d_forward(DType dtype, const ConvShape& s, const void* x, const void* w, void* y);                         \
+  void conv2d_backward_data(DType dtype, const ConvShape& s, const void* dy, const void* w, void* dx);                 \
+  void conv2d_backward_filter(DType dtype, const ConvShape& s, const void* x, const void* dy, void* dw);               \
   /* over planes = N * C planes of (H, W) -> (OH, OW); indices[p] = flat position of the maximum */                    \
   /* in its plane (core/pool_math.h). The backward overwrites dx: (planes, H, W) with the gradient. */                 \
   void max_pool2d(DType dtype, const void* x, void* y, int64_t* indices, int64_t planes, int64_t H, int64_t W,         \
@@ -175,10 +182,6 @@ RINGGRAD_BACKEND_KERNELS
 // out[j] = sum_i in[i, j] (cols outputs; a bias gradient), accumulating as reduce_rows does (double
 // for f32). The seam asks backend_has_reduce_cols; CUDA transposes and reduces rows instead.
 void reduce_cols(RowReduction op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols);
-// conv2d lowered to a GEMM (core/cpu/conv.cpp): x (N, C, H, W) -> cols (C·KH·KW, N·OH·OW), and
-// back, summing overlapping windows into dx. CUDA convolves directly (backend_has_direct_conv2d).
-void im2col(DType dtype, const ConvShape& s, const void* x, void* cols);
-void col2im(DType dtype, const ConvShape& s, const void* cols, void* dx);
 // GradScaler: grad *= inv_scale in place (n dense elements, any floating dtype), returning whether
 // any element is inf or NaN. CUDA composes it from elementwise ops and a sum (backend_has_unscale_and_check).
 bool unscale_and_check(DType dtype, void* grad, int64_t n, float inv_scale);
@@ -191,11 +194,6 @@ namespace cuda {
 RINGGRAD_BACKEND_KERNELS
 
 // ---- CUDA only --------------------------------------------------------------------------------------
-// cuDNN convolution (core/cuda/conv.cu), f32 / f64 / f16 / bf16 (f32 compute for the 16-bit types);
-// dx / dw are overwritten. The CPU lowers to im2col + GEMM instead (backend_has_direct_conv2d).
-void conv2d_forward(DType dtype, const ConvShape& s, const void* x, const void* w, void* y);
-void conv2d_backward_data(DType dtype, const ConvShape& s, const void* dy, const void* w, void* dx);
-void conv2d_backward_filter(DType dtype, const ConvShape& s, const void* x, const void* dy, void* dw);
 // cuDNN max pooling (Note [Max pooling on cuDNN], core/cuda/conv.cu) in any floating dtype, without
 // argmax; the backward finds each window's maximum from x and y and overwrites dx. The seam fails on
 // other devices (backend_has_cudnn_pooling).

@@ -109,7 +109,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 
 // ---- convolution and pooling ----------------------------------------------------------------------
 // x: (N, C, H, W), weight: (O, C, KH, KW), bias: (O) or undefined -> (N, O, OH, OW) with
-// OH = (H + 2 padding - KH) / stride + 1 (likewise OW). CPU: im2col + one GEMM per call.
+// OH = (H + 2 padding - KH) / stride + 1 (likewise OW). CPU: im2col + GEMM, one sample at a time.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
               int64_t padding = 0);
 // x: (N, C, H, W) -> (N, C, OH, OW); stride 0 means stride = kernel_size. Padding counts as -inf.

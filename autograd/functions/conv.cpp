@@ -13,18 +13,15 @@ using autograd::TensorList;
 
 // y = conv(x, w) + b;  dx = col2im(w^T dy), dw = dy im2col(x)^T, db = sum(dy over N, OH, OW)
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding) {
-  // The im2col matrix is kept for the weight gradient (dw = dy cols^T): memory for one im2col pass.
-  const bool keep_cols = autograd::grad_enabled() && weight.requires_grad();
-  Tensor cols;
-  Tensor out = native::conv2d(x, weight, bias, stride, padding, keep_cols ? &cols : nullptr);
+  Tensor out = native::conv2d(x, weight, bias, stride, padding);
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   record("conv2d", {out}, inputs,
-         [x = x.detach(), w = weight.detach(), cols, has_bias = bias.defined(), stride, padding](const TensorList& g,
-                                                                                                 const NeedsGrad& n) {
+         [x = x.detach(), w = weight.detach(), has_bias = bias.defined(), stride, padding](const TensorList& g,
+                                                                                           const NeedsGrad& n) {
            Tensor dx, dw, db;
            native::conv2d_backward(g[0], x, w, stride, padding, n[0] ? &dx : nullptr, n[1] ? &dw : nullptr,
-                                   has_bias && n[2] ? &db : nullptr, cols);
+                                   has_bias && n[2] ? &db : nullptr);
            TensorList grads{dx, dw};
            if (has_bias) grads.push_back(db);
            return grads;

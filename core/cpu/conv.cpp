@@ -1,17 +1,36 @@
 // Convolution and max pooling kernels on the CPU. The CUDA versions are in core/cuda/conv.cu.
 //
-// The CPU has no direct convolution: the front end (core/native/conv.cpp) lowers it to one GEMM
-// (im2col): every receptive field of the whole batch becomes a column of `cols` (C·KH·KW, N·OH·OW),
-// and
-//   out (O, N·OH·OW) = weight (O, C·KH·KW) @ cols
-// The backward uses the same lowering: dweight = dout @ cols^T, dcols = weight^T @ dout, and col2im
-// scatters dcols back onto the input (overlapping windows add up). im2col and col2im are here.
+// Note [Convolution one sample at a time]
+// ---------------------------------------
+// The CPU lowers a convolution to GEMMs (im2col), one sample n at a time:
+//   cols_n (C·KH·KW, OH·OW)  every receptive field of sample n as a column (im2col_sample)
+//   y_n (O, OH·OW)           = w (O, C·KH·KW) @ cols_n            written in place: y is NCHW
+//   dw (O, C·KH·KW)         += dy_n (O, OH·OW) @ cols_n^T        cols_n rebuilt from x_n
+//   dcols_n (C·KH·KW, OH·OW) = w^T @ dy_n, then col2im_sample adds it onto dx_n
+// Why per sample and not one GEMM over the whole batch (cols (C·KH·KW, N·OH·OW)): W2's second conv
+// at batch 64 made a 14 MB cols matrix, written, read by the GEMM and kept for the backward, all
+// through DRAM, and the batch-wide product (O, N·OH·OW) had to be permuted to (N, O, OH, OW), as
+// its gradient back: ~25% of a W2 step in im2col, col2im and those copies. One sample's cols_n
+// (at most 288 x 196 floats there, 225 KB) stays in L2 between the im2col that writes it and the
+// GEMM that reads it, and y_n, dy_n are NCHW slices already. Rebuilding cols_n for dw costs less
+// than keeping the batch's.
+// Threads: the samples are split over the pool, each thread with its own cols buffer and serial
+// GEMMs; dw is summed per thread and the partial sums are added in thread order, so a result
+// depends on the thread count (in the last bits) but not on scheduling.
 //
 // Dims: N batch, C input channels, O output channels, H/W input height/width, KH/KW kernel,
 // OH/OW output height/width.
 #include <algorithm>
 
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "core/cpu/dispatch.h"
+#include "core/cpu/gemm.h"
+#include "core/cpu_isa.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
 #include "core/pool_math.h"
@@ -29,79 +48,196 @@ ConvGeometry geometry(const ConvShape& s) {
   return {s.N, s.C, s.H, s.W, s.O, s.KH, s.KW, s.stride, s.padding, s.OH, s.OW};
 }
 
-// x: dense (N, C, H, W) -> cols: dense (C·KH·KW, N·OH·OW)
+// One sample: x: dense (C, H, W) -> cols: dense (C·KH·KW, OH·OW).
 template <class T>
-void im2col_typed(const T* x, T* cols, const ConvGeometry& g) {
-  parallel_for(g.rows(), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
-      T* out = cols + r * g.columns();
-      for (int64_t n = 0; n < g.n; ++n) {
-        const T* plane = x + (n * g.c + c) * g.h * g.w;
-        for (int64_t i = 0; i < g.oh; ++i) {
-          const int64_t y = i * g.stride - g.padding + ki;
-          T* row = out + (n * g.oh + i) * g.ow;
-          if (y < 0 || y >= g.h) {
-            for (int64_t j = 0; j < g.ow; ++j) row[j] = T(0);
-            continue;
-          }
-          if (g.stride == 1) {  // columns [lo, hi) read x[y, j - p + kj]: zeros, one copy, zeros
-            const int64_t lo = std::clamp<int64_t>(g.padding - kj, 0, g.ow);
-            const int64_t hi = std::clamp<int64_t>(g.w + g.padding - kj, lo, g.ow);
-            const T* src = plane + y * g.w - g.padding + kj;
-            for (int64_t j = 0; j < lo; ++j) row[j] = T(0);
-            for (int64_t j = lo; j < hi; ++j) row[j] = src[j];
-            for (int64_t j = hi; j < g.ow; ++j) row[j] = T(0);
-            continue;
-          }
-          for (int64_t j = 0; j < g.ow; ++j) {
-            const int64_t xx = j * g.stride - g.padding + kj;
-            row[j] = (xx >= 0 && xx < g.w) ? plane[y * g.w + xx] : T(0);
-          }
-        }
+void im2col_sample(const T* x, T* cols, const ConvGeometry& g) {
+  for (int64_t r = 0; r < g.rows(); ++r) {
+    const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
+    const T* plane = x + c * g.h * g.w;
+    T* out = cols + r * g.oh * g.ow;
+    for (int64_t i = 0; i < g.oh; ++i) {
+      const int64_t y = i * g.stride - g.padding + ki;
+      T* row = out + i * g.ow;
+      if (y < 0 || y >= g.h) {
+        for (int64_t j = 0; j < g.ow; ++j) row[j] = T(0);
+        continue;
       }
+      if (g.stride == 1) {  // columns [lo, hi) read x[y, j - p + kj]: zeros, one copy, zeros
+        const int64_t lo = std::clamp<int64_t>(g.padding - kj, 0, g.ow);
+        const int64_t hi = std::clamp<int64_t>(g.w + g.padding - kj, lo, g.ow);
+        const T* src = plane + y * g.w - g.padding + kj;
+        for (int64_t j = 0; j < lo; ++j) row[j] = T(0);
+        for (int64_t j = lo; j < hi; ++j) row[j] = src[j];
+        for (int64_t j = hi; j < g.ow; ++j) row[j] = T(0);
+        continue;
+      }
+      for (int64_t j = 0; j < g.ow; ++j) {
+        const int64_t xx = j * g.stride - g.padding + kj;
+        row[j] = (xx >= 0 && xx < g.w) ? plane[y * g.w + xx] : T(0);
+      }
+    }
+  }
+}
+
+// One sample: cols: dense (C·KH·KW, OH·OW) -> dx: dense (C, H, W), overwritten, summing overlapping
+// windows.
+template <class T>
+void col2im_sample(const T* cols, T* dx, const ConvGeometry& g) {
+  std::fill(dx, dx + g.c * g.h * g.w, T(0));
+  for (int64_t r = 0; r < g.rows(); ++r) {
+    const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
+    const T* in = cols + r * g.oh * g.ow;
+    T* plane = dx + c * g.h * g.w;
+    for (int64_t i = 0; i < g.oh; ++i) {
+      const int64_t y = i * g.stride - g.padding + ki;
+      if (y < 0 || y >= g.h) continue;
+      const T* row = in + i * g.ow;
+      if (g.stride == 1) {  // the valid columns form one run: a vectorisable add
+        const int64_t lo = std::clamp<int64_t>(g.padding - kj, 0, g.ow);
+        const int64_t hi = std::clamp<int64_t>(g.w + g.padding - kj, lo, g.ow);
+        T* dst = plane + y * g.w - g.padding + kj;
+        for (int64_t j = lo; j < hi; ++j) dst[j] += row[j];
+        continue;
+      }
+      for (int64_t j = 0; j < g.ow; ++j) {
+        const int64_t xx = j * g.stride - g.padding + kj;
+        if (xx >= 0 && xx < g.w) plane[y * g.w + xx] += row[j];
+      }
+    }
+  }
+}
+
+template <class T>
+constexpr DType dtype_of() {
+  return std::is_same_v<T, double> ? DType::f64 : DType::f32;
+}
+
+// Runs fn(begin, end, part) over the samples, split into parts of consecutive samples, one part per
+// pool thread (part < parts); see Note [Convolution one sample at a time].
+template <class Fn>
+void for_sample_parts(int64_t samples, int64_t parts, Fn&& fn) {
+  parallel_for(parts, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t part = lo; part < hi; ++part) fn(samples * part / parts, samples * (part + 1) / parts, part);
+  });
+}
+
+int64_t sample_parts(int64_t samples) { return std::max<int64_t>(1, std::min<int64_t>(num_threads(), samples)); }
+
+// A per-thread scratch buffer of at least n elements of T, grown once.
+template <class T>
+T* scratch(std::vector<T>& buffer, int64_t n) {
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
+}
+
+template <class T>
+void conv2d_forward_typed(const T* x, const T* w, T* y, const ConvGeometry& g) {
+  const int64_t rows = g.rows(), pixels = g.oh * g.ow;
+  for_sample_parts(g.n, sample_parts(g.n), [&](int64_t begin, int64_t end, int64_t) {
+    thread_local std::vector<T> buffer;
+    T* cols = scratch(buffer, rows * pixels);
+    for (int64_t n = begin; n < end; ++n) {
+      im2col_sample(x + n * g.c * g.h * g.w, cols, g);
+      // y_n (O, OH·OW) = w (O, C·KH·KW) @ cols_n
+      gemm_on_this_thread(dtype_of<T>(), false, false, g.o, pixels, rows, 1.0, w, rows, cols, pixels, 0.0,
+                          y + n * g.o * pixels, pixels);
     }
   });
 }
 
-// cols: dense (C·KH·KW, N·OH·OW) -> dx: dense (N, C, H, W), summing overlapping windows.
 template <class T>
-void col2im_typed(const T* cols, T* dx, const ConvGeometry& g) {
-  // Parallel over channels: different channels never write the same dx element.
-  parallel_for(g.c, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      for (int64_t n = 0; n < g.n; ++n) {
-        T* plane = dx + (n * g.c + c) * g.h * g.w;
-        for (int64_t p = 0; p < g.h * g.w; ++p) plane[p] = T(0);
-      }
-      for (int64_t ki = 0; ki < g.kh; ++ki)
-        for (int64_t kj = 0; kj < g.kw; ++kj) {
-          const T* in = cols + ((c * g.kh + ki) * g.kw + kj) * g.columns();
-          for (int64_t n = 0; n < g.n; ++n) {
-            T* plane = dx + (n * g.c + c) * g.h * g.w;
-            for (int64_t i = 0; i < g.oh; ++i) {
-              const int64_t y = i * g.stride - g.padding + ki;
-              if (y < 0 || y >= g.h) continue;
-              const T* row = in + (n * g.oh + i) * g.ow;
-              if (g.stride == 1) {  // the valid columns form one run: a vectorisable add
-                const int64_t lo = std::clamp<int64_t>(g.padding - kj, 0, g.ow);
-                const int64_t hi = std::clamp<int64_t>(g.w + g.padding - kj, lo, g.ow);
-                T* dst = plane + y * g.w - g.padding + kj;
-                for (int64_t j = lo; j < hi; ++j) dst[j] += row[j];
-                continue;
-              }
-              for (int64_t j = 0; j < g.ow; ++j) {
-                const int64_t xx = j * g.stride - g.padding + kj;
-                if (xx >= 0 && xx < g.w) plane[y * g.w + xx] += row[j];
-              }
-            }
-          }
-        }
+void conv2d_backward_data_typed(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
+  const int64_t rows = g.rows(), pixels = g.oh * g.ow;
+  for_sample_parts(g.n, sample_parts(g.n), [&](int64_t begin, int64_t end, int64_t) {
+    thread_local std::vector<T> buffer;
+    T* dcols = scratch(buffer, rows * pixels);
+    for (int64_t n = begin; n < end; ++n) {
+      // dcols_n (C·KH·KW, OH·OW) = w^T @ dy_n (O, OH·OW)
+      gemm_on_this_thread(dtype_of<T>(), true, false, rows, pixels, g.o, 1.0, w, rows, dy + n * g.o * pixels, pixels,
+                          0.0, dcols, pixels);
+      col2im_sample(dcols, dx + n * g.c * g.h * g.w, g);
     }
   });
+}
+
+template <class T>
+void conv2d_backward_filter_typed(const T* x, const T* dy, T* dw, const ConvGeometry& g) {
+  const int64_t rows = g.rows(), pixels = g.oh * g.ow, parts = sample_parts(g.n);
+  // Part 0 sums into dw itself, the others into partials added afterwards in part order.
+  std::vector<T> partials(static_cast<size_t>((parts - 1) * g.o * rows));
+  for_sample_parts(g.n, parts, [&](int64_t begin, int64_t end, int64_t part) {
+    thread_local std::vector<T> buffer;
+    T* cols = scratch(buffer, rows * pixels);
+    T* sum = part == 0 ? dw : partials.data() + (part - 1) * g.o * rows;
+    for (int64_t n = begin; n < end; ++n) {
+      im2col_sample(x + n * g.c * g.h * g.w, cols, g);
+      // dw (O, C·KH·KW) += dy_n (O, OH·OW) @ cols_n^T; the part's first sample overwrites
+      gemm_on_this_thread(dtype_of<T>(), false, true, g.o, rows, pixels, 1.0, dy + n * g.o * pixels, pixels, cols,
+                          pixels, n == begin ? 0.0 : 1.0, sum, rows);
+    }
+    if (begin == end) std::fill(sum, sum + g.o * rows, T(0));
+  });
+  for (int64_t part = 1; part < parts; ++part) {
+    const T* partial = partials.data() + (part - 1) * g.o * rows;
+    for (int64_t i = 0; i < g.o * rows; ++i) dw[i] += partial[i];
+  }
 }
 
 // ---- max pooling ---------------------------------------------------------------------------------------
+#if defined(__x86_64__)
+// One output row of the 2x2 / stride-2 pooling of floats with AVX-512, 16 outputs at a time: the
+// rows r0, r1 of the window (input rows 2i, 2i + 1), into y[0 : ow) and argmax[0 : ow) (flat
+// positions in the plane, `at` being that of r0[0]). The same selects in the same order as the
+// scalar loop (first maximum wins, a NaN wins), so the result is the same bit for bit. Returns how
+// many outputs it wrote (a multiple of 16); the caller does the rest. Needs the plane to have fewer
+// than 2^31 elements (the indices are formed in 32 bits).
+__attribute__((target("avx512f"))) int64_t max_pool_2x2_row_avx512(const float* r0, const float* r1, float* y,
+                                                                   int64_t* argmax, int64_t ow, int64_t w, int64_t at) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i one = _mm512_set1_epi32(1), below = _mm512_set1_epi32(static_cast<int>(w));
+  const __m512i odd = _mm512_add_epi32(even, one);
+  int64_t j = 0;
+  for (; j + 16 <= ow; j += 16) {
+    const __m512 top_lo = _mm512_loadu_ps(r0 + 2 * j), top_hi = _mm512_loadu_ps(r0 + 2 * j + 16);
+    const __m512 bot_lo = _mm512_loadu_ps(r1 + 2 * j), bot_hi = _mm512_loadu_ps(r1 + 2 * j + 16);
+    const __m512 a = _mm512_permutex2var_ps(top_lo, even, top_hi), b = _mm512_permutex2var_ps(top_lo, odd, top_hi);
+    const __m512 c = _mm512_permutex2var_ps(bot_lo, even, bot_hi), d = _mm512_permutex2var_ps(bot_lo, odd, bot_hi);
+    // lane l: a = r0[2 (j + l)] at flat position at + 2 j + 2 l (= even[l]), b one to the right, c
+    // and d one row (w) below
+    const __m512i a_index = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(at + 2 * j)), even);
+    const __m512i c_index = _mm512_add_epi32(a_index, below);
+    __m512i best_index = a_index;
+    const __mmask16 take_b = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ) | _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
+    __m512 best = _mm512_mask_blend_ps(take_b, a, b);
+    best_index = _mm512_mask_add_epi32(best_index, take_b, best_index, one);
+    const __mmask16 take_c = _mm512_cmp_ps_mask(c, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q);
+    best = _mm512_mask_blend_ps(take_c, best, c);
+    best_index = _mm512_mask_blend_epi32(take_c, best_index, c_index);
+    const __mmask16 take_d = _mm512_cmp_ps_mask(d, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
+    best = _mm512_mask_blend_ps(take_d, best, d);
+    best_index = _mm512_mask_blend_epi32(take_d, best_index, _mm512_add_epi32(c_index, one));
+    _mm512_storeu_ps(y + j, best);
+    _mm512_storeu_si512(argmax + j, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(best_index)));
+    _mm512_storeu_si512(argmax + j + 8, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(best_index, 1)));
+  }
+  return j;
+}
+#endif
+
+// How many outputs of one pooled row the vector path above wrote (0 where it does not apply).
+template <class T>
+int64_t max_pool_2x2_row_vector(const T* r0, const T* r1, T* y, int64_t* argmax, int64_t ow, int64_t w, int64_t at,
+                                int64_t plane) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (cpu_isa() == CpuIsa::avx512 && plane < (int64_t{1} << 31))
+      return max_pool_2x2_row_avx512(r0, r1, y, argmax, ow, w, at);
+  }
+#endif
+  (void)r0, (void)r1, (void)y, (void)argmax, (void)ow, (void)w, (void)at, (void)plane;
+  return 0;
+}
+
 template <class T>
 void max_pool_forward(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
                       int64_t k, int64_t s, int64_t p) {
@@ -116,7 +252,8 @@ void max_pool_forward(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t
           const T* r1 = r0 + w;
           T* yr = y + (pl * oh + i) * ow;
           int64_t* ar = argmax + (pl * oh + i) * ow;
-          for (int64_t j = 0; j < ow; ++j) {  // selects, no branches: the loop vectorises
+          for (int64_t j = max_pool_2x2_row_vector(r0, r1, yr, ar, ow, w, 2 * i * w, h * w); j < ow; ++j) {
+            // selects, no branches: the loop vectorises
             const int64_t at = 2 * i * w + 2 * j;
             const T a = r0[2 * j], b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
             const bool take_b = b > a || b != b;
@@ -146,17 +283,24 @@ void max_pool_forward(const T* x, T* y, int64_t* argmax, int64_t planes, int64_t
 
 }  // namespace
 
-void im2col(DType dtype, const ConvShape& s, const void* x, void* cols) {
+void conv2d_forward(DType dtype, const ConvShape& s, const void* x, const void* w, void* y) {
   dispatch_compute("conv2d", dtype, [&](auto tag) {
     using T = decltype(tag);
-    im2col_typed(static_cast<const T*>(x), static_cast<T*>(cols), geometry(s));
+    conv2d_forward_typed(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), geometry(s));
   });
 }
 
-void col2im(DType dtype, const ConvShape& s, const void* cols, void* dx) {
+void conv2d_backward_data(DType dtype, const ConvShape& s, const void* dy, const void* w, void* dx) {
   dispatch_compute("conv2d_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
-    col2im_typed(static_cast<const T*>(cols), static_cast<T*>(dx), geometry(s));
+    conv2d_backward_data_typed(static_cast<const T*>(dy), static_cast<const T*>(w), static_cast<T*>(dx), geometry(s));
+  });
+}
+
+void conv2d_backward_filter(DType dtype, const ConvShape& s, const void* x, const void* dy, void* dw) {
+  dispatch_compute("conv2d_backward", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    conv2d_backward_filter_typed(static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dw), geometry(s));
   });
 }
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 
+#include "core/cpu/gemm.h"
 #include "core/cpu/tiled_sgemm.h"
 #include "core/error.h"
 #include "core/kernels.h"
@@ -23,9 +24,6 @@
 
 namespace ringgrad::cpu {
 namespace {
-
-void blas_gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
-               int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc);
 
 // Below this many flops a product is not worth a hand-off to the pool.
 constexpr double kSplitFlops = 4e6;
@@ -45,22 +43,22 @@ void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     if (m >= n) {
       parallel_for(m, std::max<int64_t>(16, (m + threads - 1) / threads), [&](int64_t lo, int64_t hi) {
         const char* a_part = trans_a ? A + lo * es : A + lo * lda * es;
-        blas_gemm(dtype, trans_a, trans_b, hi - lo, n, k, alpha, a_part, lda, b, ldb, beta, C + lo * ldc * es, ldc);
+        gemm_on_this_thread(dtype, trans_a, trans_b, hi - lo, n, k, alpha, a_part, lda, b, ldb, beta, C + lo * ldc * es,
+                            ldc);
       });
     } else {
       parallel_for(n, std::max<int64_t>(16, (n + threads - 1) / threads), [&](int64_t lo, int64_t hi) {
         const char* b_part = trans_b ? B + lo * ldb * es : B + lo * es;
-        blas_gemm(dtype, trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_part, ldb, beta, C + lo * es, ldc);
+        gemm_on_this_thread(dtype, trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_part, ldb, beta, C + lo * es, ldc);
       });
     }
     return;
   }
-  blas_gemm(dtype, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  gemm_on_this_thread(dtype, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-namespace {
-void blas_gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
-               int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
+void gemm_on_this_thread(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                         const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
   if (dtype == DType::f32 && tiled_sgemm_suits(trans_a, m, n, k)) {
@@ -76,7 +74,5 @@ void blas_gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, in
     RG_FAIL("gemm", "the CPU GEMM takes f32 or f64, got ", dtype_name(dtype));
   }
 }
-
-}  // namespace
 
 }  // namespace ringgrad::cpu

@@ -1,6 +1,6 @@
 // Convolution through cuDNN, and max pooling, on CUDA. The front end (core/native/conv.cpp) checks
-// shapes and computes the output size; on the CPU it lowers the convolution to im2col + GEMM instead
-// (core/cpu/conv.cpp has im2col / col2im and the CPU's pooling).
+// shapes and computes the output size; the CPU's twins of these kernels (core/cpu/conv.cpp) lower the
+// convolution to im2col + GEMM, one sample at a time.
 //
 // cuDNN (its "legacy" descriptor API, still in cuDNN 9): a tensor descriptor for x and y, a filter
 // descriptor for w, a convolution descriptor for padding and stride, and per direction an algorithm

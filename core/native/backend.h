@@ -209,44 +209,22 @@ inline void backend_one_hot(Device d, const int64_t* index, double* out, int64_t
 }
 
 // ---- convolution and pooling (core/{cpu,cuda}/conv.*) ---------------------------------------------------
-// Whether the device convolves directly (cuDNN, in the tensors' own dtype) rather than lowering the
-// convolution to im2col + GEMM in the compute dtype (the CPU).
-inline bool backend_has_direct_conv2d(Device d) { return d.is_cuda(); }
+// The dtype a device's convolution kernels take for tensors of dtype t: cuDNN convolves in the
+// tensors' own dtype, the CPU in the compute dtype (f32, or f64 for f64 tensors).
+inline DType backend_conv2d_dtype(Device d, DType t) { return d.is_cuda() || t == DType::f64 ? t : DType::f32; }
 
 inline void backend_conv2d_forward(Device d, DType t, const ConvShape& s, const void* x, const void* w, void* y) {
-#ifdef RINGGRAD_WITH_CUDA
-  if (d.is_cuda()) return cuda::conv2d_forward(t, s, x, w, y);
-#endif
-  (void)t, (void)s, (void)x, (void)w, (void)y;
-  only_on("conv2d", "CUDA", d);
+  RG_ON_BACKEND(d, "conv2d", conv2d_forward(t, s, x, w, y));
 }
 
 inline void backend_conv2d_backward_data(Device d, DType t, const ConvShape& s, const void* dy, const void* w,
                                          void* dx) {
-#ifdef RINGGRAD_WITH_CUDA
-  if (d.is_cuda()) return cuda::conv2d_backward_data(t, s, dy, w, dx);
-#endif
-  (void)t, (void)s, (void)dy, (void)w, (void)dx;
-  only_on("conv2d_backward", "CUDA", d);
+  RG_ON_BACKEND(d, "conv2d_backward", conv2d_backward_data(t, s, dy, w, dx));
 }
 
 inline void backend_conv2d_backward_filter(Device d, DType t, const ConvShape& s, const void* x, const void* dy,
                                            void* dw) {
-#ifdef RINGGRAD_WITH_CUDA
-  if (d.is_cuda()) return cuda::conv2d_backward_filter(t, s, x, dy, dw);
-#endif
-  (void)t, (void)s, (void)x, (void)dy, (void)dw;
-  only_on("conv2d_backward", "CUDA", d);
-}
-
-inline void backend_im2col(Device d, DType t, const ConvShape& s, const void* x, void* cols) {
-  if (d.is_cpu()) return cpu::im2col(t, s, x, cols);
-  only_on("conv2d", "the CPU", d);
-}
-
-inline void backend_col2im(Device d, DType t, const ConvShape& s, const void* cols, void* dx) {
-  if (d.is_cpu()) return cpu::col2im(t, s, cols, dx);
-  only_on("conv2d_backward", "the CPU", d);
+  RG_ON_BACKEND(d, "conv2d_backward", conv2d_backward_filter(t, s, x, dy, dw));
 }
 
 inline void backend_max_pool2d(Device d, DType t, const void* x, void* y, int64_t* indices, int64_t planes, int64_t H,

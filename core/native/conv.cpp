@@ -1,13 +1,10 @@
 // conv2d and max_pool2d front ends: argument checks, output sizes, dtype conversions, and the kernels
 // of the tensors' device through the backend seam (core/cpu/conv.cpp, core/cuda/conv.cu).
 //
-// conv2d takes one of two routes, by what the device's backend has (backend_has_direct_conv2d):
-// - direct: cuDNN convolves in the tensors' own dtype (CUDA);
-// - lowered to one GEMM (im2col; the CPU): every receptive field of the whole batch becomes a column
-//   of `cols` (C·KH·KW, N·OH·OW), and
-//     out (O, N·OH·OW) = weight (O, C·KH·KW) @ cols
-//   The backward uses the same lowering: dweight = dout @ cols^T, dcols = weight^T @ dout, and col2im
-//   scatters dcols back onto the input (overlapping windows add up).
+// conv2d runs the device's convolution kernels in the dtype it takes (backend_conv2d_dtype): cuDNN in
+// the tensors' own dtype, the CPU in f32 (f64 for f64), f16 / bf16 tensors converted around it. The
+// CPU's kernels lower the convolution to im2col + GEMM one sample at a time (Note [Convolution one
+// sample at a time] in core/cpu/conv.cpp); nothing is kept from the forward for the backward.
 //
 // Dims: N batch, C input channels, O output channels, H/W input height/width, KH/KW kernel,
 // OH/OW output height/width.
@@ -35,88 +32,54 @@ ConvShape conv_geometry(const Tensor& x, const Tensor& weight, int64_t stride, i
   return g;
 }
 
-// The rows and columns of the im2col matrix `cols`.
-int64_t cols_rows(const ConvShape& g) { return g.C * g.KH * g.KW; }
-int64_t cols_columns(const ConvShape& g) { return g.N * g.OH * g.OW; }
-
-// ---- direct: cuDNN does the convolution in the tensors' own dtype (core/cuda/conv.cu) ------------------
-Tensor direct_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvShape& g) {
-  Tensor xc = contiguous(x), wc = contiguous(weight);
-  Tensor out = empty({g.N, g.O, g.OH, g.OW}, x.dtype(), x.device());
-  if (out.numel() > 0) backend_conv2d_forward(x.device(), x.dtype(), g, xc.raw_data(), wc.raw_data(), out.raw_data());
-  if (bias.defined()) binary_(BinaryOp::add, out, view(bias, {1, g.O, 1, 1}));
-  return out;
-}
-
-void direct_conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const ConvShape& g, Tensor* dx,
-                            Tensor* dweight, Tensor* dbias) {
-  Tensor dy = contiguous(grad.dtype() == x.dtype() ? grad : cast(grad, x.dtype()));
-  if (dbias) *dbias = reduce(RowReduction::sum, dy, {0, 2, 3}, false);
-  if (dweight) {
-    *dweight = empty(weight.shape(), weight.dtype(), weight.device());
-    if (dy.numel() > 0)
-      backend_conv2d_backward_filter(x.device(), x.dtype(), g, contiguous(x).raw_data(), dy.raw_data(),
-                                     dweight->raw_data());
-    else dweight->zero_();
-  }
-  if (dx) {
-    *dx = empty(x.shape(), x.dtype(), x.device());
-    if (dy.numel() > 0)
-      backend_conv2d_backward_data(x.device(), x.dtype(), g, dy.raw_data(), contiguous(weight).raw_data(),
-                                   dx->raw_data());
-    else dx->zero_();
-  }
-}
-
-// ---- lowered: im2col + GEMM in the compute dtype ----------------------------------------------------------
+// The dtype the CPU-style kernels compute in (pooling): f32, or f64 for f64 tensors.
 DType compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
-// cols for x in compute dtype ct.
-Tensor make_cols(const Tensor& x, const ConvShape& g, DType ct) {
-  Tensor xc = contiguous(x.dtype() == ct ? x : cast(x, ct));
-  Tensor cols = empty({cols_rows(g), cols_columns(g)}, ct, x.device());
-  backend_im2col(x.device(), ct, g, xc.raw_data(), cols.raw_data());
-  return cols;
-}
+// t as the dtype the device convolves in, dense.
+Tensor conv_operand(const Tensor& t, DType kt) { return contiguous(t.dtype() == kt ? t : cast(t, kt)); }
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
-              Tensor* cols_out) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding) {
   const ConvShape g = conv_geometry(x, weight, stride, padding);
   if (bias.defined())
     RG_CHECK(bias.dim() == 1 && bias.size(0) == g.O && bias.dtype() == x.dtype() && bias.device() == x.device(),
              "conv2d", "bias ", bias.desc(), " must be (", g.O, ",) ", dtype_name(x.dtype()), " on ", x.device().str());
-  if (backend_has_direct_conv2d(x.device())) return direct_conv2d(x, weight, bias, g);
-  const DType ct = compute_dtype(x.dtype());
-  Tensor cols = make_cols(x, g, ct);
-  if (cols_out) *cols_out = cols;
-  Tensor w2 = view(contiguous(cast(weight, ct)), {g.O, cols_rows(g)});
-  Tensor out = mm(w2, cols);  // (O, N·OH·OW)
-  if (bias.defined()) binary_(BinaryOp::add, out, view(cast(bias, ct), {g.O, 1}));
-  // (O, N, OH, OW) -> (N, O, OH, OW)
-  Tensor nchw = contiguous(permute(view(out, {g.O, g.N, g.OH, g.OW}), {1, 0, 2, 3}));
-  return nchw.dtype() == x.dtype() ? nchw : cast(nchw, x.dtype());
+  const DType kt = backend_conv2d_dtype(x.device(), x.dtype());
+  Tensor xc = conv_operand(x, kt), wc = conv_operand(weight, kt);
+  Tensor out = empty({g.N, g.O, g.OH, g.OW}, kt, x.device());
+  if (out.numel() > 0) backend_conv2d_forward(x.device(), kt, g, xc.raw_data(), wc.raw_data(), out.raw_data());
+  if (bias.defined()) binary_(BinaryOp::add, out, view(cast(bias, kt), {1, g.O, 1, 1}));
+  return out.dtype() == x.dtype() ? out : cast(out, x.dtype());
 }
 
 void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, int64_t stride, int64_t padding,
-                     Tensor* dx, Tensor* dweight, Tensor* dbias, const Tensor& forward_cols) {
+                     Tensor* dx, Tensor* dweight, Tensor* dbias) {
   const ConvShape g = conv_geometry(x, weight, stride, padding);
-  if (backend_has_direct_conv2d(x.device())) return direct_conv2d_backward(grad, x, weight, g, dx, dweight, dbias);
-  const DType ct = compute_dtype(x.dtype());
-  // dout: (N, O, OH, OW) -> (O, N·OH·OW)
-  Tensor dout = view(contiguous(permute(cast(grad, ct), {1, 0, 2, 3})), {g.O, cols_columns(g)});
-  if (dbias) *dbias = cast(reduce(RowReduction::sum, dout, {1}, false), x.dtype());
+  const DType kt = backend_conv2d_dtype(x.device(), x.dtype());
+  Tensor dy = conv_operand(grad, kt);  // (N, O, OH, OW)
+  if (dbias && (kt == DType::f32 || kt == DType::f64)) {
+    // Over each (OH·OW) row of every sample, then over the samples: two passes over dense rows
+    // instead of a transposing copy of dy. (A 16-bit dy is summed in one pass instead, so that the
+    // per-sample sums are not rounded to 16 bits.)
+    Tensor per_sample = reduce(RowReduction::sum, view(dy, {g.N, g.O, g.OH * g.OW}), {2}, false);  // (N, O)
+    *dbias = cast(reduce(RowReduction::sum, per_sample, {0}, false), x.dtype());
+  } else if (dbias) {
+    *dbias = cast(reduce(RowReduction::sum, dy, {0, 2, 3}, false), x.dtype());
+  }
   if (dweight) {
-    Tensor cols = forward_cols.defined() ? forward_cols : make_cols(x, g, ct);
-    *dweight = cast(view(mm(dout, transpose(cols, 0, 1)), weight.shape()), weight.dtype());
+    Tensor dw = empty(weight.shape(), kt, weight.device());
+    if (dy.numel() > 0)
+      backend_conv2d_backward_filter(x.device(), kt, g, conv_operand(x, kt).raw_data(), dy.raw_data(), dw.raw_data());
+    else dw.zero_();
+    *dweight = dw.dtype() == weight.dtype() ? dw : cast(dw, weight.dtype());
   }
   if (dx) {
-    Tensor w2 = view(contiguous(cast(weight, ct)), {g.O, cols_rows(g)});
-    Tensor dcols = mm(transpose(w2, 0, 1), dout);  // (C·KH·KW, N·OH·OW)
-    Tensor out = empty(x.shape(), ct, x.device());
-    backend_col2im(x.device(), ct, g, dcols.raw_data(), out.raw_data());
-    *dx = out.dtype() == x.dtype() ? out : cast(out, x.dtype());
+    Tensor d = empty(x.shape(), kt, x.device());
+    if (dy.numel() > 0)
+      backend_conv2d_backward_data(x.device(), kt, g, dy.raw_data(), conv_operand(weight, kt).raw_data(), d.raw_data());
+    else d.zero_();
+    *dx = d.dtype() == x.dtype() ? d : cast(d, x.dtype());
   }
 }
 

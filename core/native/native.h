@@ -119,14 +119,10 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype);
 
 // ---- convolution and pooling ----------------------------------------------------------------------------
 // x: (N, C, H, W), weight: (O, C, KH, KW), bias: (O) or undefined -> (N, O, OH, OW)
-// *cols, when given, receives the im2col matrix the forward built, for the backward to reuse (left
-// undefined on a device that convolves directly: backend_has_direct_conv2d in core/native/backend.h).
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
-              Tensor* cols = nullptr);
-// Fills the requested gradients (null pointers are skipped). cols: the forward's, or undefined to
-// rebuild it from x.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding);
+// Fills the requested gradients (null pointers are skipped).
 void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, int64_t stride, int64_t padding,
-                     Tensor* dx, Tensor* dweight, Tensor* dbias, const Tensor& cols = Tensor());
+                     Tensor* dx, Tensor* dweight, Tensor* dbias);
 // x: (N, C, H, W) -> (N, C, OH, OW); stride 0 means stride = kernel. *indices gets, per output, the
 // flat position (row * W + col) of its maximum within its (H, W) plane.
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Tensor* indices);

@@ -103,21 +103,6 @@ std::vector<Case> edge_cases() {
   return cases;
 }
 
-// Selects an ISA for one scope and restores the previous selection after it.
-struct IsaScope {
-  ringgrad::CpuIsa before = ringgrad::cpu_isa();
-  explicit IsaScope(ringgrad::CpuIsa isa) { ringgrad::set_cpu_isa(isa); }
-  ~IsaScope() { ringgrad::set_cpu_isa(before); }
-};
-
-// The ISAs this CPU runs; the AVX-512 cases are skipped, saying so, where it lacks AVX-512F.
-std::vector<ringgrad::CpuIsa> isas_to_test() {
-  std::vector<ringgrad::CpuIsa> isas{ringgrad::CpuIsa::avx2};
-  if (ringgrad::cpu_supports(ringgrad::CpuIsa::avx512)) isas.push_back(ringgrad::CpuIsa::avx512);
-  else MESSAGE("this CPU has no AVX-512F: the AVX-512 path of tiled_sgemm is not tested here");
-  return isas;
-}
-
 }  // namespace
 
 TEST_CASE("tiled_sgemm matches a double-precision triple loop across every blocking edge, on every ISA") {
@@ -125,9 +110,9 @@ TEST_CASE("tiled_sgemm matches a double-precision triple loop across every block
     MESSAGE("this build has no AVX2 + FMA: tiled_sgemm is not compiled in");
     return;
   }
-  for (ringgrad::CpuIsa isa : isas_to_test()) {
+  for (ringgrad::CpuIsa isa : rgtest::isas_to_test("tiled_sgemm")) {
     CAPTURE(ringgrad::cpu_isa_name(isa));
-    IsaScope scope(isa);
+    rgtest::IsaScope scope(isa);
     for (const Case& c : edge_cases()) check(c, ringgrad::cpu::tiled_sgemm);
   }
 }
@@ -152,11 +137,11 @@ TEST_CASE("tiled_sgemm's AVX2 and AVX-512 paths give bit-identical products") {
             for (float& x : b) x = static_cast<float>(rng.uniform(-1, 1));
             std::vector<float> c2(static_cast<size_t>(m * n), 0.5f), c512 = c2;
             {
-              IsaScope scope(ringgrad::CpuIsa::avx2);
+              rgtest::IsaScope scope(ringgrad::CpuIsa::avx2);
               ringgrad::cpu::tiled_sgemm(ta, tb, m, n, k, 1.25f, a.data(), lda, b.data(), ldb, 0.5f, c2.data(), n);
             }
             {
-              IsaScope scope(ringgrad::CpuIsa::avx512);
+              rgtest::IsaScope scope(ringgrad::CpuIsa::avx512);
               ringgrad::cpu::tiled_sgemm(ta, tb, m, n, k, 1.25f, a.data(), lda, b.data(), ldb, 0.5f, c512.data(), n);
             }
             for (size_t i = 0; i < c2.size(); ++i) differing += c2[i] != c512[i];
@@ -206,9 +191,9 @@ TEST_CASE("cpu::gemm gives the same products on the tiled path and on OpenBLAS's
   // On AVX2 the long ones go to OpenBLAS; on AVX-512 the tile takes them too (tiled_sgemm_suits).
   const int threads_before = ringgrad::num_threads();
   ringgrad::set_num_threads(2);
-  for (ringgrad::CpuIsa isa : isas_to_test()) {
+  for (ringgrad::CpuIsa isa : rgtest::isas_to_test("tiled_sgemm")) {
     CAPTURE(ringgrad::cpu_isa_name(isa));
-    IsaScope scope(isa);
+    rgtest::IsaScope scope(isa);
     for (const Case& c : cases) {
       check(c, [](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float beta, float* out, int64_t ldc) {
@@ -223,14 +208,14 @@ TEST_CASE("tiled_sgemm takes the one-panel products on AVX2, and every product a
   if (!ringgrad::cpu::tiled_sgemm_available()) return;
   using ringgrad::cpu::tiled_sgemm_suits;
   {
-    IsaScope scope(ringgrad::CpuIsa::avx2);
+    rgtest::IsaScope scope(ringgrad::CpuIsa::avx2);
     CHECK(tiled_sgemm_suits(false, 2048, 384, 128));
     CHECK(tiled_sgemm_suits(true, 128, 32, 384));
     CHECK_FALSE(tiled_sgemm_suits(true, 384, 128, 2048));
     CHECK_FALSE(tiled_sgemm_suits(false, 128, 512, 785));
   }
   if (!ringgrad::cpu_supports(ringgrad::CpuIsa::avx512)) return;
-  IsaScope scope(ringgrad::CpuIsa::avx512);
+  rgtest::IsaScope scope(ringgrad::CpuIsa::avx512);
   CHECK(tiled_sgemm_suits(false, 2048, 384, 128));
   CHECK(tiled_sgemm_suits(true, 384, 128, 2048));  // a weight gradient, K = batch x tokens
   CHECK(tiled_sgemm_suits(false, 128, 512, 785));

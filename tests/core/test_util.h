@@ -147,6 +147,22 @@ inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// Selects a CPU kernel ISA (core/cpu_isa.h) for one scope and restores the previous selection after it.
+struct IsaScope {
+  ringgrad::CpuIsa before = ringgrad::cpu_isa();
+  explicit IsaScope(ringgrad::CpuIsa isa) { ringgrad::set_cpu_isa(isa); }
+  ~IsaScope() { ringgrad::set_cpu_isa(before); }
+};
+
+// The ISAs this CPU runs, to test `what` on each; the AVX-512 cases are skipped, saying so, where the
+// CPU lacks AVX-512F.
+inline std::vector<ringgrad::CpuIsa> isas_to_test(const char* what) {
+  std::vector<ringgrad::CpuIsa> isas{ringgrad::CpuIsa::avx2};
+  if (ringgrad::cpu_supports(ringgrad::CpuIsa::avx512)) isas.push_back(ringgrad::CpuIsa::avx512);
+  else MESSAGE("this CPU has no AVX-512F: the AVX-512 path of " << what << " is not tested here");
+  return isas;
+}
+
 }  // namespace rgtest
 
 // CHECK_VALUES(tensor, shape, expected, atol, rtol): shape and every element within tolerance.

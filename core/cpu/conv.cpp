@@ -107,75 +107,58 @@ void col2im_sample(const T* cols, T* dx, const ConvGeometry& g) {
   }
 }
 
-template <class T>
-constexpr DType dtype_of() {
-  return std::is_same_v<T, double> ? DType::f64 : DType::f32;
-}
-
-// Runs fn(begin, end, part) over the samples, split into parts of consecutive samples, one part per
-// pool thread (part < parts); see Note [Convolution one sample at a time].
-template <class Fn>
-void for_sample_parts(int64_t samples, int64_t parts, Fn&& fn) {
-  parallel_for(parts, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t part = lo; part < hi; ++part) fn(samples * part / parts, samples * (part + 1) / parts, part);
-  });
-}
-
 int64_t sample_parts(int64_t samples) { return std::max<int64_t>(1, std::min<int64_t>(num_threads(), samples)); }
 
-// A per-thread scratch buffer of at least n elements of T, grown once.
-template <class T>
-T* scratch(std::vector<T>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  return buffer.data();
+// Calls fn(n, part, first, cols) for every sample n, the samples split into `parts` parts of
+// consecutive samples, one per pool thread (Note [Convolution one sample at a time]); first: n is
+// its part's first sample; cols: the calling thread's buffer of C·KH·KW x OH·OW elements, grown once.
+template <class T, class Fn>
+void for_each_sample(const ConvGeometry& g, int64_t parts, Fn&& fn) {
+  parallel_for(parts, 1, [&](int64_t lo, int64_t hi) {
+    thread_local std::vector<T> buffer;
+    const int64_t size = g.rows() * g.oh * g.ow;
+    if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
+    for (int64_t part = lo; part < hi; ++part) {
+      const int64_t begin = g.n * part / parts, end = g.n * (part + 1) / parts;
+      for (int64_t n = begin; n < end; ++n) fn(n, part, n == begin, buffer.data());
+    }
+  });
 }
 
 template <class T>
 void conv2d_forward_typed(const T* x, const T* w, T* y, const ConvGeometry& g) {
   const int64_t rows = g.rows(), pixels = g.oh * g.ow;
-  for_sample_parts(g.n, sample_parts(g.n), [&](int64_t begin, int64_t end, int64_t) {
-    thread_local std::vector<T> buffer;
-    T* cols = scratch(buffer, rows * pixels);
-    for (int64_t n = begin; n < end; ++n) {
-      im2col_sample(x + n * g.c * g.h * g.w, cols, g);
-      // y_n (O, OH·OW) = w (O, C·KH·KW) @ cols_n
-      gemm_on_this_thread(dtype_of<T>(), false, false, g.o, pixels, rows, 1.0, w, rows, cols, pixels, 0.0,
-                          y + n * g.o * pixels, pixels);
-    }
+  for_each_sample<T>(g, sample_parts(g.n), [&](int64_t n, int64_t, bool, T* cols) {
+    im2col_sample(x + n * g.c * g.h * g.w, cols, g);
+    // y_n (O, OH·OW) = w (O, C·KH·KW) @ cols_n
+    gemm_on_this_thread(dtype_of<T>(), false, false, g.o, pixels, rows, 1.0, w, rows, cols, pixels, 0.0,
+                        y + n * g.o * pixels, pixels);
   });
 }
 
 template <class T>
 void conv2d_backward_data_typed(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
   const int64_t rows = g.rows(), pixels = g.oh * g.ow;
-  for_sample_parts(g.n, sample_parts(g.n), [&](int64_t begin, int64_t end, int64_t) {
-    thread_local std::vector<T> buffer;
-    T* dcols = scratch(buffer, rows * pixels);
-    for (int64_t n = begin; n < end; ++n) {
-      // dcols_n (C·KH·KW, OH·OW) = w^T @ dy_n (O, OH·OW)
-      gemm_on_this_thread(dtype_of<T>(), true, false, rows, pixels, g.o, 1.0, w, rows, dy + n * g.o * pixels, pixels,
-                          0.0, dcols, pixels);
-      col2im_sample(dcols, dx + n * g.c * g.h * g.w, g);
-    }
+  for_each_sample<T>(g, sample_parts(g.n), [&](int64_t n, int64_t, bool, T* dcols) {
+    // dcols_n (C·KH·KW, OH·OW) = w^T @ dy_n (O, OH·OW)
+    gemm_on_this_thread(dtype_of<T>(), true, false, rows, pixels, g.o, 1.0, w, rows, dy + n * g.o * pixels, pixels, 0.0,
+                        dcols, pixels);
+    col2im_sample(dcols, dx + n * g.c * g.h * g.w, g);
   });
 }
 
 template <class T>
 void conv2d_backward_filter_typed(const T* x, const T* dy, T* dw, const ConvGeometry& g) {
+  // Every part has at least one sample (sample_parts), whose product overwrites its sum. Part 0 sums
+  // into dw itself, the others into partials added afterwards in part order.
   const int64_t rows = g.rows(), pixels = g.oh * g.ow, parts = sample_parts(g.n);
-  // Part 0 sums into dw itself, the others into partials added afterwards in part order.
   std::vector<T> partials(static_cast<size_t>((parts - 1) * g.o * rows));
-  for_sample_parts(g.n, parts, [&](int64_t begin, int64_t end, int64_t part) {
-    thread_local std::vector<T> buffer;
-    T* cols = scratch(buffer, rows * pixels);
+  for_each_sample<T>(g, parts, [&](int64_t n, int64_t part, bool first, T* cols) {
     T* sum = part == 0 ? dw : partials.data() + (part - 1) * g.o * rows;
-    for (int64_t n = begin; n < end; ++n) {
-      im2col_sample(x + n * g.c * g.h * g.w, cols, g);
-      // dw (O, C·KH·KW) += dy_n (O, OH·OW) @ cols_n^T; the part's first sample overwrites
-      gemm_on_this_thread(dtype_of<T>(), false, true, g.o, rows, pixels, 1.0, dy + n * g.o * pixels, pixels, cols,
-                          pixels, n == begin ? 0.0 : 1.0, sum, rows);
-    }
-    if (begin == end) std::fill(sum, sum + g.o * rows, T(0));
+    im2col_sample(x + n * g.c * g.h * g.w, cols, g);
+    // dw (O, C·KH·KW) += dy_n (O, OH·OW) @ cols_n^T
+    gemm_on_this_thread(dtype_of<T>(), false, true, g.o, rows, pixels, 1.0, dy + n * g.o * pixels, pixels, cols, pixels,
+                        first ? 0.0 : 1.0, sum, rows);
   });
   for (int64_t part = 1; part < parts; ++part) {
     const T* partial = partials.data() + (part - 1) * g.o * rows;

@@ -37,10 +37,11 @@ int main(int argc, char** argv) {
     {
       data::Mnist mnist = data::load_mnist(flags.data, /*normalize=*/model_name == "mlp");
       if (model_name != "mlp") mnist.train.images = (mnist.train.images - 0.5) * 2.0;
-      const Tensor images = mnist.train.images, labels = mnist.train.labels;
+      const Tensor images = mnist.train.images.to(bench::precision_dtype(flags)), labels = mnist.train.labels;
       const int64_t n = images.size(0);
       manual_seed(1);
       auto model = mnist::make_model(model_name);
+      model->to(bench::precision_dtype(flags));  // bf16: the optimizer keeps f32 master weights
       auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(flags.backend));
       // One process trains the plain model, as the PyTorch peer does: DDP in a world of one would
       // only add bucket bookkeeping. From 2 ranks on, DDP.
@@ -83,8 +84,10 @@ int main(int argc, char** argv) {
     }
     if (w.rank == 0)
       std::printf(
-          "RESULT impl=ringgrad model=%s ranks=%d threads=%d batch=%d steps=%d samples_per_s=%.1f overlap=%.0f\n",
-          model_name.c_str(), w.size, flags.threads, batch, flags.steps, samples_per_s, overlap);
+          "RESULT impl=ringgrad model=%s ranks=%d threads=%d batch=%d steps=%d precision=%s samples_per_s=%.1f "
+          "overlap=%.0f\n",
+          model_name.c_str(), w.size, flags.threads, batch, flags.steps, flags.precision.c_str(), samples_per_s,
+          overlap);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

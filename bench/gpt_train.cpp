@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
       auto model = std::make_shared<nn::GPT>(
           nn::GPTConfig{.vocab_size = vocab.size(), .block_size = block, .n_layer = 4, .n_head = 4, .n_embd = 128},
           &init_gen);
+      model->to(bench::precision_dtype(flags));  // bf16: AdamW keeps f32 master weights and moments
       optim::ParamGroup decay{{}, 3e-4, 0.1}, no_decay{{}, 3e-4, 0.0};
       for (const auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
       optim::AdamW opt({decay, no_decay}, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
@@ -69,8 +70,9 @@ int main(int argc, char** argv) {
     }
     if (w.rank == 0)
       std::printf(
-          "RESULT impl=ringgrad model=gpt ranks=%d threads=%d batch=%d steps=%d tokens_per_s=%.1f overlap=%.0f\n",
-          w.size, flags.threads, batch, flags.steps, tokens_per_s, overlap);
+          "RESULT impl=ringgrad model=gpt ranks=%d threads=%d batch=%d steps=%d precision=%s tokens_per_s=%.1f "
+          "overlap=%.0f\n",
+          w.size, flags.threads, batch, flags.steps, flags.precision.c_str(), tokens_per_s, overlap);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

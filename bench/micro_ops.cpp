@@ -7,6 +7,9 @@
 //        cblas_sgemm called directly on the same operands (same transposes, same threads). The ceiling
 //        of the table is the FMA peak of the threads used (bench/fma_peak.h: AVX-512 where the CPU has
 //        it, else AVX2); cblas_sgemm on a 2048 x 2048 product is printed as a second reference.
+//        The bf16 columns: the same product on bf16 operands (the AVX512_BF16 dot-product GEMM where
+//        the CPU has it, else f32 compute), its speed-up over f32 and its share of the bf16
+//        dot-product peak (bench/fma_peak.h; the FMA peak where bf16 is computed in f32).
 // memory add, mul, exp on 64 MiB f32 tensors through ringgrad ops, in GB/s = (bytes read + bytes
 //        written) / time, against the bandwidth of std::memcpy on one core (256 MiB buffers; a copy
 //        reads and writes every byte, so it is counted the same way).
@@ -171,9 +174,12 @@ void cblas(const GemmCase& c, const float* a, const float* b, float* out) {
   openblas_set_num_threads(1);
 }
 
-void print_rule() { std::printf("%s\n", std::string(112, '-').c_str()); }
+void print_rule() { std::printf("%s\n", std::string(142, '-').c_str()); }
 
-void run_gemm(const GemmCase& c, double fma_gflops, rg::Generator& gen, const Options& opt) {
+// One row of the table: ringgrad's f32 matmul against cblas_sgemm, then the same product in bf16
+// (the operands rounded to bf16, as mixed precision trains; checked against the f32 result with
+// bf16's tolerance), its speed-up over f32 and its share of `bf16_peak`.
+void run_gemm(const GemmCase& c, double fma_gflops, double bf16_peak, rg::Generator& gen, const Options& opt) {
   // Operands as stored; the transposed ones are handed to matmul as .t() views, as nn::Linear does.
   rg::Tensor a_stored = rg::randn(c.a_transposed ? rg::Shape{c.k, c.m} : rg::Shape{c.m, c.k}, gen);
   rg::Tensor b_stored = rg::randn(c.b_transposed ? rg::Shape{c.n, c.k} : rg::Shape{c.k, c.n}, gen);
@@ -202,9 +208,20 @@ void run_gemm(const GemmCase& c, double fma_gflops, rg::Generator& gen, const Op
   const double flops = 2.0 * static_cast<double>(c.m) * static_cast<double>(c.n) * static_cast<double>(c.k);
   const double ours_best = flops / t[0].best / 1e9, ours_median = flops / t[0].median / 1e9;
   const double blas_best = flops / t[1].best / 1e9;
-  std::printf("%-12s %-28s %10.3f %10.3f %10.1f %10.1f %10.1f %8.2f %7.0f%% %5s\n", c.name.c_str(),
+
+  // bf16: operands rounded, so the check allows bf16's relative error on each of the K products.
+  const rg::Tensor a16_stored = a_stored.to(rg::DType::bf16), b16_stored = b_stored.to(rg::DType::bf16);
+  const rg::Tensor a16 = c.a_transposed ? a16_stored.t() : a16_stored;
+  const rg::Tensor b16 = c.b_transposed ? b16_stored.t() : b16_stored;
+  const std::vector<double> got16 = rg::matmul(a16, b16).to_vector();
+  for (size_t i = 0; i < reference.size() && ok; ++i)
+    ok = std::fabs(got16[i] - reference[i]) <=
+         2e-2 * std::sqrt(static_cast<double>(c.k)) * (1.0 + std::fabs(reference[i]));
+  const double bf16_best = flops / measure({[&] { rg::matmul(a16, b16); }}, opt)[0].best / 1e9;
+  std::printf("%-12s %-28s %10.3f %10.3f %10.1f %10.1f %10.1f %8.2f %7.0f%% %5s %10.1f %8.2f %7.0f%%\n", c.name.c_str(),
               gemm_shape(c).c_str(), t[0].best * 1e3, t[0].median * 1e3, ours_best, ours_median, blas_best,
-              ours_best / blas_best, 100.0 * ours_best / fma_gflops, ok ? "ok" : "WRONG");
+              ours_best / blas_best, 100.0 * ours_best / fma_gflops, ok ? "ok" : "WRONG", bf16_best,
+              bf16_best / ours_best, 100.0 * bf16_best / bf16_peak);
 }
 
 // ---- elementwise -------------------------------------------------------------------------------
@@ -273,12 +290,25 @@ int main(int argc, char** argv) {
     }
     if (fma_gflops > 0)
       std::printf("# reference: cblas_sgemm 2048^3 reaches %.0f%% of the FMA peak\n", 100.0 * peak_gflops / fma_gflops);
+    // The ceiling of the bf16 products where they run on the dot-product instruction.
+    double bf16_dot_gflops = 0;
+    if (fma_peak::cpu_has(fma_peak::Isa::avx512_bf16)) {
+      const int threads = rg::num_threads();
+      bf16_dot_gflops = fma_peak::measure_gflops(fma_peak::Isa::avx512_bf16, threads, std::max(3, opt.repeat / 3));
+      std::printf("# ceiling: bf16 dot-product peak (AVX512_BF16), %d thread%s: best %.1f GFLOP/s (%.1f per thread)\n",
+                  threads, threads == 1 ? "" : "s", bf16_dot_gflops, bf16_dot_gflops / threads);
+    }
+    std::printf("# bf16 products: %s\n", rg::cpu_has_bf16_dot() ? "AVX512_BF16 dot products, f32 accumulation"
+                                                                : "computed in f32 (no AVX512_BF16 selected)");
+    // The bf16 column's ceiling: the dot-product peak where bf16 products use it, else the FMA peak.
+    const double bf16_peak = rg::cpu_has_bf16_dot() ? bf16_dot_gflops : fma_gflops;
     if (opt.ceilings_only) return 0;
 
     // ---- GEMM ----
     std::printf("\n");
-    std::printf("%-12s %-28s %10s %10s %10s %10s %10s %8s %8s %5s\n", "gemm", "shape", "best_ms", "median_ms",
-                "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_fma", "check");
+    std::printf("%-12s %-28s %10s %10s %10s %10s %10s %8s %8s %5s %10s %8s %8s\n", "gemm", "shape", "best_ms",
+                "median_ms", "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_fma", "check", "bf16_GF/s", "vs_f32",
+                "of_peak");
     print_rule();
     std::vector<GemmCase> gemms;
     for (int64_t s : {128, 256, 512, 1024, 2048}) gemms.push_back({"square", s, s, s, false, false});
@@ -296,7 +326,7 @@ int main(int argc, char** argv) {
     gemms.push_back({"head q k^T", 128, 32, 128, false, true});  // q (128, 32) @ k^T
     gemms.push_back({"head p v", 128, 128, 32, false, false});   // p (128, 128) @ v (128, 32)
     gemms.push_back({"attn dw", 384, 2048, 128, true, false});   // dqkv^T (384, 2048) @ x: OpenBLAS
-    for (const GemmCase& c : gemms) run_gemm(c, fma_gflops, gen, opt);
+    for (const GemmCase& c : gemms) run_gemm(c, fma_gflops, bf16_peak, gen, opt);
 
     // ---- elementwise, memory bound ----
     std::printf("\n");

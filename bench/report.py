@@ -97,7 +97,12 @@ W4_TARGETS = {"MPI_Allreduce": 1.5, "gloo": 5.0}  # ringgrad auto busbw / peer b
 W4_JUDGED, W4_ALSO = "auto", "ring"
 CLIFF = 0.5  # busbw below this share of the best at smaller sizes
 
-RAW_NAME = re.compile(r"(w[1-4])-([abc])-(ringgrad|torch|reference)-(\d+)\.txt")
+RAW_NAME = re.compile(r"(w[1-4])-([abc])-(ringgrad|bf16|torch|reference)-(\d+)\.txt")
+# Mixed precision on the CPU: ringgrad with --precision bf16 (impl "bf16", W1 and W3) in the same cells
+# as its f32 run; the target is bf16 faster than f32 (Note [bf16 products on the CPU],
+# core/cpu/bf16_gemm.cpp).
+BF16_WORKLOADS = ("w1", "w3")
+BF16_TARGET = 1.0  # bf16 / f32, medians; met when above
 TABLE_MARKERS = ("<!-- bench:table -->", "<!-- /bench:table -->")
 
 
@@ -114,7 +119,7 @@ def read_ceilings(raw):
     """{"fma_gflops": {isa: {threads: GFLOP/s}}, "sgemm_gflops": {threads: GFLOP/s}, "memcpy_gbs": GB/s}: the
     best micro_ops measured, at the start or at the end of the run (memcpy from the 1-thread runs: one
     core's bandwidth). The FMA peak is the ceiling; sgemm (OpenBLAS) a second reference."""
-    fma, sgemm, memcpy = {}, {}, []
+    fma, sgemm, memcpy, bf16_dot = {}, {}, [], {}
     for path in sorted(raw.glob("ceilings-t[12]-*.txt")):
         threads = int(path.name[len("ceilings-t")])
         text = path.read_text()
@@ -127,7 +132,11 @@ def read_ceilings(raw):
         for isa, value in re.findall(r"# ceiling: FMA peak ([\w-]+), \d+ threads?: best ([\d.]+) GFLOP/s", text):
             per_isa = fma.setdefault(isa, {})
             per_isa[threads] = max(per_isa.get(threads, 0.0), float(value))
-    return {"fma_gflops": fma, "sgemm_gflops": sgemm, "memcpy_gbs": max(memcpy, default=None)}
+        m = re.search(r"# ceiling: bf16 dot-product peak .*best ([\d.]+) GFLOP/s", text)
+        if m:
+            bf16_dot[threads] = max(bf16_dot.get(threads, 0.0), float(m[1]))
+    return {"fma_gflops": fma, "sgemm_gflops": sgemm, "memcpy_gbs": max(memcpy, default=None),
+            "bf16_dot_gflops": bf16_dot}
 
 
 def parse_result_line(text):
@@ -293,6 +302,35 @@ def training_rows(training, ceilings, workload):
     return rows
 
 
+def bf16_rows(training, ceilings, workload):
+    """ringgrad in bf16 against ringgrad in f32, per variant, measured in the same cells."""
+    title, _, unit = TRAINING[workload]
+    values = {}
+    for r in training:
+        if r["workload"] == workload and r["impl"] in ("ringgrad", "bf16"):
+            values.setdefault((r["variant"], r["impl"]), []).append(r["value"])
+    rows = []
+    for variant, label in VARIANTS.items():
+        f32, bf16 = spread(values.get((variant, "ringgrad"), [])), spread(values.get((variant, "bf16"), []))
+        if not bf16:
+            continue
+        r = ratio(bf16, f32)
+        met = None if r is None else r > BF16_TARGET
+        dot = ceilings.get("bf16_dot_gflops", {})
+        peak = peak_for_variant(dot, variant) if dot else None
+        share = ""
+        if peak:
+            gflops = bf16["median"] * FLOPS_PER_ITEM[workload] / 1e9
+            share = f"ringgrad bf16 {gflops:.1f} ({100 * gflops / peak:.0f}% of {peak:.0f}, the bf16 dot-product peak)"
+        rows.append({
+            "workload": workload, "variant": variant, "precision": "bf16", "unit": unit, "ringgrad_bf16": bf16,
+            "ringgrad_f32": f32, "ratio_vs_f32": r, "target": BF16_TARGET, "met": met, "bf16_dot_peak_gflops": peak,
+            "cells": [f"{title} bf16 ({unit})", label, fmt_spread(bf16), "—", "—",
+                      fmt_ratio(r, " × ringgrad f32"), f"> {BF16_TARGET} (bf16 faster)", fmt_met(met), share or "—"],
+        })
+    return rows
+
+
 def w1_scaling_row(values):
     """Scaling efficiency (c) / (2 * a) of W1, per implementation."""
     eff = {}
@@ -411,7 +449,8 @@ def describe_run(settings, ceilings, failed, allreduce):
             "(named beside it), whose GFLOP/s the last column shows. GFLOP/s from "
             f"FLOPs per item: W1 {FLOPS_PER_ITEM['w1']:,}/sample, W2 {FLOPS_PER_ITEM['w2']:,}/sample, "
             f"W3 {FLOPS_PER_ITEM['w3']:,}/token (see bench/report.py); peak of the same thread count, "
-            "(c) against 2 × the 1-thread peak."]
+            "(c) against 2 × the 1-thread peak. bf16 rows: ringgrad with --precision bf16 (bf16 parameters "
+            "and activations, f32 master weights) in the same cells as its f32 run, ratio bf16 / f32."]
     if failed:
         foot.append(f"**Failed runs (no figures; see raw/NAME.err): {', '.join(failed)}.**")
     wrong = [f"{r['backend']} {fmt_size(r['bytes'])} round {r['round']}" for r in allreduce if r["wrong"]]
@@ -425,7 +464,7 @@ def describe_run(settings, ceilings, failed, allreduce):
 def chart_data(rows):
     """(bars, lines): bars [(label, ratio, target, met)] for W1-W3; lines {backend: [(MiB, busbw)]}."""
     bars = [(f"{r['workload'].upper()} {r['variant']}", r["ratio"], r["target"], r["met"])
-            for r in rows if r["workload"] in TRAINING and r.get("ratio") is not None]
+            for r in rows if r["workload"] in TRAINING and r.get("ratio") is not None and "precision" not in r]
     lines = {}
     for r in rows:
         if r["workload"] == "w4" and "bytes" in r:
@@ -544,6 +583,7 @@ def main(argv):
     training, allreduce, failed = read_runs(raw)
 
     rows = [row for w in TRAINING for row in training_rows(training, ceilings, w)]
+    rows += [row for w in BF16_WORKLOADS for row in bf16_rows(training, ceilings, w)]
     rows += allreduce_rows(allreduce, ceilings)
     head, foot = describe_run(settings, ceilings, failed, allreduce)
     table_md = "\n\n".join(["\n".join(head), markdown_table(rows), "\n".join(foot)])

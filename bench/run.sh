@@ -46,7 +46,8 @@
 # default OMP_WAIT_POLICY to PASSIVE themselves; see bench/ddp_train_torch.py.)
 #
 # Output: DIR/raw/ holds every program's stdout (first line: the command) and stderr, named
-# WORKLOAD-VARIANT-IMPL-ROUND (IMPL: ringgrad, torch = bench/'s peer, reference = ../shared/peers), plus ceilings-tTHREADS-{start,end}.txt and settings.txt; bench/report.py
+# WORKLOAD-VARIANT-IMPL-ROUND (IMPL: ringgrad, bf16 = ringgrad --precision bf16, torch = bench/'s peer,
+# reference = ../shared/peers), plus ceilings-tTHREADS-{start,end}.txt and settings.txt; bench/report.py
 # turns them into DIR/results.json, DIR/table.md and DIR/benchmarks.png and prints the table. A failed
 # or timed-out run is reported and skipped; the script then exits 1 after the report.
 set -euo pipefail
@@ -167,10 +168,12 @@ bench_command() {
   local workload=$1 variant=$2 impl=$3 round=$4
   case $workload-$impl in
     w1-ringgrad) command=(build/bench/ddp_train --model mlp) ;;
+    w1-bf16) command=(build/bench/ddp_train --model mlp --precision bf16) ;;
     w1-torch) command=(/usr/bin/python3 bench/ddp_train_torch.py --model mlp) ;;
     w2-ringgrad) command=(build/bench/ddp_train --model cnn) ;;
     w2-torch) command=(/usr/bin/python3 bench/ddp_train_torch.py --model cnn) ;;
     w3-ringgrad) command=(build/bench/gpt_train) ;;
+    w3-bf16) command=(build/bench/gpt_train --precision bf16) ;;
     w3-torch) command=(/usr/bin/python3 bench/gpt_train_torch.py) ;;
     w4-ringgrad)
       # The backend order rotates with the round, as the pair order flips.
@@ -211,10 +214,12 @@ reference_command() {
 }
 
 # pair WORKLOAD VARIANT ROUND: ringgrad, bench/'s PyTorch peer and the reference loop back to back;
-# ringgrad first in odd rounds, last in even ones.
+# ringgrad first in odd rounds, last in even ones. W1 and W3 also run ringgrad in bf16 (impl bf16,
+# --precision bf16) beside its f32 run: the mixed-precision rows of the report.
 pair() {
   local impls=(ringgrad torch reference) impl
-  (($3 % 2)) || impls=(reference torch ringgrad)
+  [[ $1 == w1 || $1 == w3 ]] && impls=(ringgrad bf16 torch reference)
+  (($3 % 2)) || impls=($(printf '%s\n' "${impls[@]}" | tac))
   for impl in "${impls[@]}"; do
     if [[ $impl == reference ]]; then
       reference_command "$1" "$2"

@@ -19,8 +19,9 @@ namespace bench {
 
 struct TrainFlags {
   std::string model, data, backend = "auto", comm_hook = "allreduce";
-  std::string step_times;  // --step-times FILE: each timed step's wall ms, one per line, in order
-  std::string trace;       // --trace FILE: DDP's Chrome trace of every rank (2+ ranks), all steps
+  std::string step_times;          // --step-times FILE: each timed step's wall ms, one per line, in order
+  std::string trace;               // --trace FILE: DDP's Chrome trace of every rank (2+ ranks), all steps
+  std::string precision = "fp32";  // --precision fp32|bf16: the parameters' dtype (bf16: f32 master weights)
   int steps = 200, warmup = 20, threads = 1, batch = 0, block = 128;
   double bucket_mb = 25, first_bucket_mb = 1;  // DDPOptions' defaults
 };
@@ -32,7 +33,7 @@ struct TrainFlags {
 inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
   std::string accepted =
       "--data --steps --warmup --threads --batch --backend --bucket-mb --first-bucket-mb --comm-hook --step-times "
-      "--trace";
+      "--trace --precision";
   for (const std::string& e : extra) accepted += " " + e;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -48,7 +49,13 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
     else if (flag == "--comm-hook") flags.comm_hook = value;
     else if (flag == "--step-times") flags.step_times = value;
     else if (flag == "--trace") flags.trace = value;
-    else if (is_extra && flag == "--model") flags.model = value;
+    else if (flag == "--precision") {
+      if (value != "fp32" && value != "bf16") {
+        std::fprintf(stderr, "--precision takes fp32 or bf16, got %s\n", value.c_str());
+        return false;
+      }
+      flags.precision = value;
+    } else if (is_extra && flag == "--model") flags.model = value;
     else if (is_extra && flag == "--block") flags.block = std::stoi(value);
     else {
       std::fprintf(stderr, "unknown flag %s (flags: %s)\n", flag.c_str(), accepted.c_str());
@@ -56,6 +63,11 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
     }
   }
   return true;
+}
+
+// The parameters' dtype of --precision.
+inline ringgrad::DType precision_dtype(const TrainFlags& flags) {
+  return flags.precision == "bf16" ? ringgrad::DType::bf16 : ringgrad::DType::f32;
 }
 
 // CPU seconds (user, system) used so far by the calling thread, or by the whole process.

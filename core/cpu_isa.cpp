@@ -34,6 +34,16 @@ bool cpu_supports(CpuIsa isa) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+bool cpu_has_bf16_dot() {
+  static const bool has = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && cpu_supports(CpuIsa::avx512);
+  return has && cpu_isa() == CpuIsa::avx512;
+}
+
+std::string cpu_kernels_description() {
+  return std::string(cpu_isa_name(cpu_isa())) + (cpu_has_bf16_dot() ? ", bf16 dot products" : "");
+}
+
 CpuIsa cpu_isa() { return selected().load(std::memory_order_relaxed); }
 
 void set_cpu_isa(CpuIsa isa) {

@@ -12,6 +12,8 @@
 // documents (the tiled GEMM's two paths are bit-identical).
 #pragma once
 
+#include <string>
+
 namespace ringgrad {
 
 enum class CpuIsa { avx2, avx512 };
@@ -20,5 +22,12 @@ const char* cpu_isa_name(CpuIsa isa);  // "avx2", "avx512"
 bool cpu_supports(CpuIsa isa);         // this CPU can run kernels of `isa`
 CpuIsa cpu_isa();                      // the selected ISA (RINGGRAD_ISA, else the widest supported)
 void set_cpu_isa(CpuIsa isa);          // select `isa` for every later kernel call; throws if unsupported
+
+// Whether bf16 products run on AVX512_BF16's dot-product instruction (core/cpu/bf16_gemm.cpp): the
+// CPU has it (with AVX512BW / VL) and AVX-512 is selected. Otherwise bf16 products compute in f32.
+bool cpu_has_bf16_dot();
+
+// What the CPU kernels use, for start-up lines: "avx512, bf16 dot products" or "avx2".
+std::string cpu_kernels_description();
 
 }  // namespace ringgrad

@@ -98,8 +98,8 @@ struct AdamArgs {
   /* sum/mean accumulate in double (f32, f64) or float (f16, bf16). */                                                 \
   void reduce_rows(RowReduction op, DType dtype, const void* in, void* out, int64_t rows, int64_t cols);               \
   /* ---- gemm.cpp / .cu ---- */                                                                                       \
-  /* Row-major C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, f32 or f64 (and on CUDA */                      \
-  /* also f16/bf16 with f32 accumulation: backend_gemm_takes in core/native/backend.h). lda/ldb/ldc are */             \
+  /* Row-major C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, f32 or f64 (and f16/bf16 with */                \
+  /* f32 accumulation where backend_gemm_takes, core/native/backend.h, says so). lda/ldb/ldc are */                    \
   /* row strides of A, B, C as stored. */                                                                              \
   void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,     \
             int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc);                               \

@@ -16,8 +16,10 @@
 
 #include <algorithm>
 
+#include "core/cpu/bf16_gemm.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/tiled_sgemm.h"
+#include "core/cpu_isa.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
@@ -33,7 +35,7 @@ constexpr double kSplitFlops = 4e6;
 void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
           int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
   const int threads = num_threads();
-  const size_t es = dtype == DType::f64 ? 8 : 4;  // element size
+  const size_t es = dtype_size(dtype);
   if (threads > 1 && 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= kSplitFlops) {
     // See Note [GEMMs split over the pool]: C's rows (A's rows) or C's columns (B's columns), the
     // longer side.
@@ -70,8 +72,11 @@ void gemm_on_this_thread(DType dtype, bool trans_a, bool trans_b, int64_t m, int
   } else if (dtype == DType::f64) {
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, static_cast<const double*>(a), lda,
                 static_cast<const double*>(b), ldb, beta, static_cast<double*>(c), ldc);
+  } else if (dtype == DType::bf16 && cpu_has_bf16_dot()) {
+    bf16_gemm(trans_a, trans_b, m, n, k, static_cast<float>(alpha), static_cast<const uint16_t*>(a), lda,
+              static_cast<const uint16_t*>(b), ldb, static_cast<float>(beta), static_cast<uint16_t*>(c), ldc);
   } else {
-    RG_FAIL("gemm", "the CPU GEMM takes f32 or f64, got ", dtype_name(dtype));
+    RG_FAIL("gemm", "the CPU GEMM takes f32, f64 and (with AVX512_BF16) bf16, got ", dtype_name(dtype));
   }
 }
 

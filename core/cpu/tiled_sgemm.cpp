@@ -43,6 +43,8 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+
+#include "core/cpu/transpose8.h"
 #define RINGGRAD_TILED_SGEMM 1
 #endif
 
@@ -57,26 +59,6 @@ constexpr int64_t kNR512 = 32;  // columns of one AVX-512 register tile (two 16-
 constexpr int64_t kKC = 384;    // depth of one packed panel of B (a sliver: 384 x 16 floats = 24 KiB, in L1)
 constexpr int64_t kNC = 384;    // columns of one packed panel of B (a multiple of both tile widths)
 constexpr int64_t kMC = 120;    // rows of A swept per sliver of B (120 x 384 floats = 180 KiB, in L2)
-
-// Transposes the 8 x 8 block held in r[0..7] (r[i] = row i) in place: r[i] becomes column i.
-inline void transpose8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
 
 // Packs B(k0 : k0+kc, j0 : j0+nc) into slivers of NR columns (the tile width: 16 for AVX2, 32 for
 // AVX-512): sliver s holds, for each kk, the values B(k0+kk, j0 + s*NR + 0..NR-1), zero past column

@@ -13,6 +13,7 @@
 // routed to an equivalent on the other device, or fails naming the op and the device.
 #pragma once
 
+#include "core/cpu_isa.h"
 #include "core/error.h"
 #include "core/kernels.h"
 
@@ -111,10 +112,12 @@ inline void backend_reduce_cols(Device d, RowReduction op, DType t, const void* 
 
 // ---- matrix products --------------------------------------------------------------------------------
 // Whether the device's GEMM takes dtype t directly: f32 and f64 everywhere; f16 / bf16 on CUDA (cuBLAS,
-// f32 accumulation) but not on the CPU, whose BLAS has no GEMM for them.
+// f32 accumulation); on the CPU, whose BLAS has neither, bf16 where the CPU has AVX512_BF16
+// (Note [bf16 products on the CPU] in core/cpu/bf16_gemm.cpp).
 inline bool backend_gemm_takes(Device d, DType t) {
   if (t == DType::f32 || t == DType::f64) return true;
-  return !d.is_cpu() && (t == DType::f16 || t == DType::bf16);
+  if (d.is_cpu()) return t == DType::bf16 && cpu_has_bf16_dot();
+  return t == DType::f16 || t == DType::bf16;
 }
 
 inline void backend_gemm(Device d, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,

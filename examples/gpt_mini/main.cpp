@@ -190,9 +190,10 @@ int run(Config& c, const dist::World& world) {
   log("model: GPT %lld layers, %lld heads, %lld wide, block %lld: %lld parameters, %s on %s\n", (long long)c.n_layer,
       (long long)c.n_head, (long long)c.n_embd, (long long)c.block_size, (long long)model->parameter_count(),
       c.precision.c_str(), device.str().c_str());
+  const std::string cpu_kernels = cpu_kernels_description();  // ISA, and whether bf16 uses AVX512_BF16
   log("training: %d rank(s) x %lld threads (CPU kernels: %s), batch %lld per rank x %lld accumulation = %lld "
       "sequences (%lld tokens) per step; lr %g peak, warm-up %lld, cosine to %g at step %lld\n",
-      world.size, (long long)num_threads(), cpu_isa_name(cpu_isa()), (long long)c.batch_size, (long long)c.accum,
+      world.size, (long long)num_threads(), cpu_kernels.c_str(), (long long)c.batch_size, (long long)c.accum,
       (long long)(c.batch_size * c.accum * world.size), (long long)(c.batch_size * c.accum * world.size * c.block_size),
       c.lr, (long long)c.warmup, c.min_lr, (long long)c.lr_decay_steps);
 

@@ -137,10 +137,11 @@ int run(Config& c, const dist::World& world) {
   data::DistributedSampler sampler(train->size(),
                                    {.num_replicas = world.size, .rank = world.rank, .shuffle = true, .seed = c.seed});
   data::DataLoader loader(train, sampler, {.batch_size = c.batch_size, .prefetch = 2, .pin_memory = device.is_cuda()});
+  const std::string cpu_kernels = cpu_kernels_description();  // ISA, and whether bf16 uses AVX512_BF16
   log("model: %s, %lld parameters, %s on %s; optimizer %s lr %g; %d threads per rank (CPU kernels: %s); optimizer "
       "state %.1f MiB\n",
       c.model.c_str(), (long long)model->parameter_count(), c.precision.c_str(), device.str().c_str(),
-      opt->name().c_str(), c.lr, num_threads(), cpu_isa_name(cpu_isa()),
+      opt->name().c_str(), c.lr, num_threads(), cpu_kernels.c_str(),
       static_cast<double>(opt->state_bytes()) / (1 << 20));
   const auto buckets = ddp.buckets();
   const bool shared = !buckets.empty() && buckets.front().in_shared_memory;

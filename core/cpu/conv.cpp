@@ -22,10 +22,17 @@
 // OH/OW output height/width.
 #include <algorithm>
 
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+
+// GCC 12 reports the self-initialised placeholder its AVX-512 intrinsics pass as the source of
+// their unmasked forms (GCC bug 105593; see core/cpu/bf16_gemm.cpp). Nothing reads it.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 #include "core/cpu/dispatch.h"
@@ -48,13 +55,81 @@ ConvGeometry geometry(const ConvShape& s) {
   return {s.N, s.C, s.H, s.W, s.O, s.KH, s.KW, s.stride, s.padding, s.OH, s.OW};
 }
 
+#if defined(__x86_64__)
+// Stride-1 im2col and col2im with AVX-512, 16 columns at a time under masks: lanes j in [lo, hi)
+// move x's row (x[y, j - p + kj]), the others are the padding's zeros. Many rows are short (W2's
+// are 28 and 14 wide, 28 x 9 and 14 x 288 of them per sample), and element loops on them were ~11%
+// (im2col) and ~5% (col2im) of a CNN step. The same copies and the same single additions as the
+// scalar loops, so the results are bit-identical.
+inline __mmask16 lanes_between(int64_t j0, int64_t lo, int64_t hi) {  // lanes l with lo <= j0 + l < hi
+  const int64_t from = std::max<int64_t>(lo - j0, 0), to = std::min<int64_t>(hi - j0, 16);
+  if (to <= from) return 0;
+  const uint32_t upto = to >= 16 ? 0xFFFFu : (1u << to) - 1, below = (1u << from) - 1;
+  return static_cast<__mmask16>(upto & ~below);
+}
+
+// One output-row block r = (c, ki, kj) of a stride-1 im2col: cols_r (OH, OW) from x's plane c.
+// Whole blocks per call, so that the target attribute's call boundary is not paid per short row.
+__attribute__((target("avx512f"))) void im2col_block_avx512(const float* plane, float* out, int64_t h, int64_t w,
+                                                            int64_t oh, int64_t ow, int64_t padding, int64_t ki,
+                                                            int64_t kj) {
+  const int64_t lo = std::clamp<int64_t>(padding - kj, 0, ow), hi = std::clamp<int64_t>(w + padding - kj, lo, ow);
+  for (int64_t i = 0; i < oh; ++i) {
+    const int64_t y = i - padding + ki;
+    const bool inside = y >= 0 && y < h;
+    const float* src = inside ? plane + y * w - padding + kj : plane;
+    for (int64_t j0 = 0; j0 < ow; j0 += 16) {
+      // outside the image (padding rows): every lane is a zero and nothing is read
+      const __m512 v = _mm512_maskz_loadu_ps(inside ? lanes_between(j0, lo, hi) : 0, src + j0);
+      _mm512_mask_storeu_ps(out + i * ow + j0, lanes_between(j0, 0, ow), v);
+    }
+  }
+}
+
+// The transpose of the above: adds cols_r (OH, OW) into dx's plane c.
+__attribute__((target("avx512f"))) void col2im_block_avx512(const float* in, float* plane, int64_t h, int64_t w,
+                                                            int64_t oh, int64_t ow, int64_t padding, int64_t ki,
+                                                            int64_t kj) {
+  const int64_t lo = std::clamp<int64_t>(padding - kj, 0, ow), hi = std::clamp<int64_t>(w + padding - kj, lo, ow);
+  for (int64_t i = 0; i < oh; ++i) {
+    const int64_t y = i - padding + ki;
+    if (y < 0 || y >= h) continue;
+    const float* row = in + i * ow;
+    float* dst = plane + y * w - padding + kj;
+    for (int64_t j0 = lo / 16 * 16; j0 < hi; j0 += 16) {
+      const __mmask16 m = lanes_between(j0, lo, hi);
+      const __m512 sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + j0), _mm512_maskz_loadu_ps(m, row + j0));
+      _mm512_mask_storeu_ps(dst + j0, m, sum);
+    }
+  }
+}
+#endif
+
+// Whether the stride-1 blocks of T take the AVX-512 helpers above.
+template <class T>
+bool rows_on_avx512() {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>) return cpu_isa() == CpuIsa::avx512;
+#endif
+  return false;
+}
+
 // One sample: x: dense (C, H, W) -> cols: dense (C·KH·KW, OH·OW).
 template <class T>
 void im2col_sample(const T* x, T* cols, const ConvGeometry& g) {
+  const bool vector_rows = g.stride == 1 && rows_on_avx512<T>();
   for (int64_t r = 0; r < g.rows(); ++r) {
     const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
     const T* plane = x + c * g.h * g.w;
     T* out = cols + r * g.oh * g.ow;
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<T, float>) {
+      if (vector_rows) {
+        im2col_block_avx512(plane, out, g.h, g.w, g.oh, g.ow, g.padding, ki, kj);
+        continue;
+      }
+    }
+#endif
     for (int64_t i = 0; i < g.oh; ++i) {
       const int64_t y = i * g.stride - g.padding + ki;
       T* row = out + i * g.ow;
@@ -83,11 +158,20 @@ void im2col_sample(const T* x, T* cols, const ConvGeometry& g) {
 // windows.
 template <class T>
 void col2im_sample(const T* cols, T* dx, const ConvGeometry& g) {
+  const bool vector_rows = g.stride == 1 && rows_on_avx512<T>();
   std::fill(dx, dx + g.c * g.h * g.w, T(0));
   for (int64_t r = 0; r < g.rows(); ++r) {
     const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
     const T* in = cols + r * g.oh * g.ow;
     T* plane = dx + c * g.h * g.w;
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<T, float>) {
+      if (vector_rows) {
+        col2im_block_avx512(in, plane, g.h, g.w, g.oh, g.ow, g.padding, ki, kj);
+        continue;
+      }
+    }
+#endif
     for (int64_t i = 0; i < g.oh; ++i) {
       const int64_t y = i * g.stride - g.padding + ki;
       if (y < 0 || y >= g.h) continue;
@@ -171,18 +255,25 @@ void conv2d_backward_filter_typed(const T* x, const T* dy, T* dw, const ConvGeom
 // One output row of the 2x2 / stride-2 pooling of floats with AVX-512, 16 outputs at a time: the
 // rows r0, r1 of the window (input rows 2i, 2i + 1), into y[0 : ow) and argmax[0 : ow) (flat
 // positions in the plane, `at` being that of r0[0]). The same selects in the same order as the
-// scalar loop (first maximum wins, a NaN wins), so the result is the same bit for bit. Returns how
-// many outputs it wrote (a multiple of 16); the caller does the rest. Needs the plane to have fewer
-// than 2^31 elements (the indices are formed in 32 bits).
+// scalar loop (first maximum wins, a NaN wins), so the result is the same bit for bit. The last
+// group of fewer than 16 outputs is masked (W2's pooled rows are 14 and 7 wide: without masks they
+// all took the scalar loop, ~14% of a step), so it writes the whole row and returns ow. Needs the
+// plane to have fewer than 2^31 elements (the indices are formed in 32 bits).
 __attribute__((target("avx512f"))) int64_t max_pool_2x2_row_avx512(const float* r0, const float* r1, float* y,
                                                                    int64_t* argmax, int64_t ow, int64_t w, int64_t at) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i one = _mm512_set1_epi32(1), below = _mm512_set1_epi32(static_cast<int>(w));
   const __m512i odd = _mm512_add_epi32(even, one);
-  int64_t j = 0;
-  for (; j + 16 <= ow; j += 16) {
-    const __m512 top_lo = _mm512_loadu_ps(r0 + 2 * j), top_hi = _mm512_loadu_ps(r0 + 2 * j + 16);
-    const __m512 bot_lo = _mm512_loadu_ps(r1 + 2 * j), bot_hi = _mm512_loadu_ps(r1 + 2 * j + 16);
+  for (int64_t j = 0; j < ow; j += 16) {
+    const int64_t n = std::min<int64_t>(16, ow - j);  // outputs in this group; inputs 2n per row
+    auto lanes = [](int64_t count) {
+      return static_cast<__mmask16>(count >= 16 ? 0xFFFF : count <= 0 ? 0 : (1u << count) - 1);
+    };
+    const __mmask16 out_lanes = lanes(n), lo_lanes = lanes(2 * n), hi_lanes = lanes(2 * n - 16);
+    const __m512 top_lo = _mm512_maskz_loadu_ps(lo_lanes, r0 + 2 * j);
+    const __m512 top_hi = _mm512_maskz_loadu_ps(hi_lanes, r0 + 2 * j + 16);
+    const __m512 bot_lo = _mm512_maskz_loadu_ps(lo_lanes, r1 + 2 * j);
+    const __m512 bot_hi = _mm512_maskz_loadu_ps(hi_lanes, r1 + 2 * j + 16);
     const __m512 a = _mm512_permutex2var_ps(top_lo, even, top_hi), b = _mm512_permutex2var_ps(top_lo, odd, top_hi);
     const __m512 c = _mm512_permutex2var_ps(bot_lo, even, bot_hi), d = _mm512_permutex2var_ps(bot_lo, odd, bot_hi);
     // lane l: a = r0[2 (j + l)] at flat position at + 2 j + 2 l (= even[l]), b one to the right, c
@@ -199,15 +290,17 @@ __attribute__((target("avx512f"))) int64_t max_pool_2x2_row_avx512(const float* 
     const __mmask16 take_d = _mm512_cmp_ps_mask(d, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
     best = _mm512_mask_blend_ps(take_d, best, d);
     best_index = _mm512_mask_blend_epi32(take_d, best_index, _mm512_add_epi32(c_index, one));
-    _mm512_storeu_ps(y + j, best);
-    _mm512_storeu_si512(argmax + j, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(best_index)));
-    _mm512_storeu_si512(argmax + j + 8, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(best_index, 1)));
+    _mm512_mask_storeu_ps(y + j, out_lanes, best);
+    _mm512_mask_storeu_epi64(argmax + j, static_cast<__mmask8>(out_lanes),
+                             _mm512_cvtepi32_epi64(_mm512_castsi512_si256(best_index)));
+    _mm512_mask_storeu_epi64(argmax + j + 8, static_cast<__mmask8>(out_lanes >> 8),
+                             _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(best_index, 1)));
   }
-  return j;
+  return ow;
 }
 #endif
 
-// How many outputs of one pooled row the vector path above wrote (0 where it does not apply).
+// How many outputs of one pooled row the vector path above wrote (all, or 0 where it does not apply).
 template <class T>
 int64_t max_pool_2x2_row_vector(const T* r0, const T* r1, T* y, int64_t* argmax, int64_t ow, int64_t w, int64_t at,
                                 int64_t plane) {

@@ -146,38 +146,43 @@ TEST_CASE("conv2d in f32 on every ISA: values against a double loop, gradients a
 }
 
 TEST_CASE("max_pool2d 2x2 in f32 on every ISA: ties, NaN and gradient routing against a loop here") {
-  // Rows 70 wide (35 outputs: two 16-wide vector blocks and a scalar tail); values from {0, 1, 2, 3}
-  // so that most windows hold ties, and a NaN in some windows.
-  const int64_t N = 2, C = 3, H = 6, W = 70, OH = 3, OW = 35;
-  rgtest::TestRng rng(31);
-  std::vector<double> xv(N * C * H * W);
-  for (double& v : xv) v = (rng.next() % 23 == 0) ? std::nan("") : std::floor(rng.uniform(0, 4));
-  // The rule: scan the window (0,0) (0,1) (1,0) (1,1); a value replaces the best when greater, or NaN.
-  std::vector<double> ref_y;
-  std::vector<int64_t> ref_at;  // flat index into x
-  for (int64_t plane = 0; plane < N * C; ++plane)
-    for (int64_t i = 0; i < OH; ++i)
-      for (int64_t j = 0; j < OW; ++j) {
-        int64_t best = plane * H * W + 2 * i * W + 2 * j;
-        for (int64_t at : {best + 1, best + W, best + W + 1})
-          if (xv[at] > xv[best] || std::isnan(xv[at])) best = at;
-        ref_y.push_back(xv[best]);
-        ref_at.push_back(best);
-      }
-  const auto gv = rgtest::random_values(ref_y.size(), 32, 1.0, 2.0);
-  for (ringgrad::CpuIsa isa : rgtest::isas_to_test("max_pool2d")) {
-    rgtest::IsaScope scope(isa);
-    const std::string isa_name = cpu_isa_name(isa);
-    CAPTURE(isa_name);
-    Tensor x = from_vector(xv, {N, C, H, W}, {.dtype = DType::f32, .requires_grad = true});
-    Tensor y = max_pool2d(x, 2);
-    const auto got = y.to_vector();
-    REQUIRE(got.size() == ref_y.size());
-    for (size_t i = 0; i < got.size(); ++i) CHECK((got[i] == ref_y[i] || (std::isnan(got[i]) && std::isnan(ref_y[i]))));
-    y.backward(from_vector(gv, y.shape(), {.dtype = DType::f32}));
-    std::vector<double> expected_grad(xv.size(), 0.0);
-    for (size_t o = 0; o < ref_at.size(); ++o) expected_grad[ref_at[o]] = static_cast<float>(gv[o]);
-    CHECK(x.grad().to_vector() == expected_grad);
+  // Rows 70 wide (35 outputs: two 16-wide vector blocks and a masked tail of 3), W2's 28 and 14
+  // (14 and 7 outputs: one masked block), and 15 (7 outputs, the last column unused); values from
+  // {0, 1, 2, 3} so that most windows hold ties, and a NaN in some windows.
+  for (const int64_t W : {70, 28, 14, 15}) {
+    CAPTURE(W);
+    const int64_t N = 2, C = 3, H = 6, OH = 3, OW = W / 2;
+    rgtest::TestRng rng(31 + static_cast<uint64_t>(W));
+    std::vector<double> xv(N * C * H * W);
+    for (double& v : xv) v = (rng.next() % 23 == 0) ? std::nan("") : std::floor(rng.uniform(0, 4));
+    // The rule: scan the window (0,0) (0,1) (1,0) (1,1); a value replaces the best when greater, or NaN.
+    std::vector<double> ref_y;
+    std::vector<int64_t> ref_at;  // flat index into x
+    for (int64_t plane = 0; plane < N * C; ++plane)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          int64_t best = plane * H * W + 2 * i * W + 2 * j;
+          for (int64_t at : {best + 1, best + W, best + W + 1})
+            if (xv[at] > xv[best] || std::isnan(xv[at])) best = at;
+          ref_y.push_back(xv[best]);
+          ref_at.push_back(best);
+        }
+    const auto gv = rgtest::random_values(ref_y.size(), 32, 1.0, 2.0);
+    for (ringgrad::CpuIsa isa : rgtest::isas_to_test("max_pool2d")) {
+      rgtest::IsaScope scope(isa);
+      const std::string isa_name = cpu_isa_name(isa);
+      CAPTURE(isa_name);
+      Tensor x = from_vector(xv, {N, C, H, W}, {.dtype = DType::f32, .requires_grad = true});
+      Tensor y = max_pool2d(x, 2);
+      const auto got = y.to_vector();
+      REQUIRE(got.size() == ref_y.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        CHECK((got[i] == ref_y[i] || (std::isnan(got[i]) && std::isnan(ref_y[i]))));
+      y.backward(from_vector(gv, y.shape(), {.dtype = DType::f32}));
+      std::vector<double> expected_grad(xv.size(), 0.0);
+      for (size_t o = 0; o < ref_at.size(); ++o) expected_grad[ref_at[o]] = static_cast<float>(gv[o]);
+      CHECK(x.grad().to_vector() == expected_grad);
+    }
   }
 }
 

@@ -22,14 +22,14 @@
 // When (tiled_sgemm_suits): on the AVX2 path, K <= kKC, i.e. the product is one K panel; on the
 // AVX-512 path also every longer product at least one tile wide (n >= 32), where the 32-wide tile at
 // twice the AVX2 width beats OpenBLAS's AVX2 kernel (`micro_ops --threads 1`: K = 512-2048 products
-// 1.35-2.1x, the 1024^3 square 183 vs 104 GFLOP/s; docs/performance.md, "Vector ISA"). AVX2 path,
+// 1.35-2.1x, the 1024^3 square 183 vs 104 GFLOP/s; docs/performance.md, "Matrix products"). AVX2 path,
 // measured one product at a
 // time against OpenBLAS 0.3.21 (1 thread, this 2-core AMD EPYC VM; `build/bench/micro_ops --threads 1`
 // prints such a table): GPT-mini's K = 128 / 384 products 1.0-1.16x, its attention products 1.2-1.3x, the MLP's
 // 10-wide layers 1.1-1.8x. Longer products (the weight gradients' K = batch x tokens = 2048, the
 // MLP's K = 784 and 512) stay with OpenBLAS, whose kernel wins there by 5-20%: there its packing is
 // amortised and its assembly micro-kernel is faster than this one. Measured end to end in
-// docs/performance.md (change 13).
+// docs/performance.md ("Matrix products").
 #include "core/cpu/tiled_sgemm.h"
 
 #include "core/cpu_isa.h"

@@ -432,7 +432,11 @@ def describe_run(settings, ceilings, failed, allreduce):
         "Ceilings, best of the run's start and end: FMA peak "
         + "; ".join(f"{isa} " + ", ".join(f"{t} thread{'s' * (t > 1)} {v:.1f}" for t, v in sorted(per.items()))
                     for isa, per in ceilings.get("fma_gflops", {}).items())
-        + " GFLOP/s (the ceiling); reference sgemm 2048³ "
+        + " GFLOP/s (the ceiling)"
+        + ("; bf16 dot-product peak (AVX512_BF16, the bf16 rows' ceiling) "
+           + ", ".join(f"{t} thread{'s' * (t > 1)} {v:.1f}" for t, v in sorted(ceilings["bf16_dot_gflops"].items()))
+           + " GFLOP/s" if ceilings.get("bf16_dot_gflops") else "")
+        + "; reference sgemm 2048³ "
         + ", ".join(f"{t} thread{'s' * (t > 1)} {peak[t]:.1f} GFLOP/s" for t in sorted(peak))
         + (f"; one core's memcpy {memcpy:.1f} GB/s (read + write)." if memcpy else "."),
         f"ringgrad's CPU kernels: {settings.get('cpu_isa', '?')} (RINGGRAD_ISA={settings.get('RINGGRAD_ISA', '?')}). "

@@ -1,48 +1,101 @@
 #!/usr/bin/env bash
-# Builds the CUDA configuration, runs the tests labelled `gpu` (every CUDA kernel against the CPU's,
-# GPT-mini and CNN training steps, DDP on the GPU under mpirun), then trains on the GPU: the MNIST MLP
-# for one epoch, GPT-mini for 200 steps in f32 and in bf16, and, when mpirun is there, 2 ranks
-# sharing the GPU through the MPI backend. One summary table comes last.
-# Meant for a machine with an NVIDIA GPU; without one the tests report "skipped" and the runs are
-# left out.
+# The GPU check: one command that fits one device call (8 minutes by default), for the lent GPU
+# machine as it is (CUDA's compiler, CMake, ninja and PyTorch installed; cuDNN and NCCL only as
+# Python wheels; Debian packages carried as .debs). Every line goes to $OUT/gpu_check.log as it is
+# printed, and a summary of the steps so far is printed and written to $OUT/summary.txt after each
+# step, so a time-out still returns what was learned.
 #
-#   tools/gpu_check.sh [extra cmake arguments...]
+#   RINGGRAD_DEPS_DEBS=gpu-deps tools/gpu_check.sh [extra cmake arguments...]
+#
+# Steps, each with its own time limit (cut to what is left of the budget):
+#   1. deps       unpack the .debs, link Open MPI's launcher (dpkg -x makes no mpirun), list the
+#                 carried libraries' unresolved dependencies (ldd)
+#   2. probe      tools/gpu_probe.sh: the GPU and its architecture, nvcc, cuDNN / NCCL (beside the
+#                 toolkit, or Python's nvidia/ wheels), mpirun, compute-sanitizer, PyTorch on CUDA
+#   3. configure, build   only what the steps run, for the GPU's architecture only
+#   4. correctness        test_cuda (every CUDA kernel against the CPU's); test_cuda_dist with one
+#                         rank (nccl) and with two ranks on one GPU (the MPI backends' staging)
+#   5. memcheck           compute-sanitizer --tool memcheck on a subset of test_cuda
+#   6. throughput         MNIST CNN samples/s and GPT-mini tokens/s (fp32, bf16) on one GPU, then
+#                         PyTorch eager on the same GPU for the same workloads (tools/torch_gpu_peer.py)
 #
 # Environment:
 #   RINGGRAD_DEPS_DEBS    a folder of .deb files (tools/gpu_deps.sh fetches them): each is unpacked
 #                         with dpkg -x into build-gpu-deps/, which then serves as RINGGRAD_DEPS_PREFIX
 #   RINGGRAD_DEPS_PREFIX  a folder where the Debian packages the build needs were unpacked with
-#                         `dpkg -x PACKAGE.deb "$RINGGRAD_DEPS_PREFIX"`, for a machine where they
-#                         cannot be installed (libopenblas0-pthread, libopenblas-pthread-dev,
-#                         libgfortran5, doctest-dev, zlib1g-dev, libopenmpi-dev, openmpi-bin, ...)
+#                         `dpkg -x PACKAGE.deb "$RINGGRAD_DEPS_PREFIX"`
+#   OUT                   where the log, the summary and each step's output go (default
+#                         BUILD_DIR/out); the device tool returns what is under its $OUT
+#   GPU_CHECK_SECONDS     the budget (default 470); a step that would start with under 10 s left is
+#                         recorded as skipped
 #   BUILD_DIR             build folder (default build-gpu)
 #   JOBS                  parallel build jobs (default: all cores)
-#   RINGGRAD_MPI          ON/OFF (default ON); OFF skips MPI (and the DDP test and 2-rank run)
-#   MNIST_DATA, FORTUNES  the data of the training runs (default: the Debian packages' folders, under
-#                         RINGGRAD_DEPS_PREFIX when it is set: dataset-fashion-mnist, fortunes)
+#   MNIST_DATA, FORTUNES  the training data (default: the Debian packages' folders, under
+#                         RINGGRAD_DEPS_PREFIX when it is set)
 #
-# The summary table (test, status, time) is printed last. Exit status: ctest's.
-set -euo pipefail
+# Exit status: 0 when every step that ran passed (steps skipped for want of a GPU count as passed).
+set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$PWD
 
 build_dir=${BUILD_DIR:-build-gpu}
 jobs=${JOBS:-$(nproc)}
-cmake_args=(-G Ninja -DRINGGRAD_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DRINGGRAD_MPI="${RINGGRAD_MPI:-ON}"
+budget=${GPU_CHECK_SECONDS:-470}
+out=${OUT:-$repo/$build_dir/out}
+mkdir -p "$out" "$build_dir"
+log="$out/gpu_check.log"
+summary="$out/summary.txt"
+: >"$log"
+: >"$summary"
+exec > >(tee -a "$log") 2>&1
+status=0
+echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), budget ${budget}s"
+
+# record NAME STATUS SECONDS FIGURE: one summary line, then the summary so far.
+record() {
+  printf '%-26s %-22s %5ss  %s\n' "$1" "$2" "$3" "$4" >>"$summary"
+  case $2 in ok* | skipped*) ;; *) status=1 ;; esac
+  printf '\n---- summary after %s (%ss of %ss used)\n' "$1" "$SECONDS" "$budget"
+  cat "$summary"
+}
+
+# run_step NAME LIMIT PATTERN CMD...: runs CMD under `timeout` (LIMIT, or what is left of the budget),
+# its output to the log and to $out/NAME.log; PATTERN (grep -E) picks the summary's figure, the last
+# matching line. Exit 77 is a skip (a test without a device).
+run_step() {
+  local name=$1 limit=$2 pattern=$3
+  shift 3
+  local left=$((budget - SECONDS))
+  if ((left < 10)); then
+    record "$name" "skipped: out of time" 0 ""
+    return 0
+  fi
+  ((limit > left)) && limit=$left
+  printf '\n==== %s (limit %ss): %s\n' "$name" "$limit" "$*"
+  local started=$SECONDS rc figure=""
+  timeout -k 5 "$limit" "$@" 2>&1 | tee "$out/$name.log"
+  rc=${PIPESTATUS[0]}
+  [[ -n $pattern ]] && figure=$(grep -E "$pattern" "$out/$name.log" | tail -n 1 | cut -c1-120)
+  case $rc in
+    0) record "$name" ok $((SECONDS - started)) "$figure" ;;
+    77) record "$name" "skipped (no device)" $((SECONDS - started)) "$figure" ;;
+    124 | 137) record "$name" "TIMEOUT after ${limit}s" $((SECONDS - started)) "$figure" ;;
+    *) record "$name" "FAILED (exit $rc)" $((SECONDS - started)) "$figure" ;;
+  esac
+  return "$rc"
+}
+
+cmake_args=(-G Ninja -DRINGGRAD_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DRINGGRAD_MPI=ON
             -DRINGGRAD_BUILD_TESTS=ON -DRINGGRAD_BUILD_EXAMPLES=ON -DRINGGRAD_BUILD_BENCH=OFF)
 
-step() { printf '\n==== %s\n' "$*"; }
-
-if [[ -z "$(command -v nvcc || true)" && -x /usr/local/cuda/bin/nvcc ]]; then
-  export PATH="/usr/local/cuda/bin:$PATH"
-fi
-
+# ---- 1. deps ----------------------------------------------------------------------------------------
+started=$SECONDS
 if [[ -n "${RINGGRAD_DEPS_DEBS:-}" ]]; then
-  export RINGGRAD_DEPS_PREFIX="$PWD/build-gpu-deps"
-  step "unpacking $(ls "$RINGGRAD_DEPS_DEBS"/*.deb | wc -l) .deb files into $RINGGRAD_DEPS_PREFIX"
+  export RINGGRAD_DEPS_PREFIX="$repo/build-gpu-deps"
+  echo "unpacking $(ls "$RINGGRAD_DEPS_DEBS"/*.deb | wc -l) .deb files into $RINGGRAD_DEPS_PREFIX"
   mkdir -p "$RINGGRAD_DEPS_PREFIX"
   for deb in "$RINGGRAD_DEPS_DEBS"/*.deb; do dpkg -x "$deb" "$RINGGRAD_DEPS_PREFIX"; done
 fi
-
 # ---- dependencies unpacked under a prefix --------------------------------------------------------
 # dpkg -x runs no maintainer scripts, so the files land under $prefix/usr but still name /usr inside:
 # pkg-config files get rewritten copies, OpenMPI's wrappers are relocated with OPAL_PREFIX, and the
@@ -52,7 +105,7 @@ if [[ -n "${RINGGRAD_DEPS_PREFIX:-}" ]]; then
   [[ -d "$usr" ]] || { echo "RINGGRAD_DEPS_PREFIX=$RINGGRAD_DEPS_PREFIX has no usr/ folder" >&2; exit 1; }
   arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
   lib="$usr/lib/$arch"
-  step "dependencies from $usr"
+  echo "dependencies from $usr"
 
   pc_dir="$PWD/$build_dir/deps-pkgconfig"
   rm -rf "$pc_dir" && mkdir -p "$pc_dir"
@@ -73,95 +126,95 @@ if [[ -n "${RINGGRAD_DEPS_PREFIX:-}" ]]; then
   fi
 fi
 
-# Compile for the GPU that is here only (half the nvcc time of the default "80;90").
-have_gpu=0
-if nvidia-smi -L >/dev/null 2>&1; then
-  nvidia-smi -L
-  have_gpu=1
-  cmake_args+=(-DCMAKE_CUDA_ARCHITECTURES=native)
+missing_libs=""
+if [[ -n "${RINGGRAD_DEPS_PREFIX:-}" ]]; then
+  # What the carried binaries and libraries need that neither they nor the machine provide.
+  missing_libs=$(find "$usr/bin" "$lib" -maxdepth 3 \( -name 'orterun' -o -name 'prterun' -o -name 'lib*.so*' \) \
+                   -type f 2>/dev/null | xargs -r ldd 2>/dev/null | awk '/not found/ { print $1 }' | sort -u | tr '\n' ' ')
+  [[ -n $missing_libs ]] && echo "unresolved by the carried .debs and the machine: $missing_libs"
+fi
+record deps "$([[ -z $missing_libs ]] && echo ok || echo "ok, libraries missing")" $((SECONDS - started)) \
+  "${missing_libs:+missing: $missing_libs}"
+
+# ---- 2. probe ---------------------------------------------------------------------------------------
+started=$SECONDS
+bash tools/gpu_probe.sh "$out/probe.env"
+source "$out/probe.env"
+[[ -n $PROBE_NVCC && -z "$(command -v nvcc || true)" ]] && export PATH="$(dirname "$PROBE_NVCC"):$PATH"
+if [[ -z $PROBE_MPIRUN && -n $PROBE_MPI_LAUNCHER ]]; then  # the links dpkg's scripts would have made
+  mkdir -p "$build_dir/bin"
+  ln -sf "$PROBE_MPI_LAUNCHER" "$build_dir/bin/mpirun"
+  ln -sf "$PROBE_MPI_LAUNCHER" "$build_dir/bin/mpiexec"
+  PROBE_MPIRUN="$repo/$build_dir/bin/mpirun"
+  export PATH="$repo/$build_dir/bin:$PATH"
+  echo "linked $PROBE_MPI_LAUNCHER as $PROBE_MPIRUN"
+fi
+[[ -n $PROBE_MPIRUN ]] && cmake_args+=(-DMPIEXEC_EXECUTABLE="$PROBE_MPIRUN")
+cmake_args+=(-DCMAKE_CUDA_ARCHITECTURES="$PROBE_CUDA_ARCH")
+[[ -n $PROBE_CUDNN_LIBRARY ]] && cmake_args+=(-DRINGGRAD_CUDNN_INCLUDE_DIR="$PROBE_CUDNN_INCLUDE"
+                                              -DRINGGRAD_CUDNN_LIBRARY="$PROBE_CUDNN_LIBRARY")
+[[ -n $PROBE_NCCL_LIBRARY ]] && cmake_args+=(-DRINGGRAD_NCCL_INCLUDE_DIR="$PROBE_NCCL_INCLUDE"
+                                             -DRINGGRAD_NCCL_LIBRARY="$PROBE_NCCL_LIBRARY")
+[[ -n $PROBE_LIB_DIRS ]] && export LD_LIBRARY_PATH="$PROBE_LIB_DIRS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+record probe ok $((SECONDS - started)) "gpu ${PROBE_GPU_NAME:-none}, arch $PROBE_CUDA_ARCH, cudnn ${PROBE_CUDNN_LIBRARY:-MISSING}, nccl ${PROBE_NCCL_LIBRARY:-MISSING}, mpirun ${PROBE_MPIRUN:-none}"
+
+# ---- 3. configure, build ------------------------------------------------------------------------------
+targets=(test_cuda mnist gpt_mini)
+[[ -n $PROBE_MPIRUN ]] && targets+=(test_cuda_dist)
+run_step configure 120 "CUDA backend|cuDNN" cmake -S . -B "$build_dir" "${cmake_args[@]}" "$@" || {
+  echo "gpu_check: configure failed; nothing else can run"
+  exit 1
+}
+run_step build 300 "" ninja -C "$build_dir" -j "$jobs" "${targets[@]}" || {
+  echo "gpu_check: build failed; nothing else can run"
+  exit 1
+}
+
+# ---- 4. correctness -----------------------------------------------------------------------------------
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+run_step test_cuda 150 "test cases|assertions" "$build_dir/tests/cuda/test_cuda"
+if [[ -x $build_dir/tests/cuda/test_cuda_dist ]]; then
+  run_step test_cuda_dist_np1 60 "test cases" "$build_dir/tests/cuda/test_cuda_dist"
+  run_step test_cuda_dist_np2 90 "test cases" "$PROBE_MPIRUN" -np 2 --oversubscribe "$build_dir/tests/cuda/test_cuda_dist"
 else
-  echo "no GPU visible (nvidia-smi -L failed): building for the default architectures; tests will skip"
+  record test_cuda_dist "skipped: no mpirun" 0 ""
 fi
 
-step "configure $build_dir"
-start=$SECONDS
-cmake -S . -B "$build_dir" "${cmake_args[@]}" "$@"
-step "build $build_dir"
-ninja -C "$build_dir" -j "$jobs"
-build_time=$((SECONDS - start))
+# ---- 5. memcheck ---------------------------------------------------------------------------------------
+if [[ $PROBE_GPU == 1 && -n $PROBE_SANITIZER ]]; then
+  run_step memcheck 90 "ERROR SUMMARY|test cases" "$PROBE_SANITIZER" --tool memcheck --error-exitcode 1 \
+    "$build_dir/tests/cuda/test_cuda" -tc="copies*,binary ops*,sum, mean and max*,matmul*,*caching allocator*"
+else
+  record memcheck "skipped: $([[ $PROBE_GPU == 1 ]] && echo "no compute-sanitizer" || echo "no GPU")" 0 ""
+fi
 
-step "ctest -L gpu"
-log="$build_dir/gpu_check.log"
-set +e
-ctest --test-dir "$build_dir" -L gpu --output-on-failure --no-tests=error 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
-
-# ---- training on the GPU ---------------------------------------------------------------------------
-# Each run appends "name|status|figure" to $runs; a failed run sets the exit status but the others
-# still run.
-runs="$build_dir/gpu_runs.txt"
-: >"$runs"
+# ---- 6. throughput ---------------------------------------------------------------------------------------
 data_root="${RINGGRAD_DEPS_PREFIX:+$(cd "$RINGGRAD_DEPS_PREFIX" && pwd)}"
 mnist_data=${MNIST_DATA:-$data_root/usr/share/datasets/fashion-mnist}
 fortunes=${FORTUNES:-$data_root/usr/share/games/fortunes}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# run NAME PATTERN COMMAND...: runs it (its output in $build_dir/NAME.log) and records the last line
-# matching PATTERN as the figure.
-run() {
-  local name=$1 pattern=$2
-  shift 2
-  step "$name: $*"
-  local started=$SECONDS
-  timeout 300 "$@" >"$build_dir/$name.log" 2>&1
-  local rc=$?
-  tail -n 5 "$build_dir/$name.log"
-  local figure
-  figure=$(grep -E "$pattern" "$build_dir/$name.log" | tail -n 1 | cut -c1-110)
-  if [[ $rc == 0 ]]; then
-    echo "$name|ok ($((SECONDS - started)) s)|$figure" >>"$runs"
+if [[ $PROBE_GPU != 1 ]]; then
+  record throughput "skipped: no GPU" 0 ""
+else
+  if [[ -d $mnist_data ]]; then
+    run_step cnn_fp32 60 "samples/s" "$build_dir/examples/mnist" --device cuda --model cnn --data "$mnist_data" \
+      --limit-steps 400
   else
-    echo "$name|FAILED (exit $rc)|$figure" >>"$runs"
-    status=1
+    record cnn_fp32 "FAILED: no data" 0 "no Fashion-MNIST at $mnist_data (MNIST_DATA)"
   fi
-}
-if [[ $have_gpu == 1 && -x "$build_dir/examples/mnist" ]]; then
-  if [[ -d "$mnist_data" ]]; then
-    run mnist_mlp_1_epoch "samples/s|accuracy" "$build_dir/examples/mnist" --device cuda --data "$mnist_data" --epochs 1
-  else
-    echo "mnist_mlp_1_epoch|not run|no data at $mnist_data (MNIST_DATA)" >>"$runs"
-  fi
-  if [[ -e "$fortunes" ]]; then
+  if [[ -e $fortunes ]]; then
     for precision in fp32 bf16; do
-      run "gpt_mini_200_steps_$precision" "tokens/s|validation loss" "$build_dir/examples/gpt_mini" --device cuda \
-        --data "$fortunes" --max-steps 200 --eval-every 200 --eval-batches 10 --log-every 50 --precision "$precision"
+      run_step "gpt_mini_$precision" 60 "tokens/s" "$build_dir/examples/gpt_mini" --device cuda --data "$fortunes" \
+        --max-steps 150 --eval-every 150 --eval-batches 5 --log-every 50 --precision "$precision"
     done
   else
-    echo "gpt_mini_200_steps|not run|no data at $fortunes (FORTUNES)" >>"$runs"
+    record gpt_mini "FAILED: no data" 0 "no fortunes at $fortunes (FORTUNES)"
   fi
-  if command -v mpirun >/dev/null 2>&1 && [[ -d "$mnist_data" ]]; then
-    run mnist_2_ranks_one_gpu "samples/s" mpirun -np 2 --oversubscribe "$build_dir/examples/mnist" --device cuda \
-      --data "$mnist_data" --limit-steps 200 --backend ring
+  if [[ $PROBE_TORCH_CUDA == 1 ]]; then
+    run_step torch_peer 90 "RESULT" python3 tools/torch_gpu_peer.py --mnist "$mnist_data" --fortunes "$fortunes"
+  else
+    record torch_peer "skipped: no PyTorch on CUDA" 0 ""
   fi
 fi
-set -e
 
-# ---- summary, last --------------------------------------------------------------------------------
-# From ctest's result lines: "1/1 Test #1: test_cuda ........   Passed    2.31 sec" (or ***Failed,
-# ***Skipped, ***Timeout, ***Exception: SegFault ...).
-step "summary (configure + build ${build_time} s; ctest exit status $status)"
-awk '
-  BEGIN { printf "%-32s %-24s %10s\n", "test", "status", "time" }
-  / Test +#[0-9]+: / {
-    for (i = 1; i <= NF; i++) if ($i ~ /^#[0-9]+:$/) break
-    name = $(i + 1); first = i + 2
-    while (first <= NF && $first ~ /^\.+$/) first++
-    state = ""
-    for (j = first; j <= NF - 2; j++) state = state (state == "" ? "" : " ") $j
-    sub(/^[.*]+/, "", state)  # "...***Failed" when the dots run into the status
-    printf "%-32s %-24s %8s s\n", name, state, $(NF - 1)
-  }' "$log"
-if [[ -s "$runs" ]]; then
-  printf '\n%-28s %-18s %s\n' "run" "status" "figure (last matching line)"
-  while IFS='|' read -r name state figure; do printf '%-28s %-18s %s\n' "$name" "$state" "$figure"; done <"$runs"
-fi
+printf '\n==== gpu_check done in %ss, exit status %s; log %s\n' "$SECONDS" "$status" "$log"
 exit "$status"

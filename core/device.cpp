@@ -20,6 +20,15 @@ std::atomic<bool> g_allow_tf32{false};
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
 bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
+void select_local_device(int local_rank) {
+#ifdef RINGGRAD_WITH_CUDA
+  const int count = cuda_device_count();
+  if (count > 0) cuda::set_home_device(local_rank % count);
+#else
+  (void)local_rank;
+#endif
+}
+
 Device parse_device(const std::string& spec, int local_rank) {
   if (spec == "cpu") return Device::cpu();
   const int count = cuda_device_count();
@@ -37,7 +46,7 @@ Device parse_device(const std::string& spec, int local_rank) {
   }
   if (index >= 0) {
 #ifdef RINGGRAD_WITH_CUDA
-    cuda::set_home_device(index);  // host-side driver calls (pinned memory) use this GPU's context
+    cuda::set_home_device(index);  // threads and host-side driver calls (pinned memory) use this GPU
 #endif
     return Device::cuda(index);
   }

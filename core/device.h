@@ -32,6 +32,12 @@ int cuda_device_count();
 // An unknown name, or a GPU that is not there, is an error saying what is visible.
 Device parse_device(const std::string& spec, int local_rank = 0);
 
+// Chooses this process's GPU for its local rank (local_rank modulo the visible devices): the device
+// every thread makes current before its first CUDA call, so that a rank on cuda:3 opens no context on
+// cuda:0 (Note [The home device], core/cuda/device.cu). dist::init calls it; it opens no context
+// itself, and does nothing without CUDA or without a visible device.
+void select_local_device(int local_rank);
+
 // Opt-in TF32 for f32 matrix products and convolutions on GPUs that have it (A100 and later): inputs
 // rounded to 10 mantissa bits on tensor cores, several times faster, ~1e-3 relative error. Off by
 // default (f32 means f32), like PyTorch's torch.backends.cuda.matmul.allow_tf32 since 1.12.

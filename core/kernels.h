@@ -218,8 +218,11 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 void* pinned_allocate(size_t nbytes);
 void pinned_release(void* ptr, size_t nbytes);
 void pinned_note_use(const void* ptr, int device);  // an async copy from ptr was queued on `device`
-// The GPU whose context host-side driver calls (pinned allocation) use: the program's own device.
+// The process's own GPU (core/cuda/device.cu, Note [The home device]): chosen by dist::init for the
+// local rank and by parse_device; host-side driver calls (pinned allocation) use its context, and
+// every thread makes it current before its first CUDA call. home_device() is 0 until one is chosen.
 void set_home_device(int device);
+int home_device();
 MemoryStats pinned_memory_stats();
 }  // namespace cuda
 #endif

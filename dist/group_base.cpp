@@ -10,6 +10,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/trace.h"
 #include "dist/mpi_comms.h"
 
 namespace ringgrad::dist::detail {
@@ -87,6 +88,18 @@ GroupBase::~GroupBase() {
   comms_->free();
 }
 
+// A world of one reduces or broadcasts a tensor to itself: the result is the tensor, whatever the
+// op. For a GPU tensor the MPI backends would still stage it -- a synchronous copy to the host and
+// back, inside DDP's backward -- so the op completes here instead, untouched and unsent. (CPU
+// tensors still take the communication thread: there it costs a queue hand-off, and their single-rank
+// ops keep their sequence numbers for the debug checks.)
+std::shared_ptr<Work> GroupBase::completed_alone(OpInfo info) {
+  auto work = std::make_shared<Work>(std::move(info), backend_, rank_, size_);
+  const double now = trace_clock_us();
+  work->finish_unobserved(nullptr, now, now);
+  return work;
+}
+
 std::shared_ptr<Work> GroupBase::submit_checked(OpInfo info, std::function<std::unique_ptr<PendingOp>(int tag)> start) {
   // Without device indices: ranks that each drive their own GPU ("cuda:0", "cuda:1") issue the same
   // collective.
@@ -144,6 +157,7 @@ std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
                     .operands = {.a = t, .x = static_cast<int>(op)},
                     .bytes = t.nbytes()};
   if (std::shared_ptr<Work> work = allreduce_in_place(info, t, op)) return work;  // Note [Shared gradient buffers]
+  if (size_ == 1 && t.device().is_cuda()) return completed_alone(info);
   // See Note [CUDA tensors through host staging].
   return submit_collective(info, [this, t, host = staging_.in("dist.allreduce", t), op](int tag) {
     return Staging::staged(start_allreduce(host, op, tag), t, host);
@@ -164,12 +178,13 @@ std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
            " (rank ", rank_, ")");
   checked_count("dist.broadcast", static_cast<int64_t>(t.nbytes()), rank_);
   auto detail = [](const OpInfo::Operands& o) { return str_cat("root ", o.x, ", ", o.a.desc()); };
-  return submit_collective(
-      {.name = "broadcast", .detail = detail, .operands = {.a = t, .x = root}, .bytes = t.nbytes()},
-      // See Note [CUDA tensors through host staging].
-      [this, t, host = staging_.in("dist.broadcast", t), root](int tag) {
-        return Staging::staged(start_broadcast(host, root, tag), t, host);
-      });
+  OpInfo info{.name = "broadcast", .detail = detail, .operands = {.a = t, .x = root}, .bytes = t.nbytes()};
+  if (size_ == 1 && t.device().is_cuda()) return completed_alone(info);
+  return submit_collective(std::move(info),
+                           // See Note [CUDA tensors through host staging].
+                           [this, t, host = staging_.in("dist.broadcast", t), root](int tag) {
+                             return Staging::staged(start_broadcast(host, root, tag), t, host);
+                           });
 }
 
 std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& input) {

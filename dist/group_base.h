@@ -119,6 +119,8 @@ class GroupBase : public ProcessGroup {
   static int collective_tag(uint64_t seq) { return static_cast<int>(seq % 32768); }
   // submit_collective under Note [Debug mode].
   std::shared_ptr<Work> submit_checked(OpInfo info, std::function<std::unique_ptr<PendingOp>(int tag)> start);
+  // The Work of a GPU collective in a world of one, completed without staging or sending.
+  std::shared_ptr<Work> completed_alone(OpInfo info);
   std::shared_ptr<Work> submit_p2p(OpInfo info, std::function<std::unique_ptr<PendingOp>()> start);
   void check_peer(const char* op, int peer, int tag, const Tensor& t) const;
 

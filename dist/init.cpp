@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "core/device.h"
 #include "dist/mpi_check.h"
 
 namespace ringgrad::dist {
@@ -66,6 +67,7 @@ World init(int* argc, char*** argv) {
   RG_MPI_CHECK(MPI_Comm_rank(local, &w.local_rank));
   RG_MPI_CHECK(MPI_Comm_size(local, &w.local_size));
   RG_MPI_CHECK(MPI_Comm_free(&local));
+  select_local_device(w.local_rank);  // one GPU per rank on a machine; opens no context yet
   g_world = w;
   g_initialized = true;
   set_rank_label(str_cat("rank ", w.rank, "/", w.size));  // for errors raised below dist/ (CUDA calls)

@@ -1,6 +1,8 @@
 // Device discovery, device selection and byte copies between host and devices.
 #include "core/cuda/device.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "core/cuda/check.h"
@@ -25,7 +27,28 @@ int device_count() {
   return count;
 }
 
+// Note [The home device]
+// A thread's current CUDA device starts as device 0, and since CUDA 12 making a device current
+// creates its context (~500 MB). So a DeviceGuard on a thread that never chose a device would, on
+// restoring "the previous device", open a context on GPU 0 in every rank of a multi-GPU machine --
+// the main thread, the communication thread and the data loader's worker alike. Instead each thread,
+// at its first DeviceGuard, makes the process's home device current (the local rank's GPU, chosen by
+// dist::init, or the one parse_device named), and guards restore to that. A process that never
+// touches a GPU never constructs a guard, so it opens no context at all.
+namespace {
+std::atomic<int> g_home_device{-1};  // -1: none chosen yet
+}  // namespace
+
+void set_home_device(int device) { g_home_device.store(device, std::memory_order_relaxed); }
+int home_device() { return std::max(0, g_home_device.load(std::memory_order_relaxed)); }
+
 DeviceGuard::DeviceGuard(int device) {
+  thread_local bool entered_home = false;
+  if (!entered_home) {
+    entered_home = true;
+    const int home = g_home_device.load(std::memory_order_relaxed);
+    if (home >= 0 && home != device) RG_CUDA_CHECK(cudaSetDevice(home));
+  }
   int current = 0;
   RG_CUDA_CHECK(cudaGetDevice(&current));
   if (current != device) {

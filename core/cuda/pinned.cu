@@ -46,11 +46,9 @@ class PinnedCache final : public CachingAllocator {
 // the GPU the program chose (parse_device) -- so a rank on cuda:3 opens no context on cuda:0.
 class PinnedPool {
  public:
-  void set_home_device(int device) { home_device_.store(device); }
-
   void* allocate(size_t nbytes) {
     reclaim();
-    DeviceGuard guard(home_device_.load());
+    DeviceGuard guard(home_device());
     void* ptr = cache_.allocate(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
     live_[static_cast<char*>(ptr)] = Live{nbytes, 0};
@@ -151,7 +149,6 @@ class PinnedPool {
   }
 
   PinnedCache cache_;
-  std::atomic<int> home_device_{0};
   std::mutex mutex_;
   std::map<char*, Live> live_;
   std::vector<Pending> pending_;
@@ -168,7 +165,6 @@ PinnedPool& pool() {
 
 void* pinned_allocate(size_t nbytes) { return pool().allocate(nbytes); }
 void pinned_note_use(const void* ptr, int device) { pool().note_use(ptr, device); }
-void set_home_device(int device) { pool().set_home_device(device); }
 void pinned_release(void* ptr, size_t nbytes) { pool().release(ptr, nbytes); }
 MemoryStats pinned_memory_stats() { return pool().stats(); }
 

@@ -47,7 +47,9 @@ DeviceGuard::DeviceGuard(int device) {
   if (!entered_home) {
     entered_home = true;
     const int home = g_home_device.load(std::memory_order_relaxed);
-    if (home >= 0 && home != device) RG_CUDA_CHECK(cudaSetDevice(home));
+    // Even when home == device: a thread's current device is 0 until set, and the guard must
+    // restore to home, not to 0.
+    if (home >= 0) RG_CUDA_CHECK(cudaSetDevice(home));
   }
   int current = 0;
   RG_CUDA_CHECK(cudaGetDevice(&current));

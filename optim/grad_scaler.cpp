@@ -1,6 +1,9 @@
 #include "optim/grad_scaler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "autograd/engine.h"
 #include "core/native/backend.h"
@@ -23,22 +26,28 @@ void GradScaler::unscale_(Optimizer& opt) {
   NoGradGuard no_grad;
   bool bad = false;
   const float inv = static_cast<float>(1.0 / scale_);
+  // Devices without the fused kernel: per device, the sum over its gradients of sum(g * 0), which is
+  // NaN exactly when some element is inf or NaN and can never overflow (a plain sum of an f16
+  // gradient rounds to inf above 65504). Summed on the device, in f32, and read back once per device.
+  std::vector<std::pair<Device, Tensor>> poisoned_sums;
   for (const Tensor& p : opt.parameters()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     if (!native::backend_has_unscale_and_check(g.device())) {
-      // Scale in place, then one scalar back per gradient: the sum of g * 0, which is NaN exactly
-      // when some element is inf or NaN and can never overflow (a plain sum of an f16 gradient
-      // rounds to inf above 65504).
       native::unary_(UnaryOp::affine, g, {static_cast<double>(inv), 0.0});
       const Tensor poisoned = native::unary(UnaryOp::affine, g, {0.0, 0.0});
-      bad |= !std::isfinite(native::reduce(RowReduction::sum, poisoned, {}, false).item());
+      Tensor sum = native::cast(native::reduce(RowReduction::sum, poisoned, {}, false), DType::f32);
+      auto at = std::find_if(poisoned_sums.begin(), poisoned_sums.end(),
+                             [&](const auto& s) { return s.first == g.device(); });
+      if (at == poisoned_sums.end()) poisoned_sums.emplace_back(g.device(), sum);
+      else at->second = native::binary(BinaryOp::add, at->second, sum);
       continue;
     }
     // One pass that scales and checks (unscale_and_check in core/kernels.h).
     RG_CHECK(g.is_contiguous(), "GradScaler", "gradient ", g.desc(), " must be dense");
     bad |= native::backend_unscale_and_check(g.device(), g.dtype(), g.raw_data(), g.numel(), inv);
   }
+  for (const auto& [device, sum] : poisoned_sums) bad |= !std::isfinite(sum.item());
   found_inf_ = reducer_ ? reducer_(bad) : bad;
   unscaled_ = true;
 }
@@ -70,13 +79,21 @@ void GradScaler::update() {
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
-  double total_sq = 0;
+  // The squares summed on each gradient's device into one f64 scalar there, in parameter order, and
+  // read back once per device: one host synchronisation per step on a GPU, not one per parameter.
+  // The same f64 additions in the same order as summing the scalars on the host.
+  std::vector<std::pair<Device, Tensor>> sums;  // per device, in order of first appearance
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor g64 = native::cast(g, DType::f64);
-    total_sq += native::reduce(RowReduction::sum, native::binary(BinaryOp::mul, g64, g64), {}, false).item();
+    Tensor sq = native::reduce(RowReduction::sum, native::binary(BinaryOp::mul, g64, g64), {}, false);
+    auto at = std::find_if(sums.begin(), sums.end(), [&](const auto& s) { return s.first == g.device(); });
+    if (at == sums.end()) sums.emplace_back(g.device(), sq);
+    else at->second = native::binary(BinaryOp::add, at->second, sq);
   }
+  double total_sq = 0;
+  for (const auto& [device, sum] : sums) total_sq += sum.item();
   const double norm = std::sqrt(total_sq);
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../core/test_util.h"
 #include "ringgrad.h"
 
 using namespace ringgrad;
@@ -193,6 +194,21 @@ TEST_CASE("clip_grad_norm scales gradients to the maximum global norm") {
   CHECK(a.grad().to_vector()[0] == doctest::Approx(0.6).epsilon(1e-5));
   CHECK(b.grad().to_vector()[0] == doctest::Approx(0.8).epsilon(1e-5));
   CHECK(optim::clip_grad_norm({a, b}, 10.0) == doctest::Approx(1.0).epsilon(1e-5));  // no change below max
+}
+
+TEST_CASE("clip_grad_norm's norm is the f64 sum of squares in parameter order, to the last bit") {
+  // Summed on the gradients' device and read back once: the same f64 additions, in the same order,
+  // as adding one scalar per parameter on the host.
+  std::vector<Tensor> params;
+  double want_sq = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<double> g = rgtest::random_values(static_cast<size_t>(50 + 31 * i), 70 + i, -2.0, 2.0);
+    Tensor p = param_from(std::vector<double>(g.size(), 0.0), DType::f64);
+    p.set_grad(from_vector(g, {static_cast<int64_t>(g.size())}, {.dtype = DType::f64}));
+    want_sq += sum(p.grad() * p.grad()).item();
+    params.push_back(p);
+  }
+  CHECK(optim::clip_grad_norm(params, 1e9) == std::sqrt(want_sq));
 }
 
 TEST_CASE("learning-rate schedules") {

@@ -11,6 +11,19 @@
 #include "core/ops.h"
 
 namespace ringgrad::optim {
+namespace {
+
+// Scalars summed on their own device, one sum per device in order of first appearance, so that
+// each device is read back once (one host synchronisation per step on a GPU, not one per tensor).
+using DeviceSums = std::vector<std::pair<Device, Tensor>>;
+
+void add_on_device(DeviceSums& sums, const Tensor& value) {
+  auto at = std::find_if(sums.begin(), sums.end(), [&](const auto& s) { return s.first == value.device(); });
+  if (at == sums.end()) sums.emplace_back(value.device(), value);
+  else at->second = native::binary(BinaryOp::add, at->second, value);
+}
+
+}  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
   RG_CHECK(options.init_scale > 0 && options.growth_factor > 1 && options.backoff_factor > 0 &&
@@ -29,18 +42,14 @@ void GradScaler::unscale_(Optimizer& opt) {
   // Devices without the fused kernel: per device, the sum over its gradients of sum(g * 0), which is
   // NaN exactly when some element is inf or NaN and can never overflow (a plain sum of an f16
   // gradient rounds to inf above 65504). Summed on the device, in f32, and read back once per device.
-  std::vector<std::pair<Device, Tensor>> poisoned_sums;
+  DeviceSums poisoned_sums;
   for (const Tensor& p : opt.parameters()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     if (!native::backend_has_unscale_and_check(g.device())) {
       native::unary_(UnaryOp::affine, g, {static_cast<double>(inv), 0.0});
       const Tensor poisoned = native::unary(UnaryOp::affine, g, {0.0, 0.0});
-      Tensor sum = native::cast(native::reduce(RowReduction::sum, poisoned, {}, false), DType::f32);
-      auto at = std::find_if(poisoned_sums.begin(), poisoned_sums.end(),
-                             [&](const auto& s) { return s.first == g.device(); });
-      if (at == poisoned_sums.end()) poisoned_sums.emplace_back(g.device(), sum);
-      else at->second = native::binary(BinaryOp::add, at->second, sum);
+      add_on_device(poisoned_sums, native::cast(native::reduce(RowReduction::sum, poisoned, {}, false), DType::f32));
       continue;
     }
     // One pass that scales and checks (unscale_and_check in core/kernels.h).
@@ -82,15 +91,12 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   // The squares summed on each gradient's device into one f64 scalar there, in parameter order, and
   // read back once per device: one host synchronisation per step on a GPU, not one per parameter.
   // The same f64 additions in the same order as summing the scalars on the host.
-  std::vector<std::pair<Device, Tensor>> sums;  // per device, in order of first appearance
+  DeviceSums sums;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor g64 = native::cast(g, DType::f64);
-    Tensor sq = native::reduce(RowReduction::sum, native::binary(BinaryOp::mul, g64, g64), {}, false);
-    auto at = std::find_if(sums.begin(), sums.end(), [&](const auto& s) { return s.first == g.device(); });
-    if (at == sums.end()) sums.emplace_back(g.device(), sq);
-    else at->second = native::binary(BinaryOp::add, at->second, sq);
+    add_on_device(sums, native::reduce(RowReduction::sum, native::binary(BinaryOp::mul, g64, g64), {}, false));
   }
   double total_sq = 0;
   for (const auto& [device, sum] : sums) total_sq += sum.item();

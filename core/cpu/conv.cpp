@@ -114,6 +114,23 @@ bool rows_on_avx512() {
   return false;
 }
 
+// Block r = (c, ki, kj) of im2col (into) or col2im (!into) through the AVX-512 helpers, where
+// rows_on_avx512 said so for a stride-1 convolution; false when it did nothing (the caller's scalar
+// loop then runs).
+template <class T>
+bool block_on_avx512(bool vector_rows, bool into, const T* from, T* to, const ConvGeometry& g, int64_t ki, int64_t kj) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (!vector_rows) return false;
+    if (into) im2col_block_avx512(from, to, g.h, g.w, g.oh, g.ow, g.padding, ki, kj);
+    else col2im_block_avx512(from, to, g.h, g.w, g.oh, g.ow, g.padding, ki, kj);
+    return true;
+  }
+#endif
+  (void)vector_rows, (void)into, (void)from, (void)to, (void)g, (void)ki, (void)kj;
+  return false;
+}
+
 // One sample: x: dense (C, H, W) -> cols: dense (C·KH·KW, OH·OW).
 template <class T>
 void im2col_sample(const T* x, T* cols, const ConvGeometry& g) {
@@ -122,14 +139,7 @@ void im2col_sample(const T* x, T* cols, const ConvGeometry& g) {
     const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
     const T* plane = x + c * g.h * g.w;
     T* out = cols + r * g.oh * g.ow;
-#if defined(__x86_64__)
-    if constexpr (std::is_same_v<T, float>) {
-      if (vector_rows) {
-        im2col_block_avx512(plane, out, g.h, g.w, g.oh, g.ow, g.padding, ki, kj);
-        continue;
-      }
-    }
-#endif
+    if (block_on_avx512(vector_rows, /*into=*/true, plane, out, g, ki, kj)) continue;
     for (int64_t i = 0; i < g.oh; ++i) {
       const int64_t y = i * g.stride - g.padding + ki;
       T* row = out + i * g.ow;
@@ -164,14 +174,7 @@ void col2im_sample(const T* cols, T* dx, const ConvGeometry& g) {
     const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
     const T* in = cols + r * g.oh * g.ow;
     T* plane = dx + c * g.h * g.w;
-#if defined(__x86_64__)
-    if constexpr (std::is_same_v<T, float>) {
-      if (vector_rows) {
-        col2im_block_avx512(in, plane, g.h, g.w, g.oh, g.ow, g.padding, ki, kj);
-        continue;
-      }
-    }
-#endif
+    if (block_on_avx512(vector_rows, /*into=*/false, in, plane, g, ki, kj)) continue;
     for (int64_t i = 0; i < g.oh; ++i) {
       const int64_t y = i * g.stride - g.padding + ki;
       if (y < 0 || y >= g.h) continue;

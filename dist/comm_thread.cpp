@@ -72,7 +72,7 @@ std::vector<TraceEvent> CommThread::trace_events() const {
 // submit() returns, with no other thread involved. Otherwise it is handed over (handed_over_) and
 // the communication thread finishes it: the caller loses at most those microseconds, and its
 // computation still overlaps the rest. Order is kept: the op holds the group's one collective slot
-// (collective_active_), so an op submitted meanwhile queues behind it, and while a caller runs an op
+// (collectives_active_), so an op submitted meanwhile queues behind it, and while a caller runs an op
 // (starting_here_) the communication thread starts nothing -- one thread runs ops at a time.
 namespace {
 constexpr size_t kStartHereBytes = size_t{64} << 10;
@@ -82,9 +82,9 @@ constexpr int kStartHereMicroseconds = 30;
 std::shared_ptr<Work> CommThread::claim_if_idle(OpInfo& info) {
   if (info.p2p || info.bytes > kStartHereBytes) return nullptr;
   std::lock_guard lock(mutex_);
-  if (stopping_ || !queue_.empty() || collective_active_ || p2p_active_ != 0 || handed_over_) return nullptr;
+  if (stopping_ || !queue_.empty() || collectives_active_ != 0 || p2p_active_ != 0 || handed_over_) return nullptr;
   info.seq = next_seq_++;
-  collective_active_ = true;
+  ++collectives_active_;
   starting_here_ = true;
   // Never queued, so no wait() can run it (Note [A waiting caller runs its op]), but a wait() after
   // a hand-over still tells this thread it blocks (Note [Spinning for a blocked caller]).
@@ -118,14 +118,14 @@ constexpr int kWaitHereMicroseconds = 1000;
 void CommThread::run_if_next(Work& work) {
   std::unique_lock lock(mutex_);
   const bool next = !queue_.empty() && queue_.front().work.get() == &work && !queue_.front().info().p2p;
-  if (!next || stopping_ || collective_active_ || p2p_active_ != 0 || handed_over_ || starting_here_) return;
+  if (!next || stopping_ || collectives_active_ != 0 || p2p_active_ != 0 || handed_over_ || starting_here_) return;
   for (const Task& task : queue_)
     if (task.info().p2p) return;
   Running running;
   running.task = std::move(queue_.front());
   queue_.pop_front();
   queued_.store(queue_.size(), std::memory_order_release);
-  collective_active_ = true;
+  ++collectives_active_;
   starting_here_ = true;
   lock.unlock();
   run_on_caller(running, StartRef(running.task.start), std::chrono::microseconds(kWaitHereMicroseconds),
@@ -164,7 +164,7 @@ bool CommThread::poll_on_caller(Running& running, StartRef start, std::chrono::m
 // lock the caller holds, then its Work is finished (without the Work's lock when submit() has not
 // returned it yet).
 void CommThread::end_on_caller(std::unique_lock<std::mutex>& lock, Running& running, bool from_wait) {
-  collective_active_ = false;
+  --collectives_active_;
   count(running, running.error != nullptr, running.end_us);
   // Wake the thread only if ops queued up meanwhile, or it is waiting to stop: a needless wake-up
   // takes the core from this thread (ranks are bound to one core each).
@@ -214,9 +214,10 @@ constexpr int kBlockedSpinMicroseconds = 3000;
 }  // namespace
 
 // Each pass: take what may start from the queue (or wait there when nothing runs), start it, poll
-// everything running once, then wait a little if nothing progressed. Collectives are taken only
-// when none runs, so they run one at a time and in order; sends / receives whenever they reach the
-// front of the queue.
+// everything running once, then wait a little if nothing progressed. A collective is taken only
+// when none runs (or every running one is ordered on the device, Note [Collectives ordered on the
+// device]), one per pass, so they start in order; sends / receives whenever they reach the front
+// of the queue.
 void CommThread::loop() {
   prctl(PR_SET_TIMERSLACK, kTimerSlackNs, 0, 0, 0);  // Note [Polling, not spinning]
   int sleeps = 0;                                    // the back-off (back_off())
@@ -225,7 +226,7 @@ void CommThread::loop() {
   bool just_finished = false;  // an op ended in the last pass
   double last_us = trace_clock_us();
   for (;;) {
-    const bool running = collective_ || !p2p_.empty();
+    const bool running = !collectives_.empty() || !p2p_.empty();
     if (!running && just_finished) spin_for_next_op();
     Pass pass;
     if (!take_ops(running, pass)) return;  // stopping, and everything queued has run
@@ -235,7 +236,7 @@ void CommThread::loop() {
     just_finished = pass.collectives_done + pass.p2p_done > 0;
     if (just_finished) end_p2p(pass.p2p_done);
     const bool progress = !pass.to_start.empty() || pass.adopted || just_finished;
-    was_running = collective_ || !p2p_.empty() || !pass.to_start.empty();
+    was_running = !collectives_.empty() || !p2p_.empty() || !pass.to_start.empty();
     if (progress || !was_running) {
       sleeps = 0;
       idle_since = Clock::now();
@@ -261,15 +262,22 @@ bool CommThread::take_ops(bool running, Pass& pass) {
     });
   }
   if (handed_over_) {  // started by a caller, still running: poll it as if just started
-    collective_ = std::move(handed_over_);
+    collectives_.push_back(std::move(handed_over_));
     pass.adopted = true;
     queued_.store(queue_.size(), std::memory_order_release);
   }
-  if (!running && !collective_ && queue_.empty()) return false;
-  // Point-to-point ops start whenever they reach the front; a collective only when none runs.
-  while (!starting_here_ && !queue_.empty() && (queue_.front().info().p2p || !collective_active_)) {
-    if (queue_.front().info().p2p) ++p2p_active_;
-    else collective_active_ = true;
+  if (!running && collectives_.empty() && queue_.empty()) return false;
+  // Point-to-point ops start whenever they reach the front; a collective only when may_start_collective(),
+  // and one per pass: whether the next may follow it depends on the op its start returns.
+  bool took_collective = false;
+  while (!starting_here_ && !queue_.empty() &&
+         (queue_.front().info().p2p || (!took_collective && may_start_collective()))) {
+    if (queue_.front().info().p2p) {
+      ++p2p_active_;
+    } else {
+      ++collectives_active_;
+      took_collective = true;
+    }
     pass.to_start.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -297,14 +305,38 @@ void CommThread::start_taken(Pass& pass) {
       continue;
     }
     if (p2p) p2p_.push_back(std::move(running));
-    else collective_ = std::move(running);
+    else collectives_.push_back(std::move(running));
   }
 }
 
+// Note [Collectives ordered on the device]: the nccl backend's start only enqueues the reduction on
+// the group's communication stream, which runs what it is given in order. Waiting on the host for
+// one to finish before enqueuing the next -- DDP's buckets, one after another -- would leave the
+// stream idle for a round trip of the host between them (an event query, a sleep, a wake-up), and
+// the next bucket's reduction would start that much later. So while every running collective is
+// ordered_on_device(), this thread starts the next one at once, and several are in flight. They
+// still finish in submission order: only the oldest is polled (its deadline checked), a later one
+// only once the oldest has finished -- also when the later one completes on the host (a barrier
+// started behind NCCL ops waits with its Work until theirs are done). An op that does not say it is
+// ordered on the device keeps the old rule: nothing starts after it before it has finished. When
+// the oldest fails or times out, the group is broken (Note [After a timeout]) and the collectives
+// behind it fail with it.
+bool CommThread::may_start_collective() const {
+  if (collectives_active_ == 0) return true;
+  // Only this thread's own running collectives: not one a caller is starting or has handed over.
+  if (static_cast<size_t>(collectives_active_) != collectives_.size()) return false;
+  for (const auto& running : collectives_)
+    if (!running->op->ordered_on_device()) return false;
+  return true;
+}
+
 void CommThread::poll_running(Pass& pass) {
-  if (collective_ && advance(*collective_)) {
-    collective_.reset();
+  while (!collectives_.empty()) {
+    const bool healthy = broken_.empty();
+    if (!advance(*collectives_.front())) break;
+    collectives_.pop_front();
     ++pass.collectives_done;
+    if (healthy && !broken_.empty()) fail_behind(pass);
   }
   for (auto it = p2p_.begin(); it != p2p_.end();) {
     if (advance(**it)) {
@@ -314,6 +346,21 @@ void CommThread::poll_running(Pass& pass) {
       ++it;
     }
   }
+}
+
+// The oldest running collective failed or timed out, and the group is broken: the ones launched
+// behind it cannot complete (NCCL's communicator is aborted), so they fail too, naming the cause.
+void CommThread::fail_behind(Pass& pass) {
+  for (auto& running : collectives_) {
+    abandon(*running);
+    const OpInfo& info = running->task.info();
+    complete(*running, std::make_exception_ptr(Error(str_cat("[dist.", info.name, "] ", label(info),
+                                                             ": the process group is unusable: ", broken_,
+                                                             " while this op was in flight behind it. Create a new "
+                                                             "process group (every rank must), or end the job."))));
+    ++pass.collectives_done;
+  }
+  collectives_.clear();
 }
 
 // After a pass in which ops ended: the sends / receives among them no longer count as active.
@@ -426,7 +473,7 @@ void CommThread::complete(Running& running, std::exception_ptr error) {
     // The group counts as idle before the waiter wakes: its next collective may then start on its
     // own thread (Note [Small collectives start on the caller's thread]) instead of queueing behind
     // a flag this thread has not cleared yet.
-    if (!running.task.info().p2p) collective_active_ = false;
+    if (!running.task.info().p2p) --collectives_active_;
   }
   running.task.work->finish(error, running.start_us, end_us);
 }

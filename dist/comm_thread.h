@@ -2,10 +2,13 @@
 //
 // An operation is a PendingOp: its start function posts nonblocking calls and returns it, and
 // poll() advances it and says whether it finished. CommThread keeps one invariant: a group's
-// collectives run one at a time, in submission order, whichever thread runs them (Note [Collective
-// order] in dist/process_group.h says why). Sends and receives start in submission order too, but
-// do not wait for each other or for the running collective: they are polled alongside it. Every op
-// has a deadline, and an op that misses it breaks the group (Note [After a timeout]).
+// collectives start in submission order and finish in it, whichever thread runs them (Note
+// [Collective order] in dist/process_group.h says why). They run one at a time, except that ops
+// the device orders (NCCL's, on one stream) are launched without waiting for the previous one to
+// finish (Note [Collectives ordered on the device] in dist/comm_thread.cpp). Sends and receives
+// start in submission order too, but do not wait for each other or for the running collective:
+// they are polled alongside it. Every op has a deadline, and an op that misses it breaks the group
+// (Note [After a timeout]).
 //
 // Ops run on the thread's own loop (CommThread::loop in dist/comm_thread.cpp), except in two cases
 // that each save two thread hand-offs: a small collective submitted to an idle group starts on the
@@ -18,7 +21,7 @@
 // Notes: here, at PendingOp, [Polling, not spinning] and [After a timeout]. In dist/comm_thread.cpp,
 // next to the code they explain: [Small collectives start on the caller's thread] and [A waiting
 // caller runs its op] (ops on a caller's thread), [Short spins before sleeping] and [Spinning for a
-// blocked caller] (how the thread waits), [Simulated network]. What each of these choices was
+// blocked caller] (how the thread waits), [Collectives ordered on the device], [Simulated network]. What each of these choices was
 // measured to cost: docs/comm_thread_tuning.md.
 #pragma once
 
@@ -66,6 +69,10 @@ class PendingOp {
   // For an op that completes on a GPU stream: enqueues a wait for it on the default stream (Note
   // [Waiting on the device] in dist/work.h). Empty for ops that complete on the host.
   virtual std::function<void()> device_wait() const { return nullptr; }
+  // True for an op that finishes on a device stream after every op of its group started before it
+  // (the nccl backend's: one communication stream per group). The next collective may then start
+  // as soon as this one is launched (Note [Collectives ordered on the device]).
+  virtual bool ordered_on_device() const { return false; }
 };
 
 class CommThread : public WorkRunner {
@@ -157,7 +164,7 @@ class CommThread : public WorkRunner {
   // collective's whole cost is a fraction of a microsecond). Defined in dist/comm_thread.cpp.
 
   // On a caller's thread (both Notes on callers). run_here: a claimed op, for up to
-  // kStartHereMicroseconds. run_on_caller: starts `running` (claimed: collective_active_ and
+  // kStartHereMicroseconds. run_on_caller: starts `running` (claimed: collectives_active_ and
   // starting_here_ set) and polls it for up to `budget`, then completes it there (end_on_caller)
   // or hands it over to this thread (hand_over). from_wait: the caller is in wait() -- the poll
   // loop yields now and then and ends when another op is queued, and other threads may hold the
@@ -175,7 +182,9 @@ class CommThread : public WorkRunner {
   inline bool take_ops(bool running, Pass& pass);  // under the lock; false: time to end the thread
   inline void count_busy_time(bool was_running, double& last_us);
   inline void start_taken(Pass& pass);
+  inline bool may_start_collective() const;  // under the lock
   inline void poll_running(Pass& pass);
+  void fail_behind(Pass& pass);   // the oldest running collective broke the group
   inline void end_p2p(int done);  // under the lock
   // Between passes that made no progress; `sleeps` and `idle_since` carry the back-off.
   void back_off(int& sleeps, Clock::time_point idle_since) const;
@@ -208,7 +217,7 @@ class CommThread : public WorkRunner {
   std::atomic<size_t> queued_{0};
   std::atomic<int> blocked_callers_{0};  // threads blocked in a Work's wait for an op of this thread
   // Under mutex_: what runs, and the counters other threads read.
-  bool collective_active_ = false;        // a collective (running here, or being started by a caller)
+  int collectives_active_ = 0;            // collectives running here, handed over, or being started by a caller
   int p2p_active_ = 0;                    // that many sends / receives
   bool starting_here_ = false;            // a caller is running a collective: start nothing meanwhile
   std::unique_ptr<Running> handed_over_;  // a caller-started collective for this thread to finish
@@ -220,8 +229,10 @@ class CommThread : public WorkRunner {
   // then runs nothing).
   std::string broken_;                                 // why the group is unusable; empty while healthy
   std::vector<std::unique_ptr<PendingOp>> abandoned_;  // See Note [After a timeout]
-  std::unique_ptr<Running> collective_;                // the running collective, if any
-  std::vector<std::unique_ptr<Running>> p2p_;          // running sends / receives
+  // The running collectives, oldest first: one, or several ordered on the device (Note
+  // [Collectives ordered on the device]).
+  std::deque<std::unique_ptr<Running>> collectives_;
+  std::vector<std::unique_ptr<Running>> p2p_;  // running sends / receives
 
   const SimulatedNetwork network_;
   const bool trace_;

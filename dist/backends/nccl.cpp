@@ -20,6 +20,10 @@
 // call. Work::wait() returns once that event has passed, so kernels the caller launches after
 // wait() run after the reduction; Work::wait_on_device() (DDP's end of backward) instead makes the
 // default stream wait for that event and returns at once (Note [Waiting on the device], dist/work.h).
+// Each op says it is ordered on the device (PendingOp::ordered_on_device), so the communication
+// thread enqueues the next one as soon as this one is launched, without waiting on the host for it
+// to finish (Note [Collectives ordered on the device], dist/comm_thread.cpp): DDP's buckets follow
+// each other on the stream back to back.
 // The op records the communication stream's use of its tensors with the caching allocator
 // (cuda::record_stream, Note [Streams and block reuse]), so their memory is not handed to anyone
 // else before that stream is done with it, even if the host frees them first.
@@ -157,6 +161,8 @@ class NcclOp final : public PendingOp {
   // After a timeout or an error: stop the NCCL kernel, which would otherwise wait for the missing
   // rank forever.
   void abandon() override { comm_->abort(); }
+  // One communication stream per group: this op finishes after every op the group launched before it.
+  bool ordered_on_device() const override { return true; }
 
  private:
   std::shared_ptr<Communicator> comm_;

@@ -39,6 +39,7 @@ struct GatherGeometry {
   int ndim = 0, dim = 0;
   int64_t index_shape[kMaxDims] = {};
   int64_t a_strides[kMaxDims] = {};
+  int64_t dim_size = 0;  // a's size along dim: the index values' bound
 };
 
 // A convolution, NCHW, square stride / padding: x (N, C, H, W), w (O, C, KH, KW), y (N, O, OH, OW).
@@ -106,12 +107,15 @@ struct AdamArgs {
   /* ---- rows.cpp / .cu: dense rows in the compute dtype ---- */                                                      \
   /* softmax (log: log_softmax) over the last dim of x, y: (rows, cols), shifted by the row maximum. */                \
   void softmax_rows(DType dtype, const void* x, void* y, int64_t rows, int64_t cols, bool log);                        \
-  /* cross-entropy: the sum over rows i of -logp[i, target[i]] (rows where target[i] == */                             \
-  /* ignore_index count 0), returned on the host; and the gradient p = (softmax - onehot(target)) */                   \
-  /* * scale in place, ignored rows zeroed. logp, p: (n, c); target: (n), checked by the front end. */                 \
-  double nll_sum(DType dtype, const void* logp, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index);    \
+  /* cross-entropy, without a host round trip: *count (one i64, on the device) = the rows with */                      \
+  /* target[i] != ignore_index, *loss (one f64) = their mean of -logp[i, target[i]], 0 when none; */                   \
+  /* and the gradient p = (softmax - onehot(target)) * (*grad / *count) in place, ignored rows */                      \
+  /* zeroed (grad: one element of dtype). logp, p: (n, c); target: (n), checked by the CPU front */                    \
+  /* end, by the CUDA kernels (Note [Device-side index checks], core/cuda/device_checks.h). */                         \
+  void nll_mean(DType dtype, const void* logp, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,      \
+                double* loss, int64_t* count);                                                                         \
   void softmax_minus_one_hot(DType dtype, void* p, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,  \
-                             double scale);                                                                            \
+                             const void* grad, const int64_t* count);                                                  \
   /* layer_norm: x, y, dx (rows, C); w, b, dw, db (C) or null; mean, rstd (rows); rstd = */                            \
   /* 1 / sqrt(var + eps) (biased variance). The backward skips null outputs. */                                        \
   void layer_norm_rows(DType dtype, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd,      \
@@ -136,7 +140,7 @@ struct AdamArgs {
   void attention_backward(DType dtype, const void* dy, const void* qkv, const void* att, void* dqkv, int64_t B,        \
                           int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop);                \
   /* ---- indexing.cpp / .cu: a dense tensor split around `dim` as (outer, mid, inner); index */                       \
-  /* values are checked by the front end ---- */                                                                       \
+  /* values are checked by the CPU front end, by the CUDA kernels (Note [Device-side index checks]) ---- */            \
   /* index_select: out (outer, count, inner) = src (outer, mid, inner) rows index[k]; any dtype. */                    \
   void index_select(size_t element_size, const void* src, const int64_t* index, void* out, int64_t outer, int64_t mid, \
                     int64_t count, int64_t inner);                                                                     \

@@ -35,10 +35,12 @@ Tensor log_softmax(const Tensor& a, int64_t dim) {
 
 // loss = mean_i -log softmax(logits_i)[target_i];  dlogits = (softmax - onehot(target)) g / count
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index) {
-  Tensor loss = native::cross_entropy(logits, target, ignore_index, nullptr);
+  Tensor count;
+  Tensor loss = native::cross_entropy(logits, target, ignore_index, &count);
   record("cross_entropy", {loss}, {logits},
-         [logits = logits.detach(), target = target.detach(), ignore_index](const TensorList& g, const NeedsGrad&) {
-           return TensorList{native::cross_entropy_backward(g[0], logits, target, ignore_index)};
+         [logits = logits.detach(), target = target.detach(), ignore_index, count](const TensorList& g,
+                                                                                   const NeedsGrad&) {
+           return TensorList{native::cross_entropy_backward(g[0], logits, target, ignore_index, count)};
          });
   return loss;
 }

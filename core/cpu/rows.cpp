@@ -162,23 +162,28 @@ void softmax_rows(DType dtype, const void* x, void* y, int64_t rows, int64_t col
 }
 
 // Serially, in double: the loss of one batch.
-double nll_sum(DType dtype, const void* logp, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index) {
+void nll_mean(DType dtype, const void* logp, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,
+              double* loss, int64_t* count) {
   double total = 0;
+  int64_t counted = 0;
   dispatch_compute("cross_entropy", dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* lp = static_cast<const T*>(logp);
     for (int64_t i = 0; i < n; ++i) {
       if (target[i] == ignore_index) continue;
       total -= static_cast<double>(lp[i * c + target[i]]);
+      ++counted;
     }
   });
-  return total;
+  *count = counted;
+  *loss = counted ? total / static_cast<double>(counted) : 0.0;
 }
 
 void softmax_minus_one_hot(DType dtype, void* p, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,
-                           double scale) {
+                           const void* grad, const int64_t* count) {
   dispatch_compute("cross_entropy_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
+    const double scale = *count ? static_cast<double>(*static_cast<const T*>(grad)) / static_cast<double>(*count) : 0.0;
     subtract_one_hot_and_scale(static_cast<T*>(p), target, n, c, ignore_index, scale);
   });
 }

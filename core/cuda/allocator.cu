@@ -66,11 +66,13 @@ class CachingCudaAllocator final : public CachingAllocator {
               "kept alive by mistake (memory_stats(Device::cuda()).peak_allocated).");
     }
     RG_CUDA_CHECK(err);
+    note_device_block(ptr, size, device_);  // Note [Finding a pointer's device]
     return ptr;
   }
 
   void system_free(void* ptr, size_t) override {
     DeviceGuard guard(device_);
+    forget_device_block(ptr);
     RG_CUDA_CHECK(cudaFree(ptr));
   }
 

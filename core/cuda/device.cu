@@ -3,9 +3,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
 
 #include "core/cuda/check.h"
+#include "core/cuda/device_checks.h"
 #include "core/kernels.h"
 
 namespace ringgrad {
@@ -51,6 +57,9 @@ DeviceGuard::DeviceGuard(int device) {
     // restore to home, not to 0.
     if (home >= 0) RG_CUDA_CHECK(cudaSetDevice(home));
   }
+  // One visible device: it is current already (the home device, or device 0 by default), so the
+  // guard costs no runtime call at all -- every kernel launch constructs one.
+  if (device_count() == 1) return;
   int current = 0;
   RG_CUDA_CHECK(cudaGetDevice(&current));
   if (current != device) {
@@ -64,7 +73,47 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) (void)cudaSetDevice(previous_);
 }
 
+// Note [Finding a pointer's device]: every CUDA entry point finds the device of its output pointer
+// (core/cuda/device.h). cudaPointerGetAttributes answers, but it is a driver call on every kernel
+// launch; the caching allocator already knows where each of its blocks lives, so it registers them
+// here (a handful of large blocks: the cache keeps them for the whole run) and the lookup is a
+// shared lock and a map search. A pointer outside every registered block falls back to the driver.
+namespace {
+struct DeviceBlock {
+  uintptr_t end;
+  int device;
+};
+struct BlockTable {
+  std::shared_mutex mutex;
+  std::map<uintptr_t, DeviceBlock> by_start;
+};
+BlockTable& block_table() {
+  static auto* table = new BlockTable();  // leaked: blocks are freed during static destruction
+  return *table;
+}
+}  // namespace
+
+void note_device_block(const void* ptr, size_t bytes, int device) {
+  BlockTable& table = block_table();
+  std::unique_lock lock(table.mutex);
+  const auto start = reinterpret_cast<uintptr_t>(ptr);
+  table.by_start[start] = DeviceBlock{start + bytes, device};
+}
+
+void forget_device_block(const void* ptr) {
+  BlockTable& table = block_table();
+  std::unique_lock lock(table.mutex);
+  table.by_start.erase(reinterpret_cast<uintptr_t>(ptr));
+}
+
 int device_of(const void* ptr) {
+  {
+    BlockTable& table = block_table();
+    std::shared_lock lock(table.mutex);
+    const auto address = reinterpret_cast<uintptr_t>(ptr);
+    auto it = table.by_start.upper_bound(address);  // the first block starting after ptr
+    if (it != table.by_start.begin() && address < std::prev(it)->second.end) return std::prev(it)->second.device;
+  }
   cudaPointerAttributes attributes{};
   RG_CUDA_CHECK(cudaPointerGetAttributes(&attributes, ptr));
   RG_CHECK(attributes.type == cudaMemoryTypeDevice, "cuda", "pointer ", ptr,
@@ -95,6 +144,9 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   } else if (dst_device.is_cpu()) {
     DeviceGuard guard(src_device.index);
     RG_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost));
+    // The kernels queued before the copy have finished: what they found is raised now (Note
+    // [Device-side index checks]).
+    raise_bad_index(src_device.index);
   } else if (dst_device.index == src_device.index) {
     DeviceGuard guard(dst_device.index);
     RG_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToDevice));

@@ -5,6 +5,8 @@
 // that owns its output pointer and makes it current for the call with a DeviceGuard.
 #pragma once
 
+#include <cstddef>
+
 namespace ringgrad::cuda {
 
 // Makes `device` current for the guard's scope and restores the previous device afterwards.
@@ -19,7 +21,13 @@ class DeviceGuard {
   int previous_ = -1;  // -1: nothing to restore
 };
 
-// The device that owns `ptr`, a pointer returned by cudaMalloc (or into such a block).
+// The device that owns `ptr`, a pointer returned by cudaMalloc (or into such a block). Blocks of
+// ringgrad's allocators are found in a table (note_device_block), without a driver call; other
+// device memory (from_blob over a foreign pointer) is asked of the driver.
 int device_of(const void* ptr);
+
+// The caching allocator tells device_of about each block it gets from and returns to the driver.
+void note_device_block(const void* ptr, size_t bytes, int device);
+void forget_device_block(const void* ptr);
 
 }  // namespace ringgrad::cuda

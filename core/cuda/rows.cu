@@ -1,5 +1,6 @@
 // Row kernels on CUDA: softmax / log_softmax, the causal softmax of attention (and its backward),
-// attention dropout, layer_norm (and its backward), and the two halves of cross-entropy. The CPU
+// attention dropout, layer_norm (and its backward), and the two halves of cross-entropy (whose
+// targets the kernels check, Note [Device-side index checks]). The CPU
 // versions are in core/cpu/rows.cpp; the op front ends (core/native/softmax.cpp,
 // core/native/transformer.cpp) check arguments and hand both the same dense rows in the same compute
 // dtype (f32, or f64 for f64 tensors), so each formula below is the CPU's, distributed over a warp
@@ -11,6 +12,7 @@
 #include <limits>
 
 #include "core/cuda/device.h"
+#include "core/cuda/device_checks.h"
 #include "core/cuda/launch.h"
 #include "core/kernels.h"
 #include "core/random.h"
@@ -170,21 +172,54 @@ __global__ void sum_chunks_kernel(const T* part, T* out, int64_t chunks, int64_t
 }
 
 // ---- cross-entropy: logp, p (n, c); target (n) -------------------------------------------------------
-// picked[i] = -logp[i, t[i]], 0 on ignored rows (the front end checked every target is in range).
+// A row counts when its target is not ignore_index and is a class index; one that is neither is
+// reported (Note [Device-side index checks]) and counts as ignored.
+__device__ __forceinline__ bool target_in_range(int64_t t, int64_t c) { return t >= 0 && t < c; }
+
+// picked[i] = -logp[i, t[i]], 0 on rows that do not count.
 template <class T>
 __global__ void nll_pick_kernel(const T* logp, const int64_t* target, T* picked, int64_t n, int64_t c,
-                                int64_t ignore_index) {
-  for (int64_t i = first_thread(); i < n; i += thread_stride())
-    picked[i] = target[i] == ignore_index ? T(0) : -logp[i * c + target[i]];
+                                int64_t ignore_index, BadIndexSink sink) {
+  for (int64_t i = first_thread(); i < n; i += thread_stride()) {
+    const int64_t t = target[i];
+    const bool counts = t != ignore_index && index_ok(sink, IndexCheck::cross_entropy, t, i, c);
+    picked[i] = counts ? -logp[i * c + t] : T(0);
+  }
 }
 
-// p = (p - onehot(t)) * scale, rows of ignored targets zeroed. One thread per element.
+// One block: *count = the rows that count, *loss = *total / *count (0 when none), in double as on
+// the CPU. total is null when n == 0.
 template <class T>
-__global__ void minus_one_hot_kernel(T* p, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index, T scale) {
+__global__ void nll_mean_kernel(const T* total, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,
+                                double* loss, int64_t* count) {
+  __shared__ long long per_warp[kWarpsPerBlock];
+  long long mine = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t t = target[i];
+    mine += t != ignore_index && target_in_range(t, c);
+  }
+  mine = warp_sum(mine);
+  if (threadIdx.x % kWarp == 0) per_warp[threadIdx.x / kWarp] = mine;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  long long counted = 0;
+  for (int w = 0; w < kWarpsPerBlock; ++w) counted += per_warp[w];
+  *count = counted;
+  *loss = counted ? static_cast<double>(*total) / static_cast<double>(counted) : 0.0;
+}
+
+// p = (p - onehot(t)) * (grad / count), rows that do not count zeroed. One thread per element; each
+// computes the scale from the two device scalars (cached loads) as the CPU does, in double.
+template <class T>
+__global__ void minus_one_hot_kernel(T* p, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,
+                                     const T* grad, const int64_t* count) {
+  const int64_t counted = *count;
+  const T scale = counted ? static_cast<T>(static_cast<double>(*grad) / static_cast<double>(counted)) : T(0);
   for (int64_t e = first_thread(); e < n * c; e += thread_stride()) {
     const int64_t i = e / c, j = e % c;
     const int64_t t = target[i];
-    p[e] = t == ignore_index ? T(0) : (p[e] - (j == t ? T(1) : T(0))) * scale;
+    const bool counts = t != ignore_index && target_in_range(t, c);
+    p[e] = counts ? (p[e] - (j == t ? T(1) : T(0))) * scale : T(0);
   }
 }
 
@@ -284,36 +319,39 @@ void layer_norm_backward_rows(DType dtype, const void* g, const void* x, const v
 }
 
 // -logp[i, t[i]] per row on the device, summed there (reduce_rows, as the front end's sum of a tensor
-// would); one scalar comes back.
-double nll_sum(DType dtype, const void* logp, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index) {
-  if (n == 0) return 0.0;
-  const int device = device_of(logp);
+// would), then divided by the count there: nothing comes back to the host.
+void nll_mean(DType dtype, const void* logp, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,
+              double* loss, int64_t* count) {
+  const int device = device_of(loss);
   DeviceGuard guard(device);
   const size_t esize = dtype_size(dtype);
-  Scratch picked(allocator(device), esize * static_cast<size_t>(n));
   dispatch_compute("cross_entropy", dtype, [&](auto tag) {
     using T = decltype(tag);
-    nll_pick_kernel<T>
-        <<<blocks_for(n), kThreads>>>(static_cast<const T*>(logp), target, picked.as<T>(), n, c, ignore_index);
+    if (n == 0) {
+      nll_mean_kernel<T><<<1, kThreads>>>(nullptr, target, 0, c, ignore_index, loss, count);
+      RG_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    Scratch picked(allocator(device), esize * static_cast<size_t>(n));
+    nll_pick_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(logp), target, picked.as<T>(), n, c,
+                                                    ignore_index, bad_index_sink(device));
+    RG_CUDA_CHECK_LAUNCH();
+    Scratch total(allocator(device), esize);
+    reduce_rows(RowReduction::sum, dtype, picked.as<void>(), total.as<void>(), 1, n);
+    nll_mean_kernel<T><<<1, kThreads>>>(total.as<T>(), target, n, c, ignore_index, loss, count);
+    RG_CUDA_CHECK_LAUNCH();
   });
-  RG_CUDA_CHECK_LAUNCH();
-  Scratch total(allocator(device), esize);
-  reduce_rows(RowReduction::sum, dtype, picked.as<void>(), total.as<void>(), 1, n);
-  double host = 0;
-  float host_f32 = 0;
-  void* to = dtype == DType::f64 ? static_cast<void*>(&host) : static_cast<void*>(&host_f32);
-  copy_bytes(to, Device::cpu(), total.as<void>(), Device::cuda(device), esize);
-  return dtype == DType::f64 ? host : static_cast<double>(host_f32);
+  sync_check_if_asked(device);
 }
 
 void softmax_minus_one_hot(DType dtype, void* p, const int64_t* target, int64_t n, int64_t c, int64_t ignore_index,
-                           double scale) {
+                           const void* grad, const int64_t* count) {
   if (n == 0 || c == 0) return;
   DeviceGuard guard(device_of(p));
   dispatch_compute("cross_entropy_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
-    minus_one_hot_kernel<T>
-        <<<blocks_for(n * c), kThreads>>>(static_cast<T*>(p), target, n, c, ignore_index, static_cast<T>(scale));
+    minus_one_hot_kernel<T><<<blocks_for(n * c), kThreads>>>(static_cast<T*>(p), target, n, c, ignore_index,
+                                                             static_cast<const T*>(grad), count);
   });
   RG_CUDA_CHECK_LAUNCH();
 }

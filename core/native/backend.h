@@ -130,14 +130,14 @@ inline void backend_softmax_rows(Device d, DType t, const void* x, void* y, int6
   RG_ON_BACKEND(d, log ? "log_softmax" : "softmax", softmax_rows(t, x, y, rows, cols, log));
 }
 
-inline double backend_nll_sum(Device d, DType t, const void* logp, const int64_t* target, int64_t n, int64_t c,
-                              int64_t ignore_index) {
-  RG_ON_BACKEND(d, "cross_entropy", nll_sum(t, logp, target, n, c, ignore_index));
+inline void backend_nll_mean(Device d, DType t, const void* logp, const int64_t* target, int64_t n, int64_t c,
+                             int64_t ignore_index, double* loss, int64_t* count) {
+  RG_ON_BACKEND(d, "cross_entropy", nll_mean(t, logp, target, n, c, ignore_index, loss, count));
 }
 
 inline void backend_softmax_minus_one_hot(Device d, DType t, void* p, const int64_t* target, int64_t n, int64_t c,
-                                          int64_t ignore_index, double scale) {
-  RG_ON_BACKEND(d, "cross_entropy_backward", softmax_minus_one_hot(t, p, target, n, c, ignore_index, scale));
+                                          int64_t ignore_index, const void* grad, const int64_t* count) {
+  RG_ON_BACKEND(d, "cross_entropy_backward", softmax_minus_one_hot(t, p, target, n, c, ignore_index, grad, count));
 }
 
 inline void backend_layer_norm_rows(Device d, DType t, const void* x, const void* w, const void* b, void* y, void* mean,
@@ -186,6 +186,11 @@ inline DType backend_accumulate_dtype(Device d, DType t) {
   if (d.is_cpu()) return t;
   return t == DType::f64 ? DType::f64 : DType::f32;
 }
+
+// Whether the host reads a tensor's indices and checks them before launching: on the CPU it does;
+// a GPU's kernels check their own, since a host read would wait for the kernels before it
+// (Note [Device-side index checks], core/cuda/device_checks.h).
+inline bool backend_checks_indices_on_host(Device d) { return d.is_cpu(); }
 
 inline void backend_index_select(Device d, size_t element_size, const void* src, const int64_t* index, void* out,
                                  int64_t outer, int64_t mid, int64_t count, int64_t inner) {

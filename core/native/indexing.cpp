@@ -66,17 +66,19 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   shape[dim] = idx.numel();
   Tensor out = empty(shape, a.dtype(), a.device());
   const Split3 s = split3(a.shape(), dim);
-  const Tensor host_idx = idx.to(Device::cpu());
-  const int64_t* ip = host_idx.data<int64_t>();
-  for (int64_t k = 0; k < idx.numel(); ++k)
-    RG_CHECK(ip[k] >= 0 && ip[k] < s.mid, "index_select", "index[", k, "] = ", ip[k], " out of range for dimension ",
-             dim, " of ", a.desc());
+  if (backend_checks_indices_on_host(idx.device())) {
+    const int64_t* ip = idx.data<int64_t>();
+    for (int64_t k = 0; k < idx.numel(); ++k)
+      RG_CHECK(ip[k] >= 0 && ip[k] < s.mid, "index_select", "index[", k, "] = ", ip[k], " out of range for dimension ",
+               dim, " of ", a.desc());
+  }
   backend_index_select(a.device(), a.element_size(), src.raw_data(), idx.data<int64_t>(), out.raw_data(), s.outer,
                        s.mid, idx.numel(), s.inner);
   return out;
 }
 
-// The indices come from a forward index_select, already checked.
+// The indices come from a forward index_select, already checked (on a GPU, the kernel skips any
+// that the forward reported).
 Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
   const Split3 d = split3(shape, dim);
   const DType ct = backend_accumulate_dtype(src.device(), src.dtype());
@@ -90,8 +92,10 @@ Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Ten
 
 namespace {
 
-// Checks every value of a dense index tensor (on the host) against the size of `a` along `dim`.
+// Checks every value of a dense index tensor against the size of `a` along `dim`; on the CPU only,
+// a GPU's kernel checks its own (Note [Device-side index checks]).
 void check_gather_index(const char* op, const Tensor& index, const Shape& a_shape, int64_t dim) {
+  if (!backend_checks_indices_on_host(index.device())) return;
   const int64_t* ip = index.data<int64_t>();
   for (int64_t p = 0; p < index.numel(); ++p)
     RG_CHECK(ip[p] >= 0 && ip[p] < a_shape[dim], op, "index value ", ip[p], " out of range for dimension ", dim,
@@ -106,12 +110,14 @@ void check_gather_shapes(const char* op, const Tensor& a, int64_t dim, const Ten
 }
 
 // The geometry the gather / scatter kernels walk (See GatherGeometry in core/kernels.h).
-GatherGeometry gather_geometry(const char* op, const Tensor& index, const Shape& a_strides, int64_t dim) {
+GatherGeometry gather_geometry(const char* op, const Tensor& index, const Shape& a_shape, const Shape& a_strides,
+                               int64_t dim) {
   RG_CHECK(index.dim() <= GatherGeometry::kMaxDims, op, "the kernel takes at most ", GatherGeometry::kMaxDims,
            " dims, got index ", index.desc());
   GatherGeometry g;
   g.ndim = static_cast<int>(index.dim());
   g.dim = static_cast<int>(dim);
+  g.dim_size = a_shape[dim];
   for (int64_t d = 0; d < index.dim(); ++d) {
     g.index_shape[d] = index.size(d);
     g.a_strides[d] = a_strides[d];
@@ -127,9 +133,9 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   check_gather_shapes("gather", a, dim, index);
   Tensor idx = contiguous(index);
   Tensor out = empty(index.shape(), a.dtype(), a.device());
-  check_gather_index("gather", idx.to(Device::cpu()), a.shape(), dim);
+  check_gather_index("gather", idx, a.shape(), dim);
   backend_gather(a.device(), a.element_size(), a.raw_data(), idx.data<int64_t>(), out.raw_data(), idx.numel(),
-                 gather_geometry("gather", idx, a.strides(), dim));
+                 gather_geometry("gather", idx, a.shape(), a.strides(), dim));
   return out;
 }
 
@@ -141,7 +147,7 @@ Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const T
   out.zero_();
   Tensor s = dense(src, ct);
   backend_scatter_add(src.device(), ct, out.raw_data(), idx.data<int64_t>(), s.raw_data(), idx.numel(),
-                      gather_geometry("scatter_add", idx, out.strides(), dim));
+                      gather_geometry("scatter_add", idx, out.shape(), out.strides(), dim));
   return out.dtype() == src.dtype() ? out : cast(out, src.dtype());
 }
 
@@ -153,11 +159,12 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype) {
   Tensor out = empty(shape, DType::f64, indices.device());
   out.zero_();
   Tensor idx = contiguous(indices);
-  const Tensor host_idx = idx.to(Device::cpu());
-  const int64_t* ip = host_idx.data<int64_t>();
-  for (int64_t i = 0; i < idx.numel(); ++i)
-    RG_CHECK(ip[i] >= 0 && ip[i] < num_classes, "one_hot", "index ", ip[i], " at position ", i, " is not in [0, ",
-             num_classes, ")");
+  if (backend_checks_indices_on_host(idx.device())) {
+    const int64_t* ip = idx.data<int64_t>();
+    for (int64_t i = 0; i < idx.numel(); ++i)
+      RG_CHECK(ip[i] >= 0 && ip[i] < num_classes, "one_hot", "index ", ip[i], " at position ", i, " is not in [0, ",
+               num_classes, ")");
+  }
   backend_one_hot(indices.device(), idx.data<int64_t>(), out.data<double>(), idx.numel(), num_classes);
   return dtype == DType::f64 ? out : cast(out, dtype);
 }

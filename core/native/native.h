@@ -102,10 +102,11 @@ Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const
 // ---- softmax family -------------------------------------------------------------------------------
 Tensor softmax(const Tensor& a, int64_t dim, bool log);
 // logits: (N, C) floating; target: (N) i64. Returns the mean loss (0-dim, logits' dtype) and, when
-// wanted, the number of counted targets.
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, int64_t* counted);
-// d loss / d logits for an upstream scalar gradient `grad`.
-Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, int64_t ignore_index);
+// wanted, the number of counted targets (0-dim i64 on the logits' device: nothing is read back).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, Tensor* count);
+// d loss / d logits for an upstream scalar gradient `grad`; count: the forward's.
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                              const Tensor& count);
 
 // ---- indexing -------------------------------------------------------------------------------------
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);

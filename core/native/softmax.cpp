@@ -34,7 +34,7 @@ Tensor softmax(const Tensor& a, int64_t dim, bool log) {
   return contiguous(cast(transpose(y, dim, -1), a.dtype()));
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, int64_t* counted) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, Tensor* count) {
   check_floating("cross_entropy", logits);
   RG_CHECK(logits.dim() == 2, "cross_entropy", "logits must be (N, C), got ", logits.desc());
   RG_CHECK(target.defined() && target.dtype() == DType::i64 && target.dim() == 1 && target.size(0) == logits.size(0),
@@ -43,39 +43,36 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   RG_CHECK(target.device() == logits.device(), "cross_entropy", "logits ", logits.desc(), " and target ", target.desc(),
            " are on different devices");
   const int64_t n = logits.size(0), c = logits.size(1);
-  Tensor logp = softmax(cast(logits, compute_dtype(logits.dtype())), 1, /*log=*/true);
-  // The targets are read on the host (copied from a GPU: N integers) to check them and count them.
-  Tensor t = contiguous(target.to(Device::cpu()));
-  const int64_t* tp = t.data<int64_t>();
-  int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (tp[i] == ignore_index) continue;
-    RG_CHECK(tp[i] >= 0 && tp[i] < c, "cross_entropy", "target[", i, "] = ", tp[i], " is not a class index in [0, ", c,
-             ") (nor ignore_index ", ignore_index, ")");
-    ++count;
+  const Tensor t = contiguous(target);
+  // On the CPU the targets are checked here; a GPU's kernel checks its own (Note [Device-side index
+  // checks]): copying them to the host would wait for the forward's kernels, every step.
+  if (backend_checks_indices_on_host(t.device())) {
+    const int64_t* tp = t.data<int64_t>();
+    for (int64_t i = 0; i < n; ++i)
+      RG_CHECK(tp[i] == ignore_index || (tp[i] >= 0 && tp[i] < c), "cross_entropy", "target[", i, "] = ", tp[i],
+               " is not a class index in [0, ", c, ") (nor ignore_index ", ignore_index, ")");
   }
-  if (counted) *counted = count;
-  // The targets where logp is (t itself on the CPU); the sum of -logp[i, t[i]] comes back as one scalar.
-  const Tensor on_device = contiguous(target);
-  const double total =
-      backend_nll_sum(logits.device(), logp.dtype(), logp.raw_data(), on_device.data<int64_t>(), n, c, ignore_index);
-  Tensor out = empty({}, logits.dtype(), logits.device());
-  out.fill_(count ? total / static_cast<double>(count) : 0.0);
-  return out;
+  Tensor logp = softmax(cast(logits, compute_dtype(logits.dtype())), 1, /*log=*/true);
+  // The mean and the count of counted rows stay on the device: no value comes back to the host.
+  Tensor loss = empty({}, DType::f64, logits.device());
+  Tensor counted = empty({}, DType::i64, logits.device());
+  backend_nll_mean(logits.device(), logp.dtype(), logp.raw_data(), t.data<int64_t>(), n, c, ignore_index,
+                   loss.data<double>(), counted.data<int64_t>());
+  if (count) *count = counted;
+  return cast(loss, logits.dtype());
 }
 
 // d/dlogits of mean_i(-log softmax(x_i)[t_i]) = (softmax(x_i) - onehot(t_i)) / count, 0 on ignored rows.
-Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, int64_t ignore_index) {
+// grad and count stay on the device (the kernel divides).
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                              const Tensor& count) {
   const int64_t n = logits.size(0), c = logits.size(1);
   const DType ct = compute_dtype(logits.dtype());
   Tensor p = softmax(cast(logits, ct), 1, /*log=*/false);  // dense (N, C)
-  Tensor t = contiguous(target.to(Device::cpu()));
-  const int64_t* tp = t.data<int64_t>();
-  int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i) count += tp[i] != ignore_index;
-  const double scale = count ? grad.item() / static_cast<double>(count) : 0.0;
-  const Tensor on_device = contiguous(target);
-  backend_softmax_minus_one_hot(p.device(), ct, p.raw_data(), on_device.data<int64_t>(), n, c, ignore_index, scale);
+  const Tensor g = contiguous(cast(grad, ct));             // f16 / bf16 / f32 values are exact in f32
+  const Tensor t = contiguous(target);
+  backend_softmax_minus_one_hot(p.device(), ct, p.raw_data(), t.data<int64_t>(), n, c, ignore_index, g.raw_data(),
+                                count.data<int64_t>());
   return cast(p, logits.dtype());
 }
 

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       manual_seed(1);
       auto model = mnist::make_model(model_name);
       model->to(bench::precision_dtype(flags));  // bf16: the optimizer keeps f32 master weights
-      auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(flags.backend));
+      auto group = dist::new_group(flags.backend);
       // One process trains the plain model, as the PyTorch peer does: DDP in a world of one would
       // only add bucket bookkeeping. From 2 ranks on, DDP.
       std::unique_ptr<dist::DistributedDataParallel> ddp;

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
       optim::ParamGroup decay{{}, 3e-4, 0.1}, no_decay{{}, 3e-4, 0.0};
       for (const auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
       optim::AdamW opt({decay, no_decay}, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
-      auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(flags.backend));
+      auto group = dist::new_group(flags.backend);
       // One process trains the plain model, as the PyTorch peer does; from 2 ranks on, DDP.
       std::unique_ptr<dist::DistributedDataParallel> ddp;
       dist::DDPOptions ddp_options;

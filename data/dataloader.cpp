@@ -4,9 +4,11 @@
 
 namespace ringgrad::data {
 
-DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DistributedSampler& sampler, DataLoaderOptions options)
-    : dataset_(std::move(dataset)), sampler_(sampler), options_(options) {
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, std::shared_ptr<DistributedSampler> sampler,
+                       DataLoaderOptions options)
+    : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {
   RG_CHECK(dataset_ != nullptr, "DataLoader", "dataset is null");
+  RG_CHECK(sampler_ != nullptr, "DataLoader", "sampler is null");
   RG_CHECK(options.batch_size > 0 && options.prefetch >= 0, "DataLoader",
            "batch_size must be > 0 and prefetch >= 0, "
            "got ",
@@ -16,7 +18,7 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DistributedSampler& sam
 DataLoader::~DataLoader() { stop_worker(); }
 
 int64_t DataLoader::num_batches() const {
-  const int64_t n = sampler_.num_samples();
+  const int64_t n = sampler_->num_samples();
   return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
@@ -46,7 +48,7 @@ void DataLoader::stop_worker() {
 
 DataLoader::Iterator DataLoader::begin() {
   stop_worker();
-  indices_ = sampler_.begin_epoch();
+  indices_ = sampler_->begin_epoch();
   batches_ = num_batches();
   next_to_make_ = next_to_take_ = 0;
   error_ = nullptr;

@@ -2,14 +2,15 @@
 // tensors by a background thread that stays up to `prefetch` batches ahead (a bounded queue), so the
 // next batch is ready when the training step asks for it. Batch order is deterministic.
 //
-//   data::DistributedSampler sampler(dataset->size(), {.seed = 1});
+//   auto sampler = std::make_shared<data::DistributedSampler>(dataset->size(), data::SamplerOptions{.seed = 1});
 //   data::DataLoader loader(dataset, sampler, {.batch_size = 128});
 //   for (int epoch = 0; epoch < epochs; ++epoch) {
-//     sampler.set_epoch(epoch);
+//     sampler->set_epoch(epoch);
 //     for (const data::Example& batch : loader) { ... }
 //   }
 //
-// The sampler is held by reference: it must outlive the loader. One iteration at a time.
+// The loader shares ownership of its dataset and sampler, as PyTorch's DataLoader keeps both alive:
+// the caller keeps a handle to the sampler to call set_epoch. One iteration at a time.
 // Seam for CUDA: batches will be collated into pinned host memory and copied asynchronously.
 #pragma once
 
@@ -36,12 +37,14 @@ struct DataLoaderOptions {
 
 class DataLoader {
  public:
-  DataLoader(std::shared_ptr<Dataset> dataset, DistributedSampler& sampler, DataLoaderOptions options = {});
+  DataLoader(std::shared_ptr<Dataset> dataset, std::shared_ptr<DistributedSampler> sampler,
+             DataLoaderOptions options = {});
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
   int64_t num_batches() const;  // per epoch, for this rank
+  DistributedSampler& sampler() const { return *sampler_; }
 
   class Iterator {
    public:
@@ -65,7 +68,7 @@ class DataLoader {
   void stop_worker();
 
   std::shared_ptr<Dataset> dataset_;
-  DistributedSampler& sampler_;
+  std::shared_ptr<DistributedSampler> sampler_;
   DataLoaderOptions options_;
   std::vector<int64_t> indices_;  // this epoch's
   int64_t batches_ = 0, next_to_make_ = 0, next_to_take_ = 0;

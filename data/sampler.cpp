@@ -55,7 +55,7 @@ std::vector<int64_t> DistributedSampler::begin_epoch() {
     std::fprintf(stderr,
                  "ringgrad: warning: DistributedSampler (rank %lld of %lld): a new pass over the data began at epoch "
                  "%lld, like the previous one -- set_epoch() was not called, so this epoch repeats the previous "
-                 "epoch's order. Call sampler.set_epoch(epoch) before each epoch.\n",
+                 "epoch's order. Call set_epoch(epoch) on the sampler before each epoch.\n",
                  static_cast<long long>(rank_), static_cast<long long>(num_replicas_), static_cast<long long>(epoch_));
   }
   last_begun_epoch_ = epoch_;

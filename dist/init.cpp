@@ -4,6 +4,7 @@
 
 #include "core/device.h"
 #include "dist/mpi_check.h"
+#include "dist/process_group.h"
 
 namespace ringgrad::dist {
 
@@ -81,6 +82,17 @@ const World& world() {
 
 void finalize() {
   if (!g_initialized) return;
+  // A live group's communication thread may still call MPI; MPI_Finalize under it aborts inside
+  // the MPI library ("MPI_Comm_free() ... after MPI_FINALIZE") with no word of which group.
+  const std::vector<std::string> live = live_groups();
+  if (!live.empty()) {
+    std::string names;
+    for (const std::string& n : live) names += (names.empty() ? "" : ", ") + n;
+    RG_FAIL("dist.finalize", "rank ", g_world.rank, "/", g_world.size, ": ", live.size(),
+            " process group(s) still alive: ", names,
+            ". Destroy every group first (reset its shared_ptr, and let the DDP wrappers and anything "
+            "else holding it go out of scope): their communication threads use MPI");
+  }
   g_initialized = false;
   set_rank_label("");
   RG_MPI_CHECK(MPI_Finalize());

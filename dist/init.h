@@ -38,7 +38,8 @@ World init(int* argc = nullptr, char*** argv = nullptr);
 // The World filled by init. Throws when init has not run.
 const World& world();
 
-// Calls MPI_Finalize. Destroy every process group first (their threads use MPI).
+// Calls MPI_Finalize. Destroy every process group first (their threads use MPI): finalize with a
+// group still alive throws ringgrad::Error naming the live groups, and leaves MPI initialised.
 void finalize();
 
 bool is_initialized();  // between init and finalize

@@ -1,6 +1,8 @@
 #include "dist/process_group.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "core/env.h"
@@ -20,6 +22,34 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+namespace {
+
+struct LiveGroup {
+  const ProcessGroup* group;
+  std::string backend;  // filled in by new_group once the group is built
+};
+std::mutex g_live_mutex;
+std::vector<LiveGroup> g_live;  // in creation order
+
+}  // namespace
+
+ProcessGroup::ProcessGroup() {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  g_live.push_back({this, ""});
+}
+
+ProcessGroup::~ProcessGroup() {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  g_live.erase(std::find_if(g_live.begin(), g_live.end(), [this](const LiveGroup& l) { return l.group == this; }));
+}
+
+std::vector<std::string> live_groups() {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  std::vector<std::string> names;
+  for (const LiveGroup& l : g_live) names.push_back(l.backend.empty() ? "(made by a backend or a test)" : l.backend);
+  return names;
+}
+
 Tensor ProcessGroup::new_reduction_buffer(int64_t numel, DType dtype, Device device) {
   return zeros({numel}, {.dtype = dtype, .device = device});
 }
@@ -28,8 +58,10 @@ double default_collective_timeout() {
   return env::number_above("RINGGRAD_COLLECTIVE_TIMEOUT", "dist", 0.0).value_or(300.0);
 }
 
+namespace {
+
 // The one place a backend is chosen.
-std::unique_ptr<ProcessGroup> new_group(const std::string& backend, const GroupOptions& options) {
+std::unique_ptr<ProcessGroup> make_group(const std::string& backend, const GroupOptions& options) {
   RG_CHECK(is_initialized(), "dist.new_group", "call dist::init(&argc, &argv) first");
   if (backend == "mpi") return detail::new_mpi_group(options);
   if (backend == "ring") return detail::new_ring_group(options);
@@ -46,6 +78,16 @@ std::unique_ptr<ProcessGroup> new_group(const std::string& backend, const GroupO
   }
   RG_FAIL("dist.new_group", "unknown backend '", backend, "' (rank ", world().rank, "/", world().size,
           "); available: mpi, ring, tree, auto, hierarchical, nccl (CUDA builds)");
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> new_group(const std::string& backend, const GroupOptions& options) {
+  std::shared_ptr<ProcessGroup> group = make_group(backend, options);
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  for (LiveGroup& l : g_live)
+    if (l.group == group.get()) l.backend = "'" + backend + "'";
+  return group;
 }
 
 }  // namespace ringgrad::dist

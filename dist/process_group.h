@@ -6,7 +6,7 @@
 // GPU tensors through host memory (Note [CUDA tensors through host staging]), and `nccl` moves GPU
 // memory itself and stages CPU tensors through its GPU.
 //
-//   auto pg = dist::new_group("auto");                 // or "mpi", "ring", "tree", "hierarchical"
+//   auto pg = dist::new_group("auto");                 // a shared_ptr, as DDP takes it; or "mpi", "ring", "tree", "hierarchical"
 //   auto work = pg->allreduce(grad, dist::ReduceOp::avg);
 //   ... compute ...
 //   work->wait();                                      // grad now holds the mean over ranks
@@ -105,7 +105,12 @@ struct GroupStats {
 
 class ProcessGroup {
  public:
-  virtual ~ProcessGroup() = default;
+  // Every group registers itself while it lives, so that finalize() can refuse to end MPI under a
+  // group whose communication thread still uses it (live_groups below).
+  ProcessGroup();
+  virtual ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -161,7 +166,11 @@ class ProcessGroup {
 //   "hierarchical" reduce within each node, ring among node leaders, broadcast within each node
 //                  (dist/algorithms/hierarchical.cpp)
 // Collective: every rank must call it, in the same order as other group creations.
-std::unique_ptr<ProcessGroup> new_group(const std::string& backend, const GroupOptions& options = {});
+std::shared_ptr<ProcessGroup> new_group(const std::string& backend, const GroupOptions& options = {});
+
+// The groups alive in this process, in creation order: "'ring'" for one new_group("ring") made, a
+// description for the groups backends build inside theirs ("auto" holds a ring and a tree).
+std::vector<std::string> live_groups();
 
 // RINGGRAD_COLLECTIVE_TIMEOUT as seconds, or 300 when unset. Throws on a malformed value.
 double default_collective_timeout();

@@ -8,6 +8,7 @@
 #include "autograd/engine.h"
 #include "autograd/node.h"
 #include "core/native/native.h"
+#include "nn/dtype_hold.h"
 
 namespace ringgrad::nn {
 
@@ -103,6 +104,15 @@ void Module::to(Device device) {
 
 void Module::to(DType dtype) {
   RG_CHECK(is_floating(dtype), "Module::to", "parameters must stay floating-point, got ", dtype_name(dtype));
+  // Note [Parameters an optimizer holds]: refuse before converting anything.
+  for (const auto& [name, t] : named_parameters()) {
+    if (t.dtype() == dtype) continue;
+    const std::string holder = dtype_holder(t);
+    RG_CHECK(holder.empty(), "Module::to", "parameter '", name, "' of ", type_name_, " (", t.desc(), ") is held by ",
+             holder, ", whose state was sized for ", dtype_name(t.dtype()), "; converting it to ", dtype_name(dtype),
+             " would leave that state wrong in silence (an f16 / bf16 parameter needs an f32 master copy). "
+             "Convert the model first, then build the optimizer");
+  }
   for (const auto& [name, t] : named_parameters()) assign_in_place(t, native::cast(t, dtype));
   for (const auto& [name, t] : named_buffers())
     if (is_floating(t.dtype())) assign_in_place(t, native::cast(t, dtype));
@@ -118,42 +128,52 @@ StateDict Module::state_dict() const {
   return out;
 }
 
-void Module::load_state_dict(const StateDict& state, bool strict) {
+std::string LoadResult::describe() const {
+  auto line = [](const char* what, const std::vector<std::string>& keys) {
+    if (keys.empty()) return std::string();
+    std::string s = std::string("\n  ") + what + ": ";
+    for (size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : "") + keys[i];
+    return s;
+  };
+  return line("missing keys", missing) + line("unexpected keys", unexpected) + line("shape mismatches", mismatched);
+}
+
+LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
   const StateDict mine = state_dict();
-  std::vector<std::string> missing, unexpected, mismatched;
+  LoadResult result;
   std::set<std::string> given;
   for (const auto& [name, t] : state) given.insert(name);
   for (const auto& [name, t] : mine) {
-    if (!given.count(name)) missing.push_back(name);
+    if (!given.count(name)) result.missing.push_back(name);
   }
   std::set<std::string> known;
   for (const auto& [name, t] : mine) known.insert(name);
   for (const auto& [name, t] : state) {
     if (!known.count(name)) {
-      unexpected.push_back(name);
+      result.unexpected.push_back(name);
       continue;
     }
     auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& p) { return p.first == name; });
     if (it->second.shape() != t.shape())
-      mismatched.push_back(name + ": checkpoint " + shape_str(t.shape()) + " vs model " +
-                           shape_str(it->second.shape()));
+      result.mismatched.push_back(name + ": checkpoint " + shape_str(t.shape()) + " vs model " +
+                                  shape_str(it->second.shape()));
   }
-  auto join = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-    return s;
-  };
-  const bool bad = !mismatched.empty() || (strict && (!missing.empty() || !unexpected.empty()));
-  RG_CHECK(!bad, "load_state_dict", "state does not match ", type_name_, ":",
-           missing.empty() ? "" : "\n  missing keys: " + join(missing),
-           unexpected.empty() ? "" : "\n  unexpected keys: " + join(unexpected),
-           mismatched.empty() ? "" : "\n  shape mismatches: " + join(mismatched),
-           strict ? "\n  (pass strict = false to load a subset)" : "");
+  const bool keys_differ = !result.missing.empty() || !result.unexpected.empty();
+  // strict = false skips keys, never shapes: the hint is only given where it would help.
+  RG_CHECK(result.mismatched.empty() && !(strict && keys_differ), "load_state_dict", "state does not match ",
+           type_name_, ":", result.describe(),
+           result.mismatched.empty() ? "\n  (pass strict = false to load the keys that match and skip the others)"
+                                     : "\n  (strict = false skips missing and unexpected keys, not shape mismatches)");
+  const bool matched_none = result.unexpected.size() == state.size();
+  RG_CHECK(!(matched_none && !state.empty() && !mine.empty()), "load_state_dict", "no key of the state (", state.size(),
+           " keys, e.g. '", state.front().first, "') is a key of ", type_name_, " (", mine.size(), " keys, e.g. '",
+           mine.front().first, "'): nothing would be loaded; a prefix to remove or add?");
   NoGradGuard no_grad;
   for (const auto& [name, t] : state) {
     auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& p) { return p.first == name; });
     if (it != mine.end()) native::copy_(it->second, t);
   }
+  return result;
 }
 
 std::string Module::summary() const {

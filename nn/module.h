@@ -10,8 +10,9 @@
 //   optim::SGD opt(model->parameters(), {.lr = 0.05});
 //
 // Parameters are Tensor handles. Module::to(device / dtype) converts them in place (the handles keep
-// pointing at the converted tensors), so an optimizer built before or after the conversion sees the
-// same parameters. Convert before building the optimizer, though: optimizer state is not converted.
+// pointing at the converted tensors). Convert before building the optimizer: its state is sized for
+// the dtypes it saw, so to(dtype) on a parameter an optimizer holds is an error naming the parameter
+// (Note [Parameters an optimizer holds], nn/dtype_hold.h).
 #pragma once
 
 #include <memory>
@@ -66,9 +67,12 @@ class Module : public std::enable_shared_from_this<Module> {
   // ---- state ------------------------------------------------------------------------------------
   // Parameters first, then buffers, in registration order, with dotted names.
   StateDict state_dict() const;
-  // Copies values into this module's tensors. strict: missing and unexpected keys are errors; a
-  // shape mismatch is always an error. Nothing is modified unless every check passes.
-  void load_state_dict(const StateDict& state, bool strict = true);
+  // Copies values into this module's tensors and says which keys did not match.
+  // strict: missing and unexpected keys are errors; with strict = false they are skipped and
+  // reported. Always errors: a shape mismatch (a value cannot be loaded into another shape) and,
+  // when both sides have keys, a state none of whose keys this module has (loading nothing is
+  // never what was meant). Nothing is modified unless every check passes.
+  LoadResult load_state_dict(const StateDict& state, bool strict = true);
 
   // A printed table: parameter names, shapes, dtypes, and the total count.
   std::string summary() const;

@@ -36,7 +36,7 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : Adam(one_group(std::move(params), options.lr, options.weight_decay), from_w(options), true) {}
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Adam(std::move(groups), from_w(options), true) {}
 
-void Adam::step() {
+void Adam::update() {
   FusedUpdates updates;
   for_each_param_with_grad([&](const ParamGroup& group, const Tensor& p, const Tensor& grad, size_t i) {
     State& s = state_[i];

@@ -30,7 +30,6 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
-  void step() override;
   std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
   size_t state_bytes() const override;
   nn::StateDict state_dict() const override;
@@ -38,6 +37,7 @@ class Adam : public Optimizer {
 
  protected:
   Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled);
+  void update() override;
 
  private:
   struct State {

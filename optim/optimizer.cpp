@@ -1,13 +1,28 @@
 #include "optim/optimizer.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "autograd/engine.h"
 #include "core/native/native.h"
 
 namespace ringgrad::optim {
 
-Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+namespace {
+
+std::mutex g_checks_mutex;
+std::vector<const StepCheck*> g_checks;  // in registration order
+
+std::vector<Tensor> all_params(const std::vector<ParamGroup>& groups) {
+  std::vector<Tensor> out;
+  for (const auto& g : groups) out.insert(out.end(), g.params.begin(), g.params.end());
+  return out;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups)
+    : groups_(std::move(groups)), dtype_hold_(all_params(groups_), [this] { return "optimizer " + name(); }) {
   RG_CHECK(!groups_.empty(), "optimizer", "needs at least one parameter group");
   for (const auto& g : groups_) {
     RG_CHECK(g.lr >= 0, "optimizer", "learning rate must be >= 0, got ", g.lr);
@@ -17,16 +32,33 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
   }
 }
 
+StepCheckHandle::StepCheckHandle(StepCheck check) : check_(std::move(check)) {
+  std::lock_guard<std::mutex> lock(g_checks_mutex);
+  g_checks.push_back(&check_);
+}
+
+StepCheckHandle::~StepCheckHandle() {
+  std::lock_guard<std::mutex> lock(g_checks_mutex);
+  g_checks.erase(std::find(g_checks.begin(), g_checks.end(), &check_));
+}
+
+void Optimizer::step() {
+  std::vector<StepCheck> checks;
+  {
+    // Copied out, so that a check may register or drop checks (or throw) without the lock held.
+    std::lock_guard<std::mutex> lock(g_checks_mutex);
+    for (const StepCheck* c : g_checks) checks.push_back(*c);
+  }
+  for (const StepCheck& check : checks) check(*this);
+  update();
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (auto& g : groups_)
     for (auto& p : g.params) p.zero_grad(set_to_none);
 }
 
-std::vector<Tensor> Optimizer::parameters() const {
-  std::vector<Tensor> out;
-  for (const auto& g : groups_) out.insert(out.end(), g.params.begin(), g.params.end());
-  return out;
-}
+std::vector<Tensor> Optimizer::parameters() const { return all_params(groups_); }
 
 void Optimizer::for_each_param_with_grad(
     const std::function<void(const ParamGroup&, const Tensor&, const Tensor&, size_t)>& fn) {

@@ -6,7 +6,7 @@
 // in the parameter's dtype. For Adam that is 2 (param) + 2 (grad) + 4 (master) + 8 (exp_avg,
 // exp_avg_sq) = 16 bytes per parameter; state_bytes() reports the optimizer's share (12).
 //
-// Contract: step() reads .grad of every parameter that has one (parameters without a gradient are
+// Contract: step() runs the registered step checks (StepCheck below), then reads .grad of every parameter that has one (parameters without a gradient are
 // skipped, as in PyTorch) and must run outside autograd (it uses NoGradGuard internally).
 #pragma once
 
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/dtype_hold.h"
 #include "nn/state_dict.h"
 
 namespace ringgrad::optim {
@@ -32,7 +33,8 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  virtual void step() = 0;
+  // Runs the step checks (below), then this optimizer's update.
+  void step();
   virtual std::string name() const = 0;
   void zero_grad(bool set_to_none = true);
 
@@ -50,12 +52,37 @@ class Optimizer {
   virtual void load_state_dict(const nn::StateDict& state) = 0;
 
  protected:
+  // The update itself: reads .grad of every parameter that has one.
+  virtual void update() = 0;
+
   // Calls fn(group, param, grad, index) for every parameter that has a gradient, with grad made dense
   // and of the parameter's dtype; index counts all parameters (with or without a gradient) in
   // parameters() order, so per-parameter state can be a vector. Runs under NoGradGuard.
   void for_each_param_with_grad(const std::function<void(const ParamGroup&, const Tensor&, const Tensor&, size_t)>& fn);
 
   std::vector<ParamGroup> groups_;
+
+ private:
+  // Note [Parameters an optimizer holds] (nn/dtype_hold.h): the parameters' dtypes stay as the
+  // state was sized for, while this optimizer lives.
+  nn::DtypeHold dtype_hold_;
+};
+
+// A check every Optimizer::step runs before it updates anything; it throws to refuse the step.
+// The layers above the optimizers register them: DistributedDataParallel refuses a step after a
+// backward that never synchronised (Note [A step after no_sync], dist/ddp/ddp.cpp).
+using StepCheck = std::function<void(const Optimizer&)>;
+
+// Registers `check` while the returned handle lives.
+class StepCheckHandle {
+ public:
+  explicit StepCheckHandle(StepCheck check);
+  ~StepCheckHandle();
+  StepCheckHandle(const StepCheckHandle&) = delete;
+  StepCheckHandle& operator=(const StepCheckHandle&) = delete;
+
+ private:
+  StepCheck check_;
 };
 
 // Looks up `name` in `state`; an error naming the optimizer when it is missing or mis-shaped.

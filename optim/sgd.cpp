@@ -27,7 +27,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::mo
   }
 }
 
-void SGD::step() {
+void SGD::update() {
   FusedUpdates updates;
   for_each_param_with_grad([&](const ParamGroup& group, const Tensor& p, const Tensor& grad, size_t i) {
     State& s = state_[i];

@@ -22,11 +22,13 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options);
   // Groups carry their own lr and weight_decay; the other options apply to all.
   SGD(std::vector<ParamGroup> groups, SGDOptions options);
-  void step() override;
   std::string name() const override { return "SGD"; }
   size_t state_bytes() const override;
   nn::StateDict state_dict() const override;
   void load_state_dict(const nn::StateDict& state) override;
+
+ protected:
+  void update() override;
 
  private:
   struct State {

@@ -2,12 +2,14 @@
 
 #include <cstdio>
 #include <sstream>
+#include <unordered_set>
 
 #include "autograd/engine.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "dist/ddp/reducer.h"
 #include "optim/grad_scaler.h"
+#include "optim/optimizer.h"
 
 namespace ringgrad::dist {
 
@@ -118,6 +120,31 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     for (const auto& [name, t] : module_->named_buffers()) buffers_.push_back(t);
   sync_buffers();
   reducer_ = std::make_unique<Reducer>(params, group_, options_);
+  install_step_check(params);
+}
+
+// Note [A step after no_sync]: with no_sync() around every micro-batch, the last included, no
+// backward reduces anything; each rank's .grad holds its own micro-batches only, each replica
+// takes its own step, and the replicas drift apart with nothing to say so (the stats merely count
+// no bucket reductions). So an optimizer step over this model's parameters right after such a
+// backward is refused. The check costs a flag read per step; the parameters are compared only when
+// the flag is set.
+void DistributedDataParallel::install_step_check(const std::vector<std::pair<std::string, Tensor>>& params) {
+  std::unordered_set<const TensorImpl*> mine;
+  for (const auto& [name, t] : params) mine.insert(t.impl());
+  Reducer* reducer = reducer_.get();
+  ProcessGroup* group = group_.get();
+  step_check_ = std::make_unique<optim::StepCheckHandle>([reducer, group, mine](const optim::Optimizer& opt) {
+    if (!reducer->gradients_unsynchronised()) return;
+    for (const Tensor& p : opt.parameters()) {
+      if (!mine.count(p.impl())) continue;
+      RG_FAIL("dist.DistributedDataParallel", "rank ", group->rank(), "/", group->size(), ": optimizer ", opt.name(),
+              " was asked to step after a backward that did not synchronise: the last backward ran under "
+              "no_sync(), so every rank's gradients hold only its own micro-batches and the replicas would "
+              "drift apart. Run the last micro-batch's backward outside no_sync(): it reduces the sum of all "
+              "of them once");
+    }
+  });
 }
 
 void DistributedDataParallel::sync_buffers() {

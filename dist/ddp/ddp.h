@@ -1,6 +1,6 @@
 // DistributedDataParallel: data-parallel training of one Module across the ranks of a ProcessGroup.
 //
-//   auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group("auto"));
+//   auto group = dist::new_group("auto");
 //   dist::DistributedDataParallel ddp(model, group);          // checks + broadcasts rank 0's weights
 //   for (auto& [x, y] : loader) {                             // each rank: its own shard of the data
 //     Tensor loss = cross_entropy(ddp(x), y);
@@ -50,7 +50,8 @@
 
 namespace ringgrad::optim {
 class GradScaler;
-}
+class StepCheckHandle;
+}  // namespace ringgrad::optim
 
 namespace ringgrad::dist {
 
@@ -107,11 +108,13 @@ class DistributedDataParallel {
  private:
   friend class NoSyncGuard;
   void sync_buffers();  // broadcast rank 0's buffers (when options_.broadcast_buffers)
+  void install_step_check(const std::vector<std::pair<std::string, Tensor>>& params);
   std::shared_ptr<nn::Module> module_;
   std::vector<Tensor> buffers_;  // the module's buffers at construction, when they are broadcast
   std::shared_ptr<ProcessGroup> group_;
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<optim::StepCheckHandle> step_check_;  // Note [A step after no_sync]
 };
 
 // Mixed precision across ranks: makes `scaler` combine its found-inf flag over the group (max), so

@@ -221,6 +221,7 @@ void Reducer::mark_unused_parameters() {
 
 void Reducer::finish_backward() {
   in_backward_ = false;
+  gradients_unsynchronised_ = !sync_this_backward_;
   if (!sync_this_backward_) return;
   SyncedStep step{trace_clock_us(), step_start_us_, 0, {}};
   step_start_us_ = -1;

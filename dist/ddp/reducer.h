@@ -54,6 +54,9 @@ class Reducer {
   void before_forward();  // starts the step clock; sets up tracing
   void set_require_sync(bool on) { require_sync_ = on; }
   bool require_sync() const { return require_sync_; }
+  // Whether the last finished backward ran under no_sync, so .grad holds this rank's micro-batches
+  // only (Note [A step after no_sync], dist/ddp/ddp.cpp).
+  bool gradients_unsynchronised() const { return gradients_unsynchronised_; }
   void set_comm_hook(CommHook hook) { hook_ = std::move(hook); }
 
   // Waits for the reductions of steps not yet recorded (GPU ones may still run: Note [Waiting on the
@@ -123,6 +126,7 @@ class Reducer {
   bool require_sync_ = true;
   bool in_backward_ = false;  // a backward of this model has delivered its first gradient
   bool sync_this_backward_ = true;
+  bool gradients_unsynchronised_ = false;
   int next_to_launch_ = 0;
   bool rebuilt_ = false;
   std::vector<int> observed_order_;  // first synchronising backward, hook order

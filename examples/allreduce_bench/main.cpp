@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     dist::GroupOptions options;
     if (!segment.empty()) options.ring_segment_bytes = static_cast<size_t>(parse_size(segment));
     std::vector<std::string> names;
-    std::vector<std::unique_ptr<dist::ProcessGroup>> groups;  // null: the bare MPI_Allreduce peer
+    std::vector<std::shared_ptr<dist::ProcessGroup>> groups;  // null: the bare MPI_Allreduce peer
     std::vector<bool> in_shared_buffer;
     for (const std::string& backend : split_list(backends)) {
       const bool bare = backend == "MPI_Allreduce";

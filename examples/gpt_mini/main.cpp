@@ -184,7 +184,7 @@ int run(Config& c, const dist::World& world) {
     step = static_cast<int64_t>(scalar(ck, "progress.step"));
     log("resumed from %s at step %lld\n", c.resume.c_str(), (long long)step);
   }
-  auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(c.backend));
+  auto group = dist::new_group(c.backend);
   dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb});
   dist::sync_found_inf(scaler, group);
   log("model: GPT %lld layers, %lld heads, %lld wide, block %lld: %lld parameters, %s on %s\n", (long long)c.n_layer,

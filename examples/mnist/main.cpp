@@ -124,7 +124,7 @@ int run(Config& c, const dist::World& world) {
     group_options.simulated_network = dist::SimulatedNetwork{std::stod(c.simulate_network.substr(0, comma)),
                                                              std::stod(c.simulate_network.substr(comma + 1))};
   }
-  auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(c.backend, group_options));
+  auto group = dist::new_group(c.backend, group_options);
   // Wrapping checks that every rank built the same model and copies rank 0's weights everywhere.
   dist::DistributedDataParallel ddp(model, group,
                                     {.bucket_cap_mb = c.bucket_mb,
@@ -134,8 +134,9 @@ int run(Config& c, const dist::World& world) {
   optim::GradScaler scaler({.enabled = dtype == DType::f16});
   dist::sync_found_inf(scaler, group);  // one rank's overflow makes every rank skip the step
   // Each rank its own shard; the same permutation everywhere (seed + epoch).
-  data::DistributedSampler sampler(train->size(),
-                                   {.num_replicas = world.size, .rank = world.rank, .shuffle = true, .seed = c.seed});
+  auto sampler = std::make_shared<data::DistributedSampler>(
+      train->size(),
+      data::SamplerOptions{.num_replicas = world.size, .rank = world.rank, .shuffle = true, .seed = c.seed});
   data::DataLoader loader(train, sampler, {.batch_size = c.batch_size, .prefetch = 2, .pin_memory = device.is_cuda()});
   const std::string cpu_kernels = cpu_kernels_description();  // ISA, and whether bf16 uses AVX512_BF16
   log("model: %s, %lld parameters, %s on %s; optimizer %s lr %g; %d threads per rank (CPU kernels: %s); optimizer "
@@ -186,7 +187,7 @@ int run(Config& c, const dist::World& world) {
   int64_t trained_samples = 0;
   double train_seconds = 0;
   for (int epoch = start_epoch; epoch < c.epochs; ++epoch) {
-    sampler.set_epoch(epoch);
+    sampler->set_epoch(epoch);
     auto t_epoch = Clock::now();
     int64_t step_in_epoch = 0, epoch_samples = 0;
     double loss_sum = 0;

@@ -152,7 +152,9 @@ TEST_CASE("pin_memory without CUDA is a clear error, from the DataLoader's threa
   auto pin = [] { ones({4}).pin_memory(); };
   CHECK_ERROR(pin, "[pin_memory]", "needs the CUDA backend", "(4,) f32 cpu");
   auto dataset = std::make_shared<data::TensorDataset>(zeros({6, 2}), zeros({6}, {.dtype = DType::i64}));
-  data::DistributedSampler sampler(6, {.num_replicas = 1, .rank = 0, .shuffle = false});
+  auto sampler =
+      std::make_shared<data::DistributedSampler>(6,
+                                                 data::SamplerOptions{.num_replicas = 1, .rank = 0, .shuffle = false});
   data::DataLoader loader(dataset, sampler, {.batch_size = 2, .prefetch = 1, .pin_memory = true});
   auto iterate = [&] {
     for (const data::Example& batch : loader) (void)batch;

@@ -21,7 +21,7 @@ const Device kGpu = Device::cuda(0);
 constexpr int64_t kPerRank = 4;
 
 std::shared_ptr<dist::ProcessGroup> make_group(const std::string& backend) {
-  return std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend, dist::GroupOptions{.timeout_seconds = 60}));
+  return dist::new_group(backend, dist::GroupOptions{.timeout_seconds = 60});
 }
 
 // A tensor (n) whose element i on rank r is r + 1 + i, on the GPU.

@@ -402,7 +402,9 @@ TEST_CASE("pinned memory: asynchronous copies land intact, freed blocks wait for
   check_close(pinned.t().to(kGpu, true), pinned.t(), 0, 0, "transposed pinned copy");
 
   auto dataset = std::make_shared<data::TensorDataset>(randn_on_cpu({10, 3}, 81), zeros({10}, {.dtype = DType::i64}));
-  data::DistributedSampler sampler(10, {.num_replicas = 1, .rank = 0, .shuffle = false});
+  auto sampler =
+      std::make_shared<data::DistributedSampler>(10,
+                                                 data::SamplerOptions{.num_replicas = 1, .rank = 0, .shuffle = false});
   data::DataLoader loader(dataset, sampler, {.batch_size = 4, .prefetch = 2, .pin_memory = true});
   int batches = 0;
   for (const data::Example& batch : loader) {

@@ -68,12 +68,30 @@ TEST_CASE("golden order for seed 42, epoch 0, 10 examples") {
   CHECK(s.indices() == std::vector<int64_t>{7, 3, 8, 9, 1, 5, 2, 0, 4, 6});
 }
 
+TEST_CASE("DataLoader keeps its sampler alive after the caller's handle is gone") {
+  using namespace ringgrad;
+  auto ds = std::make_shared<TensorDataset>(arange(0, 6).reshape({6, 1}), arange(0, 6, 1, {.dtype = DType::i64}));
+  std::vector<int64_t> expected;
+  std::unique_ptr<DataLoader> loader;
+  {
+    auto sampler = std::make_shared<DistributedSampler>(6, SamplerOptions{.num_replicas = 1, .rank = 0, .seed = 3});
+    expected = sampler->indices();
+    loader = std::make_unique<DataLoader>(ds, sampler, DataLoaderOptions{.batch_size = 6, .prefetch = 1});
+  }
+  std::vector<int64_t> order;
+  for (const Example& b : *loader)
+    for (double v : b.target.to_vector()) order.push_back(static_cast<int64_t>(v));
+  CHECK(order == expected);
+  CHECK(loader->sampler().num_samples() == 6);
+  CHECK_THROWS_WITH_AS(DataLoader(ds, nullptr), doctest::Contains("[DataLoader] sampler is null"), Error);
+}
+
 TEST_CASE("DataLoader yields contiguous batches in sampler order, with a smaller last batch") {
   using namespace ringgrad;
   Tensor x = arange(0, 10).reshape({10, 1});
   Tensor y = arange(0, 10, 1, {.dtype = DType::i64});
   auto ds = std::make_shared<TensorDataset>(x, y);
-  DistributedSampler sampler(10, {.num_replicas = 1, .rank = 0, .seed = 1});
+  auto sampler = std::make_shared<DistributedSampler>(10, SamplerOptions{.num_replicas = 1, .rank = 0, .seed = 1});
   for (int64_t prefetch : {0, 2}) {
     DataLoader loader(ds, sampler, {.batch_size = 4, .prefetch = prefetch});
     CHECK(loader.num_batches() == 3);
@@ -86,7 +104,7 @@ TEST_CASE("DataLoader yields contiguous batches in sampler order, with a smaller
       CHECK(equal(b.input.reshape({-1}), b.target.to(DType::f32)));
     }
     CHECK(sizes == std::vector<int64_t>{4, 4, 2});
-    CHECK(order == sampler.indices());
+    CHECK(order == sampler->indices());
   }
   // Breaking out early and iterating again starts a fresh epoch.
   DataLoader loader(ds, sampler, {.batch_size = 3, .prefetch = 1});

@@ -5,6 +5,7 @@
 // floats; truncated toward zero for integers, Note [Where AVG divides]).
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -25,7 +26,7 @@ const std::vector<rg::DType> kDtypes = {rg::DType::f32,  rg::DType::f64, rg::DTy
 const std::vector<std::string> kBackends = {"mpi",      "ring",     "ring/small-segments", "tree", "auto",
                                             "tree/p2p", "auto/p2p", "hierarchical"};
 
-std::unique_ptr<dist::ProcessGroup> make_group(const std::string& name) {
+std::shared_ptr<dist::ProcessGroup> make_group(const std::string& name) {
   dist::GroupOptions options = test_options();
   if (name == "ring/small-segments") {
     options.ring_segment_bytes = 256;
@@ -119,6 +120,21 @@ TEST_CASE("world: rank, size, local rank and local size") {
   CHECK(w.thread_multiple);
   // Layers below dist/ (CUDA errors) name the rank through this label.
   CHECK(rg::rank_label() == rg::str_cat("rank ", w.rank, "/", w.size));
+}
+
+TEST_CASE("finalize with a live group is an error naming it, and leaves MPI usable") {
+  auto group = dist::new_group("ring", test_options());
+  const std::vector<std::string> live = dist::live_groups();
+  CHECK(std::find(live.begin(), live.end(), "'ring'") != live.end());
+  CHECK_THROWS_WITH_AS(dist::finalize(), doctest::Contains("process group(s) still alive: 'ring'"), rg::Error);
+  CHECK(dist::is_initialized());
+  // MPI still works: the group completes a collective after the refused finalize.
+  rg::Tensor t = rg::ones({4});
+  group->allreduce(t)->wait();
+  CHECK(t.sum().item() == 4.0 * dist::world().size);
+  const size_t before = dist::live_groups().size();
+  group.reset();
+  CHECK(dist::live_groups().size() == before - 1);
 }
 
 TEST_CASE("allreduce: every backend x op x dtype x size") {

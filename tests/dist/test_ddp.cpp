@@ -79,7 +79,7 @@ Batch my_shard(const Batch& b) {
 std::shared_ptr<dist::ProcessGroup> group(const std::string& backend = "ring") {
   dist::GroupOptions options = test_options();
   if (backend == "auto") options.shared_memory = true;  // whatever RINGGRAD_DIST_SHM says
-  return std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend, options));
+  return dist::new_group(backend, options);
 }
 
 std::unique_ptr<optim::Optimizer> make_opt(const std::string& name, std::vector<rg::Tensor> params) {
@@ -209,6 +209,29 @@ TEST_CASE("ddp: K micro-batches under no_sync == one step with a K x batch, one 
       CHECK(params_differ(*reference, *replica, 1e-5, 1e-6) == "");
     }
   }
+}
+
+TEST_CASE("ddp: an optimizer step after a backward under no_sync is refused, and nothing changes") {
+  const int N = dist::world().size;
+  auto replica = make_mlp(5);
+  auto other = make_mlp(6);  // not wrapped: its optimizer is never refused
+  dist::DistributedDataParallel ddp(replica, group());
+  optim::SGD opt(replica->parameters(), {.lr = 0.1});
+  optim::SGD other_opt(other->parameters(), {.lr = 0.1});
+  const Batch mine = my_shard(global_batch(0, N * kPerRank));
+  const rg::Tensor before = replica->parameters()[0].clone();
+  for (int k = 0; k < 2; ++k) {  // no_sync around every micro-batch, the last included
+    auto guard = ddp.no_sync();
+    rg::cross_entropy(ddp(mine.x), mine.y).backward();
+  }
+  CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("after a backward that did not synchronise"), rg::Error);
+  CHECK(rg::equal(replica->parameters()[0], before));
+  rg::cross_entropy((*other)(mine.x), mine.y).backward();
+  other_opt.step();
+  // A synchronising backward reduces the accumulated sums; the step then goes ahead.
+  rg::cross_entropy(ddp(mine.x), mine.y).backward();
+  opt.step();
+  CHECK_FALSE(rg::equal(replica->parameters()[0], before));
 }
 
 TEST_CASE("ddp: buckets are rebuilt from the observed gradient order, and the result does not change") {

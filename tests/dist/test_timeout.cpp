@@ -66,11 +66,12 @@ TEST_CASE("ddp: one rank with one batch fewer ends every rank with the timeout d
     rg::Generator gen(5);
     auto dataset =
         std::make_shared<data::TensorDataset>(rg::randn({size, 8}, gen), rg::zeros({size}, {.dtype = rg::DType::i64}));
-    data::DistributedSampler sampler(size, {.shuffle = false, .pad = false});
+    auto sampler =
+        std::make_shared<data::DistributedSampler>(size, data::SamplerOptions{.shuffle = false, .pad = false});
     data::DataLoader loader(dataset, sampler, {.batch_size = B});
     rg::manual_seed(1);
     auto model = std::make_shared<nn::Linear>(8, 3);
-    auto group = std::shared_ptr<dist::ProcessGroup>(dist::new_group(backend, test_options(/*timeout_seconds=*/3)));
+    auto group = dist::new_group(backend, test_options(/*timeout_seconds=*/3));
     dist::DistributedDataParallel ddp(model, group);
     const auto start = std::chrono::steady_clock::now();
     int steps = 0;

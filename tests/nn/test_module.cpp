@@ -84,12 +84,35 @@ TEST_CASE("strict load_state_dict lists missing, unexpected and mis-shaped keys 
     CHECK(msg.find("missing keys: embed") != std::string::npos);
     CHECK(msg.find("unexpected keys: block.fc3.weight") != std::string::npos);
     CHECK(msg.find("block.fc1.weight: checkpoint (9, 9) vs model (3, 4)") != std::string::npos);
+    // The hint does not send the user to strict = false, which would fail on the same mismatch.
+    CHECK(msg.find("pass strict = false") == std::string::npos);
+    CHECK(msg.find("not shape mismatches") != std::string::npos);
   }
   CHECK(equal(net.block->fc1->weight, before));
-  // Non-strict still rejects shape mismatches but accepts a subset.
-  nn::StateDict subset{{"embed", ones({5})}};
-  net.load_state_dict(subset, /*strict=*/false);
+  // Non-strict still rejects the shape mismatch, and still changes nothing.
+  CHECK_THROWS_WITH_AS(net.load_state_dict(state, /*strict=*/false), doctest::Contains("vs model (3, 4)"), Error);
+  CHECK(equal(net.block->fc1->weight, before));
+}
+
+TEST_CASE("non-strict load_state_dict loads a subset and returns what it skipped") {
+  Net net;
+  const size_t keys = net.state_dict().size();
+  nn::StateDict subset{{"embed", ones({5})}, {"head.weight", zeros({1})}};
+  const nn::LoadResult result = net.load_state_dict(subset, /*strict=*/false);
   CHECK(net.embed.sum().item() == 5.0);
+  CHECK(result.unexpected == std::vector<std::string>{"head.weight"});
+  CHECK(result.missing.size() == keys - 1);
+  CHECK(result.missing.front() == net.state_dict()[1].first);
+  CHECK(result.mismatched.empty());
+  CHECK_FALSE(result.all_matched());
+  CHECK(result.describe().find("unexpected keys: head.weight") != std::string::npos);
+  // A strict load of everything matches everything.
+  CHECK(net.load_state_dict(net.state_dict()).all_matched());
+  // A state none of whose keys the model has (a prefix left on) loads nothing, and says so.
+  nn::StateDict prefixed;
+  for (const auto& [name, t] : net.state_dict()) prefixed.emplace_back("model." + name, t);
+  CHECK_THROWS_WITH_AS(net.load_state_dict(prefixed, /*strict=*/false),
+                       doctest::Contains("nothing would be loaded; a prefix to remove or add?"), Error);
 }
 
 TEST_CASE("Linear and Conv2d initialise within PyTorch's kaiming-uniform bounds") {

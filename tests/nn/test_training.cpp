@@ -22,11 +22,13 @@ TEST_CASE("an MLP learns a separable 4-class problem in 300 steps (>= 95% held-o
   nn::Sequential model{std::make_shared<nn::Linear>(dim, 32), std::make_shared<nn::ReLU>(),
                        std::make_shared<nn::Linear>(32, classes)};
   optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9});
-  data::DistributedSampler sampler(train->size(), {.num_replicas = 1, .rank = 0, .seed = 1});
+  auto sampler =
+      std::make_shared<data::DistributedSampler>(train->size(),
+                                                 data::SamplerOptions{.num_replicas = 1, .rank = 0, .seed = 1});
   data::DataLoader loader(train, sampler, {.batch_size = 64});
   int steps = 0;
   for (int epoch = 0; steps < 300; ++epoch) {
-    sampler.set_epoch(epoch);
+    sampler->set_epoch(epoch);
     for (const data::Example& b : loader) {
       Tensor loss = nn::F::cross_entropy(model.forward(b.input), b.target);
       opt.zero_grad();

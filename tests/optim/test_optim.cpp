@@ -122,6 +122,28 @@ TEST_CASE("Adam with f16 parameters and f32 master weights tracks f32 Adam over 
   CHECK(bytes16 == 8 * 12);
 }
 
+TEST_CASE("Module::to(dtype) on parameters an optimizer holds is an error naming the parameter") {
+  nn::Linear fc(4, 3);
+  {
+    optim::Adam opt(fc.parameters(), {.lr = 1e-3});
+    const size_t f32_state = opt.state_bytes();
+    CHECK_THROWS_WITH_AS(fc.to(DType::f16),
+                         doctest::Contains("parameter 'weight' of Linear ((3, 4) f32 cpu) is held by optimizer Adam"),
+                         Error);
+    // Nothing was converted, and converting to the dtype it already has is no change.
+    CHECK(fc.weight.dtype() == DType::f32);
+    CHECK(fc.bias.dtype() == DType::f32);
+    fc.to(DType::f32);
+    CHECK(opt.state_bytes() == f32_state);
+  }
+  // Once the optimizer is gone the model converts, and a new optimizer sizes its state for f16:
+  // 12 bytes per parameter (f32 master + two f32 moments).
+  fc.to(DType::f16);
+  CHECK(fc.weight.dtype() == DType::f16);
+  optim::Adam opt(fc.parameters(), {.lr = 1e-3});
+  CHECK(opt.state_bytes() == 12 * static_cast<size_t>(fc.parameter_count()));
+}
+
 TEST_CASE("GradScaler skips the step and backs off on inf, grows after the interval") {
   Tensor p = param_from(kInit);
   optim::SGD opt({p}, {.lr = 0.1});

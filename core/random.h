@@ -75,6 +75,25 @@ class Generator {
 // initialisation, dropout), as torch.manual_seed seeds PyTorch's. Pass a Generator explicitly where
 // reproducibility across components matters.
 Generator& default_generator();
+
+// Note [Dropout streams per rank]: dropout (nn::Dropout, functional::dropout, attention dropout)
+// draws from dropout_generator() when it is given no generator. Data parallelism seeds every rank
+// alike, so that the replicas start equal; drawn from that one stream, every rank would drop the
+// same units of its different examples, which is not the dropout the mean over N·B examples assumes.
+// So by default the dropout stream's seed mixes the default seed with the process's rank
+// (dropout_seed below; dist::init tells it the rank): each rank its own masks, reproducible from
+// (seed, rank). DropoutStreams::same_on_every_rank uses the default seed unchanged on every rank,
+// for identical masks (a test comparing ranks, a run matching a one-process one).
+enum class DropoutStreams { per_rank, same_on_every_rank };
+Generator& dropout_generator();
+void set_dropout_streams(DropoutStreams streams);  // reseeds the dropout stream (offset 0)
+DropoutStreams dropout_streams();
+// The rank whose stream this process draws (0 until dist::init); reseeds the dropout stream.
+void set_random_rank(int rank);
+// The dropout stream's seed for a default seed and a rank under the current DropoutStreams.
+uint64_t dropout_seed(uint64_t seed, int rank);
+
+// Seeds the default generator, and the dropout stream from it (dropout_seed(seed, rank)).
 void manual_seed(uint64_t seed);
 
 }  // namespace ringgrad

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/device.h"
+#include "core/random.h"
 #include "dist/mpi_check.h"
 #include "dist/process_group.h"
 
@@ -72,6 +73,7 @@ World init(int* argc, char*** argv) {
   g_world = w;
   g_initialized = true;
   set_rank_label(str_cat("rank ", w.rank, "/", w.size));  // for errors raised below dist/ (CUDA calls)
+  set_random_rank(w.rank);                                // Note [Dropout streams per rank]
   return w;
 }
 

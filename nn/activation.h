@@ -1,6 +1,8 @@
 // Parameter-free layers: ReLU, GELU, Flatten, Dropout.
 #pragma once
 
+#include <memory>
+
 #include "core/random.h"
 #include "nn/functional.h"
 #include "nn/module.h"
@@ -26,17 +28,20 @@ class Flatten : public Module {
   Tensor forward(const Tensor& x) override { return x.flatten(1); }
 };
 
-// Inverted dropout; identity in eval mode.
+// Inverted dropout; identity in eval mode. Draws from `generator` when one is given (shared: the
+// layer keeps it alive), else from dropout_generator(), whose stream differs per rank by default
+// (Note [Dropout streams per rank], core/random.h).
 class Dropout : public Module {
  public:
-  explicit Dropout(double p = 0.5, Generator* generator = nullptr) : Module("Dropout"), p(p), generator_(generator) {}
+  explicit Dropout(double p = 0.5, std::shared_ptr<Generator> generator = nullptr)
+      : Module("Dropout"), p(p), generator_(std::move(generator)) {}
   Tensor forward(const Tensor& x) override {
-    return functional::dropout(x, p, is_training(), generator_ ? *generator_ : default_generator());
+    return functional::dropout(x, p, is_training(), generator_ ? *generator_ : dropout_generator());
   }
   double p;
 
  private:
-  Generator* generator_;
+  std::shared_ptr<Generator> generator_;
 };
 
 }  // namespace ringgrad::nn

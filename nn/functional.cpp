@@ -19,7 +19,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   return out;
 }
 
-Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, default_generator()); }
+Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, dropout_generator()); }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {
   RG_CHECK(input.shape() == target.shape(), "mse_loss", "input ", input.desc(), " and target ", target.desc(),

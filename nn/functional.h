@@ -16,7 +16,7 @@ inline Tensor gelu(const Tensor& x) { return ringgrad::gelu(x); }
 // Inverted dropout: in training, zeroes each element with probability p and scales the rest by
 // 1 / (1 - p), so evaluation needs no rescaling. Identity when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
-Tensor dropout(const Tensor& x, double p, bool training);  // default generator
+Tensor dropout(const Tensor& x, double p, bool training);  // dropout_generator(): per rank by default
 // mean((input - target)^2)
 Tensor mse_loss(const Tensor& input, const Tensor& target);
 // Fraction of rows whose argmax equals the target. logits: (N, C), target: (N) i64.

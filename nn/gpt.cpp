@@ -33,7 +33,7 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c, Generator& gen)
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   // x: (B, T, C) -> qkv: (B, T, 3C) -> each head attends causally -> (B, T, C) -> output projection.
   const double rate = is_training() ? dropout : 0.0;
-  return c_proj->forward(causal_self_attention(c_attn->forward(x), n_head, rate, default_generator()));
+  return c_proj->forward(causal_self_attention(c_attn->forward(x), n_head, rate, dropout_generator()));
 }
 
 MLP::MLP(const GPTConfig& c, Generator& gen) : Module("MLP") {

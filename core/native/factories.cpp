@@ -195,6 +195,52 @@ Generator& default_generator() {
   return generator;
 }
 
-void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+namespace {
+
+struct DropoutStreamState {
+  DropoutStreams streams = DropoutStreams::per_rank;
+  int rank = 0;
+};
+
+DropoutStreamState& dropout_state() {
+  static DropoutStreamState state;
+  return state;
+}
+
+void reseed_dropout_stream() {
+  dropout_generator().manual_seed(dropout_seed(default_generator().seed(), dropout_state().rank));
+}
+
+}  // namespace
+
+uint64_t dropout_seed(uint64_t seed, int rank) {
+  if (dropout_state().streams == DropoutStreams::same_on_every_rank) return seed;
+  // One Philox evaluation keyed by the seed: unrelated 64-bit seeds for neighbouring ranks, and
+  // rank 0's stream differs from the default generator's own.
+  const Philox4x32 r = philox4x32(static_cast<uint64_t>(rank) + 1, 0x64726f706f7574ull /* "dropout" */, seed);
+  return (static_cast<uint64_t>(r.v[1]) << 32) | r.v[0];
+}
+
+Generator& dropout_generator() {
+  static Generator generator(dropout_seed(0, 0));
+  return generator;
+}
+
+void set_dropout_streams(DropoutStreams streams) {
+  dropout_state().streams = streams;
+  reseed_dropout_stream();
+}
+
+DropoutStreams dropout_streams() { return dropout_state().streams; }
+
+void set_random_rank(int rank) {
+  dropout_state().rank = rank;
+  reseed_dropout_stream();
+}
+
+void manual_seed(uint64_t seed) {
+  default_generator().manual_seed(seed);
+  reseed_dropout_stream();
+}
 
 }  // namespace ringgrad

@@ -211,6 +211,25 @@ TEST_CASE("ddp: K micro-batches under no_sync == one step with a K x batch, one 
   }
 }
 
+TEST_CASE("dropout: each rank draws its own masks by default, identical ones when asked") {
+  const int N = dist::world().size;
+  auto pg = group();
+  nn::Dropout drop(0.5);
+  const rg::Tensor x = rg::ones({1024});
+  auto masks_of_every_rank = [&] {
+    rg::manual_seed(3);  // the same seed on every rank, as a training script sets it
+    rg::Tensor all = rg::zeros({N, 1024});
+    pg->allgather(all, drop(x))->wait();
+    return all;
+  };
+  rg::Tensor per_rank = masks_of_every_rank();
+  for (int r = 1; r < N; ++r) CHECK_FALSE(rg::equal(per_rank.select(0, r), per_rank.select(0, 0)));
+  rg::set_dropout_streams(rg::DropoutStreams::same_on_every_rank);
+  rg::Tensor same = masks_of_every_rank();
+  rg::set_dropout_streams(rg::DropoutStreams::per_rank);
+  for (int r = 1; r < N; ++r) CHECK(rg::equal(same.select(0, r), same.select(0, 0)));
+}
+
 TEST_CASE("ddp: an optimizer step after a backward under no_sync is refused, and nothing changes") {
   const int N = dist::world().size;
   auto replica = make_mlp(5);

@@ -154,8 +154,7 @@ TEST_CASE("Module::to converts parameters in place") {
 }
 
 TEST_CASE("Dropout zeroes about p of the elements in training and is the identity in eval") {
-  Generator gen(3);
-  nn::Dropout drop(0.25, &gen);
+  nn::Dropout drop(0.25, std::make_shared<Generator>(3));
   Tensor x = ones({100000});
   Tensor y = drop.forward(x);
   const std::vector<double> v = y.to_vector();
@@ -168,6 +167,38 @@ TEST_CASE("Dropout zeroes about p of the elements in training and is the identit
   CHECK(std::abs(static_cast<double>(zeros_seen) - 25000.0) < 5 * 137);
   drop.eval();
   CHECK(equal(drop.forward(x), x));
+}
+
+TEST_CASE("dropout without a generator draws a per-rank stream, seeded from the default seed and the rank") {
+  const Tensor x = ones({4096});
+  // The stream's seed is a function of (seed, rank): rank 0 differs from rank 1, and from the
+  // default generator's own stream; manual_seed restarts it.
+  CHECK(dropout_seed(5, 0) != dropout_seed(5, 1));
+  CHECK(dropout_seed(5, 0) != 5);
+  manual_seed(5);
+  CHECK(dropout_generator().seed() == dropout_seed(5, 0));
+  CHECK(dropout_generator().offset() == 0);
+  nn::Dropout drop(0.5);
+  const Tensor a = drop(x);
+  Generator by_hand(dropout_seed(5, 0));
+  CHECK(equal(a, nn::F::dropout(x, 0.5, true, by_hand)));
+  // Another rank's stream (as dist::init sets it) gives another mask.
+  set_random_rank(1);
+  CHECK(dropout_generator().seed() == dropout_seed(5, 1));
+  CHECK_FALSE(equal(drop(x), a));
+  // Identical masks on every rank, when asked: the default seed itself, whatever the rank.
+  set_dropout_streams(DropoutStreams::same_on_every_rank);
+  CHECK(dropout_generator().seed() == 5);
+  Generator plain(5);
+  CHECK(equal(drop(x), nn::F::dropout(x, 0.5, true, plain)));
+  set_dropout_streams(DropoutStreams::per_rank);
+  set_random_rank(0);
+  // A generator of its own, shared with the layer, is used instead.
+  auto own = std::make_shared<Generator>(9);
+  nn::Dropout seeded(0.5, own);
+  Generator nine(9);
+  CHECK(equal(seeded(x), nn::F::dropout(x, 0.5, true, nine)));
+  CHECK(own->offset() > 0);
 }
 
 TEST_CASE("dropout's mask comes from the generator's seed and offset, and the backward reuses it") {

@@ -122,7 +122,8 @@ if [[ -n "${RINGGRAD_DEPS_PREFIX:-}" ]]; then
   export LD_LIBRARY_PATH="$lib_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if [[ -e "$usr/bin/mpicxx.openmpi" ]]; then
     export OPAL_PREFIX="$usr" PATH="$usr/bin:$PATH"
-    cmake_args+=(-DMPI_CXX_COMPILER="$usr/bin/mpicxx.openmpi")
+    # ringgrad links MPI's C bindings (MPI::MPI_C); the C++ wrapper is named for the test programs.
+    cmake_args+=(-DMPI_C_COMPILER="$usr/bin/mpicc.openmpi" -DMPI_CXX_COMPILER="$usr/bin/mpicxx.openmpi")
   fi
 fi
 

@@ -36,6 +36,17 @@ cmake --install "$build_dir" --prefix "$prefix" > "$work_dir/install.log" ||
 for f in include/ringgrad/ringgrad.h include/ringgrad/core/tensor.h include/ringgrad/autograd/engine.h; do
   [[ -f "$prefix/$f" ]] || { echo "install test: $prefix/$f missing" >&2; exit 1; }
 done
+# ... and only the public headers: what ringgrad.h reaches (cmake/public_headers.cmake), not the
+# implementation's (the communication thread, MPI helpers, the backend seam, the kernels).
+for f in include/ringgrad/dist/comm_thread.h include/ringgrad/dist/mpi_check.h include/ringgrad/core/native/native.h \
+  include/ringgrad/core/kernels.h include/ringgrad/core/cpu/gemm.h; do
+  [[ ! -e "$prefix/$f" ]] || { echo "install test: internal header $prefix/$f installed" >&2; exit 1; }
+done
+# The package links MPI's C bindings, not the deprecated C++ ones.
+if grep -rq 'MPI::MPI_CXX' "$prefix"; then
+  echo "install test: the installed package links MPI::MPI_CXX" >&2
+  exit 1
+fi
 for pattern in 'libringgrad.*' ringgradConfig.cmake ringgradTargets.cmake; do
   [[ -n "$(find "$prefix" -name "$pattern" -print -quit)" ]] ||
     { echo "install test: nothing named $pattern under $prefix" >&2; exit 1; }

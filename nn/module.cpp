@@ -81,6 +81,21 @@ int64_t Module::parameter_count() const {
   return n;
 }
 
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  apply([&](const std::string& name, Module& m) { out.emplace_back(name, &m); });
+  return out;
+}
+
+void Module::apply(const std::function<void(const std::string& name, Module& module)>& fn) {
+  // Depth first, this module before its children, children in registration order.
+  std::function<void(const std::string&, Module&)> visit = [&](const std::string& prefix, Module& m) {
+    fn(prefix, m);
+    for (const auto& [name, child] : m.children_) visit(prefix.empty() ? name : prefix + "." + name, *child);
+  };
+  visit("", *this);
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);
@@ -182,6 +197,14 @@ std::string Module::summary() const {
   const auto params = named_parameters();
   for (const auto& [name, t] : params) width = std::max(width, name.size());
   os << type_name_ << "\n";
+  // The module tree: each descendant indented by its depth, with the parameters under it.
+  const_cast<Module*>(this)->apply([&](const std::string& name, Module& m) {
+    if (name.empty()) return;
+    const auto depth = static_cast<int>(std::count(name.begin(), name.end(), '.'));
+    const std::string leaf = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+    os << std::string(2 * (depth + 1), ' ') << leaf << " (" << m.type_name() << "): " << m.parameter_count()
+       << " parameters\n";
+  });
   os << std::left << std::setw(static_cast<int>(width) + 2) << "name" << std::setw(16) << "shape" << std::setw(6)
      << "dtype" << std::right << std::setw(12) << "params"
      << "\n";

@@ -15,6 +15,7 @@
 // (Note [Parameters an optimizer holds], nn/dtype_hold.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,6 +54,13 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<Tensor> parameters(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  // This module (named "") and every descendant, depth first in registration order, with dotted
+  // names ("block.fc1"), as PyTorch's named_modules(). The pointers are views: valid while this
+  // module lives.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  // Calls fn(name, module) for this module and every descendant, in named_modules() order (e.g. to
+  // initialise every Linear: dynamic_cast inside fn).
+  void apply(const std::function<void(const std::string& name, Module& module)>& fn);
   int64_t parameter_count() const;  // total number of parameter elements
 
   // ---- mode and placement ---------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 #include "nn/activation.h"
 #include "nn/checkpoint.h"
+#include "nn/containers.h"
 #include "nn/conv.h"
 #include "nn/functional.h"
 #include "nn/gpt.h"

@@ -211,6 +211,45 @@ TEST_CASE("ddp: K micro-batches under no_sync == one step with a K x batch, one 
   }
 }
 
+TEST_CASE("ddp: a CNN with BatchNorm2d and global average pooling == one process averaging each rank's loss") {
+  // Each rank normalises with its own batch (no SyncBatchNorm), so the reference is one process that
+  // runs every rank's shard through the same weights and averages the gradients.
+  const int N = dist::world().size, r = dist::world().rank;
+  auto make = [](uint64_t seed) {
+    rg::manual_seed(seed);
+    return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::BatchNorm2d>(4),
+        std::make_shared<nn::ReLU>(), std::make_shared<nn::AdaptiveAvgPool2d>(1), std::make_shared<nn::Flatten>(),
+        std::make_shared<nn::Linear>(4, 10)});
+  };
+  auto reference = make(8);
+  auto replica = make(r == 0 ? 8 : 80 + r);
+  dist::DistributedDataParallel ddp(replica, group());
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1});
+  optim::SGD opt(replica->parameters(), {.lr = 0.1});
+  for (int step = 0; step < 3; ++step) {
+    const Batch all = global_batch(step, N * kPerRank);
+    ref_opt.zero_grad();
+    for (int q = 0; q < N; ++q) {
+      const rg::Tensor x = all.x.narrow(0, q * kPerRank, kPerRank), y = all.y.narrow(0, q * kPerRank, kPerRank);
+      (rg::cross_entropy((*reference)(x), y) * (1.0 / N)).backward();
+    }
+    ref_opt.step();
+    opt.zero_grad();
+    const Batch mine = my_shard(all);
+    rg::cross_entropy(ddp(mine.x), mine.y).backward();
+    opt.step();
+    CHECK(params_differ(*reference, *replica, 1e-5, 1e-6) == "");
+  }
+  // The next forward starts from rank 0's running statistics on every rank (DDP broadcasts buffers).
+  replica->eval();
+  ddp(my_shard(global_batch(9, N * kPerRank)).x);
+  const rg::Tensor mean = replica->named_buffers()[0].second;
+  rg::Tensor all_means = rg::zeros({N, mean.numel()});
+  ddp.group().allgather(all_means, mean)->wait();
+  for (int q = 1; q < N; ++q) CHECK(rg::equal(all_means.select(0, q), all_means.select(0, 0)));
+}
+
 TEST_CASE("dropout: each rank draws its own masks by default, identical ones when asked") {
   const int N = dist::world().size;
   auto pg = group();

@@ -56,6 +56,135 @@ TEST_CASE("train and eval propagate to children") {
   CHECK(net.block->fc2->is_training());
 }
 
+TEST_CASE("ModuleList and ModuleDict register their modules; named_modules and apply walk the tree") {
+  struct Tower : nn::Module {
+    Tower() : Module("Tower") {
+      layers = register_module("layers", std::make_shared<nn::ModuleList>());
+      for (int i = 0; i < 2; ++i) layers->push_back(std::make_shared<nn::Linear>(3, 3));
+      heads = register_module("heads", std::make_shared<nn::ModuleDict>());
+      heads->insert("cls", std::make_shared<nn::Linear>(3, 2));
+      heads->insert("reg", std::make_shared<nn::Linear>(3, 1));
+    }
+    std::shared_ptr<nn::ModuleList> layers;
+    std::shared_ptr<nn::ModuleDict> heads;
+  };
+  Tower t;
+  std::vector<std::string> names;
+  for (const auto& [name, p] : t.named_parameters()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias",
+                                          "heads.cls.weight", "heads.cls.bias", "heads.reg.weight", "heads.reg.bias"});
+  std::vector<std::string> modules;
+  for (const auto& [name, m] : t.named_modules()) modules.push_back(name + ":" + m->type_name());
+  CHECK(modules == std::vector<std::string>{":Tower", "layers:ModuleList", "layers.0:Linear", "layers.1:Linear",
+                                            "heads:ModuleDict", "heads.cls:Linear", "heads.reg:Linear"});
+  // apply: zero every Linear's bias.
+  t.apply([](const std::string&, nn::Module& m) {
+    if (auto* fc = dynamic_cast<nn::Linear*>(&m)) fc->bias.detach().zero_();
+  });
+  for (const auto& [name, p] : t.named_parameters())
+    if (name.size() > 4 && name.substr(name.size() - 4) == "bias") CHECK(p.abs().sum().item() == 0.0);
+  CHECK(t.heads->keys() == std::vector<std::string>{"cls", "reg"});
+  CHECK(t.heads->at("reg").get() == t.named_modules().back().second);
+  CHECK_THROWS_WITH_AS(t.heads->at("box"), doctest::Contains("no key 'box' (keys: cls reg)"), Error);
+  CHECK_THROWS_WITH_AS(t.heads->insert("cls", std::make_shared<nn::ReLU>()), doctest::Contains("already a key"), Error);
+  CHECK_THROWS_WITH_AS((*t.layers)[2], doctest::Contains("index 2 out of range for a list of 2"), Error);
+  // summary() shows the tree with each subtree's parameter count.
+  const std::string summary = t.summary();
+  CHECK(summary.find("  layers (ModuleList): 24 parameters\n    0 (Linear): 12 parameters\n") != std::string::npos);
+  CHECK(summary.find("    reg (Linear): 4 parameters\n") != std::string::npos);
+}
+
+TEST_CASE("AvgPool2d and AdaptiveAvgPool2d average their windows, gradchecked; unsupported cases are errors") {
+  // x: (1, 1, 5, 4) holding 0..19 row-major.
+  const Tensor x = arange(0, 20).reshape({1, 1, 5, 4});
+  nn::AvgPool2d pool(2);
+  // Windows over rows {0,1}, {2,3} (row 4 dropped) and columns {0,1}, {2,3}; e.g. (0+1+4+5)/4 = 2.5.
+  CHECK(pool(x).shape() == Shape{1, 1, 2, 2});
+  CHECK(pool(x).to_vector() == std::vector<double>{2.5, 4.5, 10.5, 12.5});
+  nn::AdaptiveAvgPool2d global(1);
+  const Tensor square = arange(0, 16).reshape({1, 1, 4, 4});
+  CHECK(global(square).shape() == Shape{1, 1, 1, 1});
+  CHECK(global(square).item() == 7.5);
+  nn::AdaptiveAvgPool2d two(2, 1);  // blocks of 2 rows x 4 columns
+  CHECK(two(square).to_vector() == std::vector<double>{3.5, 11.5});
+  Generator gen(4);
+  Tensor input = randn({2, 3, 6, 5}, gen);
+  input.requires_grad_(true);
+  auto r = gradcheck([&](const std::vector<Tensor>& v) { return pool(v[0]); }, {input});
+  CHECK_MESSAGE(r.ok, r.message);
+  nn::AdaptiveAvgPool2d three(3, 5);
+  r = gradcheck([&](const std::vector<Tensor>& v) { return three(v[0]); }, {input});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK_THROWS_WITH_AS(nn::AvgPool2d(3, 2)(input), doctest::Contains("only non-overlapping windows"), Error);
+  CHECK_THROWS_WITH_AS(nn::AdaptiveAvgPool2d(4)(input), doctest::Contains("must divide the input's (H, W) = (6, 5)"),
+                       Error);
+}
+
+TEST_CASE("BatchNorm2d against a double-precision loop: training, running statistics, eval; gradchecked") {
+  const int64_t N = 3, C = 2, H = 2, W = 3, n = N * H * W;
+  Generator gen(21);
+  const Tensor x = randn({N, C, H, W}, gen) * 2.0 + 1.0;
+  nn::BatchNorm2d bn(C, /*eps=*/1e-5, /*momentum=*/0.25);
+  {
+    NoGradGuard no_grad;
+    bn.weight.copy_(from_vector(std::vector<double>{1.5, -0.5}, {C}));
+    bn.bias.copy_(from_vector(std::vector<double>{0.25, 2.0}, {C}));
+  }
+  const std::vector<double> xv = x.to_vector(), w{1.5, -0.5}, b{0.25, 2.0};
+  auto at = [&](int64_t i, int64_t c, int64_t h, int64_t k) { return ((i * C + c) * H + h) * W + k; };
+  std::vector<double> mean(C, 0), var(C, 0);
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t k = 0; k < W; ++k) mean[c] += xv[at(i, c, h, k)] / n;
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t k = 0; k < W; ++k) var[c] += std::pow(xv[at(i, c, h, k)] - mean[c], 2) / n;
+  }
+  const std::vector<double> y = bn(x).to_vector();
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t k = 0; k < W; ++k) {
+          const double want = (xv[at(i, c, h, k)] - mean[c]) / std::sqrt(var[c] + 1e-5) * w[c] + b[c];
+          CHECK(y[at(i, c, h, k)] == doctest::Approx(want).epsilon(1e-5));
+        }
+  // Running statistics: 0.75 * initial + 0.25 * batch, the variance unbiased.
+  for (int64_t c = 0; c < C; ++c) {
+    CHECK(bn.running_mean.to_vector()[c] == doctest::Approx(0.25 * mean[c]).epsilon(1e-5));
+    CHECK(bn.running_var.to_vector()[c] == doctest::Approx(0.75 + 0.25 * var[c] * n / (n - 1.0)).epsilon(1e-5));
+  }
+  CHECK(bn.num_batches_tracked.item() == 1.0);
+  // Eval normalises with the running statistics and leaves them alone.
+  bn.eval();
+  const std::vector<double> rm = bn.running_mean.to_vector(), rv = bn.running_var.to_vector();
+  const std::vector<double> ye = bn(x).to_vector();
+  CHECK(ye[at(1, 1, 0, 2)] ==
+        doctest::Approx((xv[at(1, 1, 0, 2)] - rm[1]) / std::sqrt(rv[1] + 1e-5) * w[1] + b[1]).epsilon(1e-5));
+  CHECK(bn.running_mean.to_vector() == rm);
+  CHECK(bn.num_batches_tracked.item() == 1.0);
+  // The running statistics are buffers: saved, and broadcast by DDP.
+  std::vector<std::string> buffers;
+  for (const auto& [name, t] : bn.named_buffers()) buffers.push_back(name);
+  CHECK(buffers == std::vector<std::string>{"running_mean", "running_var", "num_batches_tracked"});
+  // Gradients in training mode, through the batch mean and variance, against finite differences.
+  bn.train();
+  bn.to(DType::f64);
+  Tensor input = randn({N, C, H, W}, gen);
+  input.requires_grad_(true);
+  auto r = gradcheck([&](const std::vector<Tensor>& v) { return bn(v[0]); }, {input});
+  CHECK_MESSAGE(r.ok, r.message);
+  // And the scale and shift: dL/dw_c = sum(g * xhat), dL/db_c = sum(g), with L = sum(g * y).
+  bn.zero_grad();
+  const Tensor g = randn({N, C, H, W}, gen).to(DType::f64);
+  const Tensor xd = x.to(DType::f64);
+  (bn(xd) * g).sum().backward();
+  const Tensor xhat = (xd - xd.mean({0, 2, 3}, true)) * rsqrt(xd.var({0, 2, 3}, true, false) + 1e-5);
+  CHECK(allclose(bn.weight.grad(), (g * xhat).sum({0, 2, 3}), 1e-9, 1e-9));
+  CHECK(allclose(bn.bias.grad(), g.sum({0, 2, 3}), 1e-9, 1e-9));
+  CHECK_THROWS_WITH_AS(bn(randn({2, 3, 2, 2}, gen)), doctest::Contains("input must be (N, 2, H, W)"), Error);
+}
+
 TEST_CASE("state_dict round trip copies values into another instance") {
   manual_seed(1);
   Net a;

@@ -1,5 +1,8 @@
 #include "data/dataloader.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "autograd/engine.h"
 
 namespace ringgrad::data {
@@ -17,9 +20,15 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, std::shared_ptr<Distrib
 
 DataLoader::~DataLoader() { stop_worker(); }
 
-int64_t DataLoader::num_batches() const {
-  const int64_t n = sampler_->num_samples();
-  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+int64_t DataLoader::num_batches() const { return batches_per_rank()[sampler_->rank()]; }
+
+std::vector<int64_t> DataLoader::batches_per_rank() const {
+  std::vector<int64_t> out;
+  for (int64_t r = 0; r < sampler_->num_replicas(); ++r) {
+    const int64_t n = sampler_->num_samples_of(r);
+    out.push_back(options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size);
+  }
+  return out;
 }
 
 Example DataLoader::collate(int64_t batch) const {
@@ -46,7 +55,27 @@ void DataLoader::stop_worker() {
   stop_ = false;
 }
 
+// Every rank computes every rank's batch count from the same sampler formula, so this costs no
+// communication and the ranks warn alike.
+void DataLoader::warn_if_uneven() {
+  if (!options_.warn_uneven_batches || warned_uneven_) return;
+  const std::vector<int64_t> counts = batches_per_rank();
+  const auto [fewest, most] = std::minmax_element(counts.begin(), counts.end());
+  if (*fewest == *most) return;
+  warned_uneven_ = true;
+  std::fprintf(stderr,
+               "ringgrad: warning: DataLoader (rank %lld of %lld): the ranks get different numbers of batches per "
+               "epoch (rank %lld: %lld, rank %lld: %lld; DistributedSampler pad = false). Under DDP the ranks with "
+               "more batches wait in an AllReduce the others never join, until the collective timeout. Keep pad = "
+               "true (the default) or set drop_last; set DataLoaderOptions::warn_uneven_batches = false where no "
+               "collective runs per batch.\n",
+               static_cast<long long>(sampler_->rank()), static_cast<long long>(counts.size()),
+               static_cast<long long>(fewest - counts.begin()), static_cast<long long>(*fewest),
+               static_cast<long long>(most - counts.begin()), static_cast<long long>(*most));
+}
+
 DataLoader::Iterator DataLoader::begin() {
+  warn_if_uneven();
   stop_worker();
   indices_ = sampler_->begin_epoch();
   batches_ = num_batches();

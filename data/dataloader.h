@@ -33,6 +33,10 @@ struct DataLoaderOptions {
   // Batches in page-locked memory (CUDA builds), so that batch.input.to(gpu, /*non_blocking=*/true)
   // is an asynchronous copy. With prefetch, the pinning happens on the loader's thread.
   bool pin_memory = false;
+  // Warn (once) when the ranks' shards give different numbers of batches: under DDP the ranks with
+  // more would wait in an AllReduce the others never join, until the collective timeout. Switch it
+  // off for loops that run no collective per batch (evaluation).
+  bool warn_uneven_batches = true;
 };
 
 class DataLoader {
@@ -43,7 +47,9 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  int64_t num_batches() const;  // per epoch, for this rank
+  int64_t num_batches() const;                    // per epoch, for this rank
+  std::vector<int64_t> batches_per_rank() const;  // every rank's num_batches(), from the sampler's shards
+  bool warned_uneven_batches() const { return warned_uneven_; }
   DistributedSampler& sampler() const { return *sampler_; }
 
   class Iterator {
@@ -66,11 +72,13 @@ class DataLoader {
   std::optional<Example> next_batch();
   Example collate(int64_t batch) const;
   void stop_worker();
+  void warn_if_uneven();
 
   std::shared_ptr<Dataset> dataset_;
   std::shared_ptr<DistributedSampler> sampler_;
   DataLoaderOptions options_;
   std::vector<int64_t> indices_;  // this epoch's
+  bool warned_uneven_ = false;
   int64_t batches_ = 0, next_to_make_ = 0, next_to_take_ = 0;
 
   std::thread worker_;

@@ -45,8 +45,15 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
   RG_CHECK(dataset_size >= 0, "DistributedSampler", "dataset size must be >= 0, got ", dataset_size);
   RG_CHECK(rank_ >= 0 && rank_ < num_replicas_, "DistributedSampler", "rank ", rank_, " is not in [0, ", num_replicas_,
            ")");
-  num_samples_ = options.drop_last ? size_ / num_replicas_ : (size_ + num_replicas_ - 1) / num_replicas_;
-  if (!options.drop_last && !options.pad) num_samples_ = (size_ - rank_ + num_replicas_ - 1) / num_replicas_;
+  num_samples_ = num_samples_of(rank_);
+}
+
+int64_t DistributedSampler::num_samples_of(int64_t rank) const {
+  RG_CHECK(rank >= 0 && rank < num_replicas_, "DistributedSampler", "rank ", rank, " is not in [0, ", num_replicas_,
+           ")");
+  if (options_.drop_last) return size_ / num_replicas_;
+  if (!options_.pad) return (size_ - rank + num_replicas_ - 1) / num_replicas_;  // uneven shards
+  return (size_ + num_replicas_ - 1) / num_replicas_;
 }
 
 std::vector<int64_t> DistributedSampler::begin_epoch() {

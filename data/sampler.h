@@ -44,6 +44,7 @@ class DistributedSampler {
   std::vector<int64_t> begin_epoch();
   bool warned_missing_set_epoch() const { return warned_; }
   int64_t num_samples() const { return num_samples_; }  // per rank, the same on every rank (unless !pad)
+  int64_t num_samples_of(int64_t rank) const;           // another rank's count, from the same formula
   int64_t total_size() const { return num_samples_ * num_replicas_; }
   int64_t num_replicas() const { return num_replicas_; }
   int64_t rank() const { return rank_; }

@@ -86,6 +86,19 @@ void GradScaler::update() {
   found_inf_ = false;
 }
 
+nn::StateDict GradScaler::state_dict() const {
+  return {{"scale", scalar_tensor(scale_, {.dtype = DType::f64})},
+          {"growth_tracker", scalar_tensor(static_cast<double>(growth_tracker_), {.dtype = DType::f64})}};
+}
+
+void GradScaler::load_state_dict(const nn::StateDict& state) {
+  const double scale = find_state(state, "scale", "GradScaler", {}).item();
+  const double growth = find_state(state, "growth_tracker", "GradScaler", {}).item();
+  RG_CHECK(scale > 0 && std::isfinite(scale) && growth >= 0, "GradScaler", "state holds scale ", scale,
+           " and growth_tracker ", growth, "; need a positive finite scale");
+  set_state(scale, static_cast<int64_t>(growth));
+}
+
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
   // The squares summed on each gradient's device into one f64 scalar there, in parameter order, and

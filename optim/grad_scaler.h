@@ -48,7 +48,10 @@ class GradScaler {
   bool found_inf() const { return found_inf_; }
   void set_found_inf_reducer(std::function<bool(bool)> reducer) { reducer_ = std::move(reducer); }
 
-  // For checkpoints.
+  // For checkpoints: {"scale", "growth_tracker"} as 0-dim f64 tensors, and back (an error names a
+  // missing or non-scalar entry). set_state sets the two values directly.
+  nn::StateDict state_dict() const;
+  void load_state_dict(const nn::StateDict& state);
   void set_state(double scale, int64_t growth_tracker) {
     scale_ = scale;
     growth_tracker_ = growth_tracker;

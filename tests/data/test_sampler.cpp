@@ -132,6 +132,28 @@ TEST_CASE("pad = false gives uneven shards that still cover every example exactl
   for (int64_t i = 0; i < 10; ++i) CHECK(seen[static_cast<size_t>(i)] == i);
 }
 
+TEST_CASE("DataLoader warns once when the ranks' shards give different batch counts") {
+  using namespace ringgrad;
+  auto ds = std::make_shared<TensorDataset>(arange(0, 9).reshape({9, 1}), arange(0, 9, 1, {.dtype = DType::i64}));
+  // 9 examples over 2 ranks without padding: rank 0 gets 5 (3 batches of 2), rank 1 gets 4 (2 batches).
+  auto uneven = std::make_shared<DistributedSampler>(9, SamplerOptions{.num_replicas = 2, .rank = 1, .pad = false});
+  DataLoader loader(ds, uneven, {.batch_size = 2, .prefetch = 0});
+  CHECK(loader.batches_per_rank() == std::vector<int64_t>{3, 2});
+  CHECK(loader.num_batches() == 2);
+  CHECK_FALSE(loader.warned_uneven_batches());
+  for (const Example& b : loader) (void)b;
+  CHECK(loader.warned_uneven_batches());
+  // Padded shards (the default) are even: no warning; nor when switched off.
+  auto even = std::make_shared<DistributedSampler>(9, SamplerOptions{.num_replicas = 2, .rank = 1});
+  DataLoader padded(ds, even, {.batch_size = 2, .prefetch = 0});
+  CHECK(padded.batches_per_rank() == std::vector<int64_t>{3, 3});
+  for (const Example& b : padded) (void)b;
+  CHECK_FALSE(padded.warned_uneven_batches());
+  DataLoader quiet(ds, uneven, {.batch_size = 2, .prefetch = 0, .warn_uneven_batches = false});
+  for (const Example& b : quiet) (void)b;
+  CHECK_FALSE(quiet.warned_uneven_batches());
+}
+
 TEST_CASE("a second pass without set_epoch warns once; with set_epoch it does not") {
   DistributedSampler forgetful(20, {.num_replicas = 2, .rank = 0});
   forgetful.begin_epoch();

@@ -178,6 +178,19 @@ TEST_CASE("GradScaler skips the step and backs off on inf, grows after the inter
   CHECK(seen);
 }
 
+TEST_CASE("GradScaler's state_dict round-trips its scale and growth tracker") {
+  optim::GradScaler a({.init_scale = 1024.0, .growth_interval = 5});
+  a.set_state(256.0, 3);
+  optim::GradScaler b;
+  b.load_state_dict(a.state_dict());
+  CHECK(b.get_scale() == 256.0);
+  CHECK(b.growth_tracker() == 3);
+  CHECK_THROWS_WITH_AS(b.load_state_dict({{"scale", scalar_tensor(2.0)}}),
+                       doctest::Contains("state entry 'growth_tracker' is missing"), Error);
+  CHECK_THROWS_WITH_AS(b.load_state_dict({{"scale", scalar_tensor(-1.0)}, {"growth_tracker", scalar_tensor(0.0)}}),
+                       doctest::Contains("need a positive finite scale"), Error);
+}
+
 TEST_CASE("GradScaler finds one inf or NaN anywhere in long f16 and f32 gradients") {
   // Long enough for the vectorised body of the unscale loop, not only its scalar tail.
   const int64_t n = 1000;

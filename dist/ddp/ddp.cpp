@@ -157,15 +157,25 @@ void DistributedDataParallel::sync_buffers() {
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
-Tensor DistributedDataParallel::forward(const Tensor& x) {
+double DistributedDataParallel::begin_forward() {
   reducer_->before_forward();
   sync_buffers();  // DDPOptions::broadcast_buffers
-  const double start_us = trace_clock_us();
-  Tensor out = module_->forward(x);
+  return trace_clock_us();
+}
+
+void DistributedDataParallel::end_forward(double start_us) {
   if (options_.trace)
     reducer_->add_trace_event(
         TraceEvent{"forward", "compute", group_->rank(), "compute", start_us, trace_clock_us() - start_us, ""});
-  return out;
+}
+
+void DistributedDataParallel::wrong_module_type(const char* requested) const {
+  RG_FAIL("dist.DistributedDataParallel", "forward_as: the wrapped module is a ", module_->type_name(),
+          ", not the requested type (", requested, ")");
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  return call([&](nn::Module& m) { return m.forward(x); });
 }
 
 DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)

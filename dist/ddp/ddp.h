@@ -39,6 +39,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "core/tensor.h"
@@ -67,9 +68,28 @@ class DistributedDataParallel {
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  // Runs the module's forward (x: whatever it takes).
+  // Runs the module's single-tensor forward (x: whatever it takes).
   Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
+  // Runs a forward of any signature with DDP's per-forward work around it (the step clock, the
+  // buffers' broadcast, the trace):
+  //   Tensor loss = ddp.forward_as<Net>(x, mask);   // Net::forward(x, mask) on the wrapped module
+  //   auto [a, b] = ddp.call([&](nn::Module& m) { return static_cast<Net&>(m).two_heads(x); });
+  template <class Fn>
+  auto call(Fn&& fn) {
+    const double start_us = begin_forward();
+    auto out = fn(*module_);
+    end_forward(start_us);
+    return out;
+  }
+  template <class M, class... Args>
+  auto forward_as(Args&&... args) {
+    return call([&](nn::Module& m) {
+      M* typed = dynamic_cast<M*>(&m);
+      if (typed == nullptr) wrong_module_type(typeid(M).name());
+      return typed->forward(std::forward<Args>(args)...);
+    });
+  }
 
   nn::Module& module() { return *module_; }
   const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
@@ -107,7 +127,10 @@ class DistributedDataParallel {
 
  private:
   friend class NoSyncGuard;
-  void sync_buffers();  // broadcast rank 0's buffers (when options_.broadcast_buffers)
+  void sync_buffers();     // broadcast rank 0's buffers (when options_.broadcast_buffers)
+  double begin_forward();  // returns the trace clock at the start
+  void end_forward(double start_us);
+  [[noreturn]] void wrong_module_type(const char* requested) const;
   void install_step_check(const std::vector<std::pair<std::string, Tensor>>& params);
   std::shared_ptr<nn::Module> module_;
   std::vector<Tensor> buffers_;  // the module's buffers at construction, when they are broadcast

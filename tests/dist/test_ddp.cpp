@@ -250,6 +250,40 @@ TEST_CASE("ddp: a CNN with BatchNorm2d and global average pooling == one process
   for (int q = 1; q < N; ++q) CHECK(rg::equal(all_means.select(0, q), all_means.select(0, 0)));
 }
 
+TEST_CASE("ddp: forward_as runs a forward of another signature, with the buffers broadcast first") {
+  // A model whose forward takes two tensors: y = fc(x) * scale, scale a per-column mask.
+  struct TwoInputs : nn::Module {
+    TwoInputs() : Module("TwoInputs") {
+      fc = register_module("fc", std::make_shared<nn::Linear>(8, 4));
+      seen = register_buffer("seen", rg::zeros({1}));
+    }
+    rg::Tensor forward(const rg::Tensor& x, const rg::Tensor& scale) {
+      {
+        rg::NoGradGuard no_grad;
+        seen.copy_(seen + 1.0);
+      }
+      return fc->forward(x) * scale;
+    }
+    std::shared_ptr<nn::Linear> fc;
+    rg::Tensor seen;
+  };
+  const int r = dist::world().rank;
+  rg::manual_seed(3);
+  auto model = std::make_shared<TwoInputs>();
+  dist::DistributedDataParallel ddp(model, group(), {.broadcast_buffers = true});
+  if (r != 0) {  // a different buffer value off rank 0: the forward's broadcast must overwrite it
+    rg::NoGradGuard no_grad;
+    model->seen.copy_(rg::full({1}, 10.0 + r));
+  }
+  const rg::Tensor x = rg::ones({2, 8}), scale = rg::from_vector(std::vector<double>{1, 0, 2, 0}, {1, 4});
+  const rg::Tensor y = ddp.forward_as<TwoInputs>(x, scale);
+  CHECK(rg::equal(y, model->fc->forward(x) * scale));
+  CHECK(model->seen.item() == 1.0);  // rank 0's 0, broadcast, then + 1 on every rank
+  rg::cross_entropy(y, rg::zeros({2}, {.dtype = rg::DType::i64})).backward();  // reduced like any forward
+  CHECK(ddp.stats().bucket_reductions >= 1);
+  CHECK_THROWS_WITH_AS(ddp.forward_as<nn::Linear>(x), doctest::Contains("wrapped module is a TwoInputs"), rg::Error);
+}
+
 TEST_CASE("dropout: each rank draws its own masks by default, identical ones when asked") {
   const int N = dist::world().size;
   auto pg = group();

@@ -20,14 +20,15 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, std::shared_ptr<Distrib
 
 DataLoader::~DataLoader() { stop_worker(); }
 
-int64_t DataLoader::num_batches() const { return batches_per_rank()[sampler_->rank()]; }
+int64_t DataLoader::batches_of(int64_t samples) const {
+  return options_.drop_last ? samples / options_.batch_size : (samples + options_.batch_size - 1) / options_.batch_size;
+}
+
+int64_t DataLoader::num_batches() const { return batches_of(sampler_->num_samples()); }
 
 std::vector<int64_t> DataLoader::batches_per_rank() const {
   std::vector<int64_t> out;
-  for (int64_t r = 0; r < sampler_->num_replicas(); ++r) {
-    const int64_t n = sampler_->num_samples_of(r);
-    out.push_back(options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size);
-  }
+  for (int64_t r = 0; r < sampler_->num_replicas(); ++r) out.push_back(batches_of(sampler_->num_samples_of(r)));
   return out;
 }
 

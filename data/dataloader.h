@@ -73,6 +73,7 @@ class DataLoader {
   Example collate(int64_t batch) const;
   void stop_worker();
   void warn_if_uneven();
+  int64_t batches_of(int64_t samples) const;  // batches of one rank holding `samples`
 
   std::shared_ptr<Dataset> dataset_;
   std::shared_ptr<DistributedSampler> sampler_;

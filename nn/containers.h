@@ -34,6 +34,9 @@ class ModuleList : public Module {
   auto begin() const { return modules_.begin(); }
   auto end() const { return modules_.end(); }
 
+ protected:
+  explicit ModuleList(const char* type) : Module(type) {}  // for Sequential, a list with a forward
+
  private:
   std::vector<std::shared_ptr<Module>> modules_;
 };

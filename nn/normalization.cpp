@@ -7,7 +7,8 @@ namespace ringgrad::nn {
 
 namespace {
 
-// The biased variance over (N, H, W) of x: (N, C, H, W) about its per-channel mean: (1, C, 1, 1).
+// The biased variance over (N, H, W) of x: (N, C, H, W) about its per-channel mean: (1, C, 1, 1),
+// already computed (var() would reduce for the mean again).
 Tensor var_of(const Tensor& x, const Tensor& mean) {
   const Tensor d = x - mean;
   return (d * d).mean({0, 2, 3}, /*keepdim=*/true);

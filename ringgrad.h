@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "core/parallel.h"
 #include "core/random.h"
+#include "core/random_state.h"
 #include "core/tensor.h"
 #include "core/trace.h"
 #include "data/data.h"

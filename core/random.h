@@ -90,6 +90,7 @@ void set_dropout_streams(DropoutStreams streams);  // reseeds the dropout stream
 DropoutStreams dropout_streams();
 // The rank whose stream this process draws (0 until dist::init); reseeds the dropout stream.
 void set_random_rank(int rank);
+int random_rank();
 // The dropout stream's seed for a default seed and a rank under the current DropoutStreams.
 uint64_t dropout_seed(uint64_t seed, int rank);
 

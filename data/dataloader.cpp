@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "autograd/engine.h"
+#include "core/ops.h"
 
 namespace ringgrad::data {
 
@@ -81,8 +82,22 @@ DataLoader::Iterator DataLoader::begin() {
   indices_ = sampler_->begin_epoch();
   batches_ = num_batches();
   next_to_make_ = next_to_take_ = 0;
+  pass_epoch_ = sampler_->epoch();
+  if (resume_epoch_ >= 0) {
+    if (pass_epoch_ == resume_epoch_) {
+      next_to_make_ = next_to_take_ = std::min(resume_position_, batches_);
+    } else {
+      std::fprintf(stderr,
+                   "ringgrad: warning: DataLoader (rank %lld): the loaded state stands at batch %lld of epoch %lld, "
+                   "but the first pass began at epoch %lld; it starts from its first batch. Loop from "
+                   "sampler().epoch() after loading.\n",
+                   static_cast<long long>(sampler_->rank()), static_cast<long long>(resume_position_),
+                   static_cast<long long>(resume_epoch_), static_cast<long long>(pass_epoch_));
+    }
+    resume_epoch_ = -1;
+  }
   error_ = nullptr;
-  if (options_.prefetch > 0 && batches_ > 0) {
+  if (options_.prefetch > 0 && next_to_make_ < batches_) {
     worker_ = std::thread([this] {
       for (;;) {
         int64_t batch;
@@ -134,6 +149,41 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
   current_ = loader_->next_batch();
   if (!current_) loader_ = nullptr;
   return *this;
+}
+
+StateDict DataLoader::state_dict() const {
+  auto value = [](int64_t v) { return scalar_tensor(static_cast<double>(v), {.dtype = DType::i64}); };
+  StateDict out;
+  for (auto& [name, t] : sampler_->state_dict()) out.emplace_back("sampler." + name, t);
+  // A pass that began at another epoch than the sampler's now says nothing about the sampler's epoch.
+  const int64_t position = pass_epoch_ == sampler_->epoch() ? next_to_take_ : 0;
+  out.emplace_back("position", value(position));
+  out.emplace_back("batch_size", value(options_.batch_size));
+  out.emplace_back("drop_last", value(options_.drop_last ? 1 : 0));
+  return out;
+}
+
+void DataLoader::load_state_dict(const StateDict& state) {
+  const std::string who = "DataLoader::load_state_dict";
+  StateDict sampler_state;
+  for (const auto& [name, t] : state)
+    if (name.rfind("sampler.", 0) == 0) sampler_state.emplace_back(name.substr(8), t);
+  const int64_t position = state_int(state, "position", who);
+  const int64_t batch_size = state_int(state, "batch_size", who);
+  const bool drop_last = state_int(state, "drop_last", who) != 0;
+  const int64_t replicas = state_int(sampler_state, "num_replicas", who);
+  RG_CHECK(position >= 0, who, "position ", position, " is negative");
+  if (position > 0) {
+    RG_CHECK(batch_size == options_.batch_size && drop_last == options_.drop_last &&
+                 replicas == sampler_->num_replicas(),
+             who, "the state stands at batch ", position, " inside an epoch, saved with batch_size ", batch_size,
+             ", drop_last ", drop_last, " and ", replicas, " ranks; this loader has batch_size ", options_.batch_size,
+             ", drop_last ", options_.drop_last, " and ", sampler_->num_replicas(),
+             " ranks, so its batches are not the saved ones (resume at an epoch boundary to change them)");
+  }
+  sampler_->load_state_dict(sampler_state);  // checks seed and shuffle, sets the epoch
+  resume_epoch_ = sampler_->epoch();
+  resume_position_ = position;
 }
 
 }  // namespace ringgrad::data

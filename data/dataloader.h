@@ -50,7 +50,20 @@ class DataLoader {
   int64_t num_batches() const;                    // per epoch, for this rank
   std::vector<int64_t> batches_per_rank() const;  // every rank's num_batches(), from the sampler's shards
   bool warned_uneven_batches() const { return warned_uneven_; }
+  // Batches of the current pass handed out so far, the one in hand included; a pass resumed by
+  // load_state_dict counts from the loaded position.
+  int64_t batches_taken() const { return next_to_take_; }
   DistributedSampler& sampler() const { return *sampler_; }
+
+  // Where the loader stands, for resuming mid-epoch: the sampler's state under "sampler.", and
+  // "position" (batches of the sampler's epoch handed out so far; 0 when that epoch's pass has not
+  // begun), "batch_size", "drop_last". Loading sets the sampler's epoch and makes the next pass over
+  // that epoch skip the first `position` batches without collating them, so a run saved after
+  // batch k of epoch e continues with batch k + 1. A position inside an epoch is refused when the
+  // batch size, drop_last or world size differ (the batches would not be the same ones). A first
+  // pass that begins at another epoch warns and starts from its first batch.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
 
   class Iterator {
    public:
@@ -81,6 +94,9 @@ class DataLoader {
   std::vector<int64_t> indices_;  // this epoch's
   bool warned_uneven_ = false;
   int64_t batches_ = 0, next_to_make_ = 0, next_to_take_ = 0;
+  int64_t pass_epoch_ = -1;  // the sampler epoch of the pass next_to_take_ counts in (-1: none yet)
+  // Set by load_state_dict: the next pass at resume_epoch_ starts at batch resume_position_.
+  int64_t resume_epoch_ = -1, resume_position_ = 0;
 
   std::thread worker_;
   std::mutex mutex_;

@@ -6,6 +6,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/ops.h"
 #include "core/random.h"
 
 namespace ringgrad::data {
@@ -94,6 +95,34 @@ std::vector<int64_t> DistributedSampler::indices() const {
   mine.reserve(static_cast<size_t>(num_samples_));
   for (int64_t i = rank_; i < total; i += num_replicas_) mine.push_back(order[static_cast<size_t>(i)]);
   return mine;
+}
+
+StateDict DistributedSampler::state_dict() const {
+  auto value = [](int64_t v) { return scalar_tensor(static_cast<double>(v), {.dtype = DType::i64}); };
+  StateDict out{{"epoch", value(epoch_)},
+                {"num_replicas", value(num_replicas_)},
+                {"shuffle", value(options_.shuffle ? 1 : 0)}};
+  // The seed uses all 64 bits, which a double does not hold: its bits go into the i64 unchanged.
+  Tensor seed = scalar_tensor(0, {.dtype = DType::i64});
+  *seed.data<int64_t>() = static_cast<int64_t>(options_.seed);
+  out.emplace_back("seed", seed);
+  return out;
+}
+
+void DistributedSampler::load_state_dict(const StateDict& state) {
+  const std::string who = "DistributedSampler::load_state_dict";
+  const auto seed = static_cast<uint64_t>(state_int(state, "seed", who));
+  const bool shuffle = state_int(state, "shuffle", who) != 0;
+  const int64_t epoch = state_int(state, "epoch", who);
+  RG_CHECK(seed == options_.seed, who, "the state was saved with seed ", seed, ", this sampler has seed ",
+           options_.seed, ": the resumed run would see another data order");
+  RG_CHECK(shuffle == options_.shuffle, who, "the state was saved with shuffle = ", shuffle, ", this sampler has ",
+           options_.shuffle);
+  // num_replicas is not checked: another world size is fine at an epoch's start (each rank takes
+  // its new shard of the same permutation); the DataLoader refuses it for a position inside an epoch.
+  RG_CHECK(epoch >= 0, who, "epoch ", epoch, " is negative");
+  epoch_ = epoch;
+  last_begun_epoch_ = -1;
 }
 
 }  // namespace ringgrad::data

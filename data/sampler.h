@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/state_dict.h"
+
 namespace ringgrad::data {
 
 struct SamplerOptions {
@@ -48,6 +50,12 @@ class DistributedSampler {
   int64_t total_size() const { return num_samples_ * num_replicas_; }
   int64_t num_replicas() const { return num_replicas_; }
   int64_t rank() const { return rank_; }
+
+  // {"epoch", "num_replicas", "shuffle", "seed"} as 0-dim i64 tensors. Loading sets the epoch and
+  // checks the seed and shuffle: either differing would give the resumed run another data order, an
+  // error naming both values. Another num_replicas is accepted (a resume on another world size).
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
 
  private:
   int64_t size_, num_replicas_, rank_;

@@ -143,16 +143,6 @@ StateDict Module::state_dict() const {
   return out;
 }
 
-std::string LoadResult::describe() const {
-  auto line = [](const char* what, const std::vector<std::string>& keys) {
-    if (keys.empty()) return std::string();
-    std::string s = std::string("\n  ") + what + ": ";
-    for (size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : "") + keys[i];
-    return s;
-  };
-  return line("missing keys", missing) + line("unexpected keys", unexpected) + line("shape mismatches", mismatched);
-}
-
 LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
   const StateDict mine = state_dict();
   LoadResult result;

@@ -6,3 +6,4 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
+#include "optim/training_checkpoint.h"

@@ -16,6 +16,7 @@
 
 #include "core/tensor.h"
 #include "nn/dtype_hold.h"
+#include "nn/module.h"
 #include "nn/state_dict.h"
 
 namespace ringgrad::optim {
@@ -84,6 +85,17 @@ class StepCheckHandle {
  private:
   StepCheck check_;
 };
+
+// Optimizer state keyed by parameter name, as a training checkpoint stores it: "fc1.weight.exp_avg"
+// rather than "0.exp_avg" (the names are `model`'s named_parameters()), and each group's
+// hyperparameters as "param_groups.<g>.lr" / ".weight_decay" (a run that set the learning rate by
+// hand resumes with it). Names survive what indices do not: parameters handed to the optimizer in
+// another order, or a model that gained a parameter the optimizer does not hold. Every parameter
+// of the optimizer must be one of the model's (an error names the one that is not).
+nn::StateDict state_dict_by_name(const Optimizer& opt, const nn::Module& model);
+// The inverse. Also reads state keyed by index (what Optimizer::state_dict writes, and checkpoints
+// from before names), so older files load. An entry that names no parameter is an error.
+void load_state_dict_by_name(Optimizer& opt, const nn::Module& model, const nn::StateDict& state);
 
 // Looks up `name` in `state`; an error naming the optimizer when it is missing or mis-shaped.
 Tensor find_state(const nn::StateDict& state, const std::string& name, const char* optimizer,

@@ -238,6 +238,8 @@ void set_random_rank(int rank) {
   reseed_dropout_stream();
 }
 
+int random_rank() { return dropout_state().rank; }
+
 void manual_seed(uint64_t seed) {
   default_generator().manual_seed(seed);
   reseed_dropout_stream();

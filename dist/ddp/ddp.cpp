@@ -10,6 +10,7 @@
 #include "dist/ddp/reducer.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "optim/training_checkpoint.h"
 
 namespace ringgrad::dist {
 
@@ -206,6 +207,15 @@ void sync_found_inf(optim::GradScaler& scaler, std::shared_ptr<ProcessGroup> gro
   scaler.set_found_inf_reducer([group](bool local) {
     Tensor flag = full({1}, local ? 1.0 : 0.0, {.dtype = DType::i32});
     group->allreduce(flag, ReduceOp::max)->wait();
+    return flag.item() != 0;
+  });
+}
+
+void sync_checkpoint(optim::TrainingCheckpoint& checkpoint, std::shared_ptr<ProcessGroup> group) {
+  RG_CHECK(group != nullptr, "sync_checkpoint", "group is null");
+  checkpoint.set_writer(group->rank(), group->size(), [group](bool ok) {
+    Tensor flag = full({1}, ok ? 1.0 : 0.0, {.dtype = DType::i32});
+    group->allreduce(flag, ReduceOp::min)->wait();
     return flag.item() != 0;
   });
 }

@@ -51,6 +51,7 @@
 
 namespace ringgrad::optim {
 class GradScaler;
+class TrainingCheckpoint;
 class StepCheckHandle;
 }  // namespace ringgrad::optim
 
@@ -143,5 +144,10 @@ class DistributedDataParallel {
 // Mixed precision across ranks: makes `scaler` combine its found-inf flag over the group (max), so
 // that when any rank's gradients overflowed every rank skips the step, and the replicas stay equal.
 void sync_found_inf(optim::GradScaler& scaler, std::shared_ptr<ProcessGroup> group);
+
+// Training checkpoints across ranks: `checkpoint` writes on the group's rank 0 only, records the
+// group's size, and every save ends with the ranks agreeing (a min allreduce) on whether the write
+// succeeded, so that a failed write is an error on every rank. Every rank must call save.
+void sync_checkpoint(optim::TrainingCheckpoint& checkpoint, std::shared_ptr<ProcessGroup> group);
 
 }  // namespace ringgrad::dist

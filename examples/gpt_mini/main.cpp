@@ -55,9 +55,6 @@ DType precision_dtype(const std::string& p) {
   return DType::f32;
 }
 
-double scalar(const nn::StateDict& ck, const std::string& name) { return nn::scalar_entry(ck, name); }
-Tensor value(double v) { return scalar_tensor(v, {.dtype = DType::f64}); }
-
 nn::GPTConfig config_from(const Config& c, int64_t vocab_size) {
   return nn::GPTConfig{.vocab_size = vocab_size,
                        .block_size = c.block_size,
@@ -136,17 +133,21 @@ int run(Config& c, const dist::World& world) {
   // ---- generation from a checkpoint alone ----
   if (c.generate) {
     RG_CHECK(!c.resume.empty(), "gpt_mini", "--generate needs --resume CHECKPOINT");
-    nn::StateDict ck = nn::load_checkpoint(c.resume);
-    data::CharVocab vocab = data::CharVocab::from_tensor(nn::with_prefix_removed(ck, "vocab.").at(0).second);
-    c.block_size = static_cast<int64_t>(scalar(ck, "config.block_size"));
-    c.n_layer = static_cast<int64_t>(scalar(ck, "config.n_layer"));
-    c.n_head = static_cast<int64_t>(scalar(ck, "config.n_head"));
-    c.n_embd = static_cast<int64_t>(scalar(ck, "config.n_embd"));
+    // The configuration and vocabulary are the checkpoint's metadata; the weights its "model".
+    const auto meta = optim::checkpoint_metadata(c.resume);
+    auto meta_int = [&](const char* key) { return std::get<int64_t>(meta.at(key)); };
+    data::CharVocab vocab(std::get<std::string>(meta.at("vocab")));
+    c.block_size = meta_int("block_size");
+    c.n_layer = meta_int("n_layer");
+    c.n_head = meta_int("n_head");
+    c.n_embd = meta_int("n_embd");
     nn::GPT model(config_from(c, vocab.size()));
     const Device device = parse_device(c.device, world.local_rank);
     model.to(dtype);
     model.to(device);
-    model.load_state_dict(nn::with_prefix_removed(ck, "model."));
+    optim::TrainingCheckpoint weights;
+    weights.add("model", model);
+    weights.load(c.resume, {.strict = false, .random_state = false});  // the optimizer's state is not needed
     if (world.rank == 0) std::printf("%s\n", sample(model, vocab, c, device).c_str());
     return 0;
   }
@@ -176,17 +177,27 @@ int run(Config& c, const dist::World& world) {
   optim::GradScaler scaler({.enabled = dtype == DType::f16});
   optim::WarmupCosineLR schedule(c.lr, c.warmup, c.lr_decay_steps, c.min_lr);
   int64_t step = 0;
-  if (!c.resume.empty()) {
-    nn::StateDict ck = nn::load_checkpoint(c.resume);
-    model->load_state_dict(nn::with_prefix_removed(ck, "model."));
-    opt->load_state_dict(nn::with_prefix_removed(ck, "optimizer."));
-    scaler.set_state(scalar(ck, "scaler.scale"), static_cast<int64_t>(scalar(ck, "scaler.growth")));
-    step = static_cast<int64_t>(scalar(ck, "progress.step"));
-    log("resumed from %s at step %lld\n", c.resume.c_str(), (long long)step);
-  }
   auto group = dist::new_group(c.backend);
   dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb});
   dist::sync_found_inf(scaler, group);
+  // The training state, in one file: rank 0 writes it; every rank reads it on --resume. The
+  // sampler needs no state: its windows are a function of (seed, step). The metadata lets
+  // --generate rebuild the model from the file alone.
+  int64_t next_step = 0;  // a resumed run starts here
+  optim::TrainingCheckpoint checkpoint;
+  checkpoint.add("model", *model).add_optimizer("optimizer", *opt, *model).add("scaler", scaler).add("step", next_step);
+  std::string vocab_chars;
+  for (int64_t i = 0; i < vocab.size(); ++i) vocab_chars += vocab.decode({i});
+  checkpoint.metadata = {{"vocab", vocab_chars},
+                         {"block_size", c.block_size},
+                         {"n_layer", c.n_layer},
+                         {"n_head", c.n_head},
+                         {"n_embd", c.n_embd}};
+  dist::sync_checkpoint(checkpoint, group);
+  if (!c.resume.empty()) {
+    log("%s\n", checkpoint.load(c.resume).describe().c_str());
+    step = next_step;
+  }
   log("model: GPT %lld layers, %lld heads, %lld wide, block %lld: %lld parameters, %s on %s\n", (long long)c.n_layer,
       (long long)c.n_head, (long long)c.n_embd, (long long)c.block_size, (long long)model->parameter_count(),
       c.precision.c_str(), device.str().c_str());
@@ -197,19 +208,10 @@ int run(Config& c, const dist::World& world) {
       (long long)(c.batch_size * c.accum * world.size), (long long)(c.batch_size * c.accum * world.size * c.block_size),
       c.lr, (long long)c.warmup, c.min_lr, (long long)c.lr_decay_steps);
 
-  auto save = [&](int64_t next_step) {  // a resumed run starts at next_step
-    if (c.checkpoint.empty() || world.rank != 0) return;
-    nn::StateDict ck = nn::with_prefix(model->state_dict(), "model.");
-    for (auto& e : nn::with_prefix(opt->state_dict(), "optimizer.")) ck.push_back(e);
-    ck.emplace_back("vocab.bytes", vocab.to_tensor());
-    ck.emplace_back("config.block_size", value(static_cast<double>(c.block_size)));
-    ck.emplace_back("config.n_layer", value(static_cast<double>(c.n_layer)));
-    ck.emplace_back("config.n_head", value(static_cast<double>(c.n_head)));
-    ck.emplace_back("config.n_embd", value(static_cast<double>(c.n_embd)));
-    ck.emplace_back("scaler.scale", value(scaler.get_scale()));
-    ck.emplace_back("scaler.growth", value(static_cast<double>(scaler.growth_tracker())));
-    ck.emplace_back("progress.step", value(static_cast<double>(next_step)));
-    nn::save_checkpoint(c.checkpoint, ck);
+  auto save = [&](int64_t resume_at) {
+    if (c.checkpoint.empty()) return;
+    next_step = resume_at;
+    checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
   };
 
   // ---- training ----

@@ -151,34 +151,17 @@ int run(Config& c, const dist::World& world) {
       world.size, group->backend().c_str(), buckets.size(), shared ? " in shared memory" : "", c.comm_hook.c_str(),
       c.batch_size, world.size, c.accum, c.batch_size * world.size * c.accum);
 
-  int start_epoch = 0;
-  int64_t global_step = 0, skip_in_epoch = 0;
-  if (!c.resume.empty()) {
-    nn::StateDict ck = nn::load_checkpoint(c.resume);
-    model->load_state_dict(nn::with_prefix_removed(ck, "model."));
-    opt->load_state_dict(nn::with_prefix_removed(ck, "optimizer."));
-    scaler.set_state(nn::scalar_entry(ck, "scaler.scale"), static_cast<int64_t>(nn::scalar_entry(ck, "scaler.growth")));
-    start_epoch = static_cast<int>(nn::scalar_entry(ck, "progress.epoch"));
-    global_step = static_cast<int64_t>(nn::scalar_entry(ck, "progress.step"));
-    skip_in_epoch = static_cast<int64_t>(nn::scalar_entry(ck, "progress.step_in_epoch"));
-    default_generator().manual_seed(static_cast<uint64_t>(nn::scalar_entry(ck, "rng.seed")));
-    default_generator().set_offset(static_cast<uint64_t>(nn::scalar_entry(ck, "rng.offset")));
-    log("resumed from %s: epoch %d, step %lld\n", c.resume.c_str(), start_epoch + 1, (long long)global_step);
-  }
-  auto save = [&](int epoch, int64_t step_in_epoch) {
-    if (c.checkpoint.empty() || world.rank != 0) return;  // the replicas are identical: rank 0 writes
-    auto value = [](double v) { return scalar_tensor(v, {.dtype = DType::f64}); };
-    nn::StateDict ck = nn::with_prefix(model->state_dict(), "model.");
-    for (auto& e : nn::with_prefix(opt->state_dict(), "optimizer.")) ck.push_back(e);
-    ck.emplace_back("scaler.scale", value(scaler.get_scale()));
-    ck.emplace_back("scaler.growth", value(static_cast<double>(scaler.growth_tracker())));
-    ck.emplace_back("progress.epoch", value(epoch));
-    ck.emplace_back("progress.step", value(static_cast<double>(global_step)));
-    ck.emplace_back("progress.step_in_epoch", value(static_cast<double>(step_in_epoch)));
-    ck.emplace_back("sampler.seed", value(static_cast<double>(c.seed)));
-    ck.emplace_back("rng.seed", value(static_cast<double>(default_generator().seed())));
-    ck.emplace_back("rng.offset", value(static_cast<double>(default_generator().offset())));
-    nn::save_checkpoint(c.checkpoint, ck);
+  // The training state, in one file: rank 0 writes it, every rank reads it on --resume, and the
+  // loader's state (epoch, batches taken) makes a resumed run continue with the next batch.
+  int64_t global_step = 0;
+  optim::TrainingCheckpoint checkpoint;
+  checkpoint.add("model", *model).add_optimizer("optimizer", *opt, *model).add("scaler", scaler);
+  checkpoint.add("loader", loader).add("step", global_step);
+  checkpoint.metadata = {{"model", c.model}, {"precision", c.precision}};
+  dist::sync_checkpoint(checkpoint, group);
+  if (!c.resume.empty()) log("%s\n", checkpoint.load(c.resume).describe().c_str());
+  auto save = [&] {
+    if (!c.checkpoint.empty()) checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
   };
 
   const bool tty = isatty(STDOUT_FILENO) && world.size == 1;
@@ -186,16 +169,14 @@ int run(Config& c, const dist::World& world) {
   auto t_train = Clock::now();
   int64_t trained_samples = 0;
   double train_seconds = 0;
-  for (int epoch = start_epoch; epoch < c.epochs; ++epoch) {
+  for (int epoch = static_cast<int>(sampler->epoch()); epoch < c.epochs; ++epoch) {
     sampler->set_epoch(epoch);
     auto t_epoch = Clock::now();
-    int64_t step_in_epoch = 0, epoch_samples = 0;
+    int64_t trained_steps = 0, epoch_samples = 0;
     double loss_sum = 0;
     for (const data::Example& batch : loader) {
-      if (step_in_epoch < skip_in_epoch) {  // resuming mid-epoch: these batches were already trained on
-        ++step_in_epoch;
-        continue;
-      }
+      // A resumed pass begins after the batches the checkpoint had taken.
+      int64_t step_in_epoch = loader.batches_taken() - 1;
       // Gradient accumulation: micro-batches 1..K-1 of a step only accumulate (no communication);
       // the K-th backward averages the sum across ranks once. Each loss is scaled by 1/K so the
       // step equals one on a K times larger batch.
@@ -214,6 +195,7 @@ int run(Config& c, const dist::World& world) {
         scaled.backward();
       }
       ++step_in_epoch;
+      ++trained_steps;
       ++global_step;
       epoch_samples += batch.input.size(0);
       const double loss_value = loss.item();
@@ -226,20 +208,21 @@ int run(Config& c, const dist::World& world) {
             epoch + 1, (long long)step_in_epoch, (long long)steps_per_epoch, loss_value, rate * world.size, eta,
             tty ? "   " : "\n");
       if (c.stats_every > 0 && global_step % c.stats_every == 0) log("%s\n", ddp.stats().summary().c_str());
-      if (c.checkpoint_every > 0 && global_step % c.checkpoint_every == 0) save(epoch, step_in_epoch);
+      if (c.checkpoint_every > 0 && global_step % c.checkpoint_every == 0) save();
       if (c.limit_steps > 0 && global_step >= c.limit_steps) break;
     }
     if (tty) log("\n");
     const double epoch_seconds = seconds_since(t_epoch);
     train_seconds += epoch_seconds;
     trained_samples += epoch_samples;
-    const int64_t trained_steps = step_in_epoch - skip_in_epoch;
-    skip_in_epoch = 0;
     const double accuracy = evaluate(*model, mnist.test, dtype, device, *group);
     log("epoch %d: train loss (rank 0) %.5f, test accuracy %.2f%%, %.1f s, %.0f samples/s (all ranks)\n", epoch + 1,
         trained_steps ? loss_sum / static_cast<double>(trained_steps) : 0.0, accuracy, epoch_seconds,
         static_cast<double>(epoch_samples) * world.size / epoch_seconds);
-    save(epoch + 1, 0);
+    // A finished epoch: the checkpoint then stands at the next one's start (a run stopped by
+    // --limit-steps stays inside this one).
+    if (loader.batches_taken() == steps_per_epoch) sampler->set_epoch(epoch + 1);
+    save();
     if (c.limit_steps > 0 && global_step >= c.limit_steps) break;
   }
   log("done: %lld steps in %.1f s (training %.1f s), %.0f samples/s (all ranks)\n", (long long)global_step,

@@ -1,0 +1,37 @@
+#include "core/state_dict.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace ringgrad {
+
+std::string LoadResult::describe() const {
+  auto line = [](const char* what, const std::vector<std::string>& keys) {
+    if (keys.empty()) return std::string();
+    std::string s = std::string("\n  ") + what + ": ";
+    for (size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : "") + keys[i];
+    return s;
+  };
+  return line("missing keys", missing) + line("unexpected keys", unexpected) + line("shape mismatches", mismatched);
+}
+
+const Tensor& state_entry(const StateDict& state, const std::string& name, const std::string& who) {
+  auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
+  RG_CHECK(it != state.end(), who, "state entry '", name, "' is missing");
+  return it->second;
+}
+
+int64_t state_int(const StateDict& state, const std::string& name, const std::string& who) {
+  const Tensor& t = state_entry(state, name, who);
+  RG_CHECK(t.numel() == 1, who, "state entry '", name, "' should hold one value, got ", t.desc());
+  const Tensor host = t.to(Device::cpu());
+  // Read integers exactly (seeds and offsets use all 64 bits; a double holds 53).
+  if (host.dtype() == DType::i64) return *host.data<int64_t>();  // one element: raw_data points at it
+  const double v = host.item();
+  RG_CHECK(std::isfinite(v) && v == std::floor(v), who, "state entry '", name, "' should be an integer, got ", v);
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace ringgrad

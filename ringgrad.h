@@ -19,6 +19,7 @@
 #include "nn/nn.h"
 #ifdef RINGGRAD_WITH_MPI
 #include "dist/ddp/ddp.h"
+#include "dist/ddp/join.h"
 #include "dist/init.h"
 #include "dist/process_group.h"
 #endif

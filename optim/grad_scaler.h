@@ -47,6 +47,11 @@ class GradScaler {
   int64_t growth_tracker() const { return growth_tracker_; }
   bool found_inf() const { return found_inf_; }
   void set_found_inf_reducer(std::function<bool(bool)> reducer) { reducer_ = std::move(reducer); }
+  // A rank with no gradients of its own (out of data under dist::Join) answers the other ranks'
+  // found-inf agreement with "no overflow", so that their unscale_ completes.
+  void shadow_found_inf() {
+    if (reducer_) reducer_(false);
+  }
 
   // For checkpoints: {"scale", "growth_tracker"} as 0-dim f64 tensors, and back (an error names a
   // missing or non-scalar entry). set_state sets the two values directly.

@@ -148,19 +148,51 @@ void DistributedDataParallel::install_step_check(const std::vector<std::pair<std
   });
 }
 
-void DistributedDataParallel::sync_buffers() {
+void DistributedDataParallel::sync_buffers(int root) {
   if (buffers_.empty()) return;
   autograd::NoGradGuard no_grad;
   std::vector<std::shared_ptr<Work>> works;
-  for (const Tensor& t : buffers_) works.push_back(group_->broadcast(t, 0));
+  for (const Tensor& t : buffers_) works.push_back(group_->broadcast(t, root));
   for (auto& w : works) w->wait();
+}
+
+DistributedDataParallel::StepAgreement DistributedDataParallel::agree_on_step(bool active, bool sync) {
+  const int N = group_->size();
+  Tensor mine = from_vector(std::vector<double>{active ? 1.0 : 0.0, sync ? 1.0 : 0.0}, {2}, {.dtype = DType::i32});
+  Tensor all = zeros({N, 2}, {.dtype = DType::i32});
+  group_->allgather(all, mine)->wait();
+  const std::vector<double> flags = all.to_vector();
+  StepAgreement out;
+  out.root = -1;
+  std::string syncing, accumulating;
+  for (int r = 0; r < N; ++r) {
+    if (flags[2 * r] == 0) continue;
+    ++out.active;
+    if (out.root < 0) out.root = r;
+    std::string& list = flags[2 * r + 1] != 0 ? syncing : accumulating;
+    list += str_cat(list.empty() ? "" : ", ", r);
+  }
+  if (out.root < 0) out.root = 0;
+  out.sync = !syncing.empty();
+  RG_CHECK(syncing.empty() || accumulating.empty(), "dist.Join",
+           "the ranks still training disagree on whether this step synchronises (seen by rank ", group_->rank(), "/", N,
+           "): ranks ", syncing, " run a synchronising forward, ranks ", accumulating,
+           " run theirs under no_sync(). Every rank must accumulate the same number of micro-batches per step");
+  return out;
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 double DistributedDataParallel::begin_forward() {
   reducer_->before_forward();
-  sync_buffers();  // DDPOptions::broadcast_buffers
+  int root = 0;
+  if (join_ != nullptr) {  // Note [Join's agreement] in dist/ddp/join.h
+    const bool sync = reducer_->require_sync() && autograd::grad_enabled();
+    const StepAgreement agreed = agree_on_step(/*active=*/true, sync);
+    reducer_->expect_backward(agreed.active, sync);
+    root = agreed.root;
+  }
+  sync_buffers(root);  // DDPOptions::broadcast_buffers
   return trace_clock_us();
 }
 

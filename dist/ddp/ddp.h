@@ -28,10 +28,11 @@
 // learning rate by N behind the user's back.
 //
 // dist/ddp/ is data parallelism on top of a ProcessGroup: this file (the public entry), options.h
-// (what DDP is configured with and reports), comm_hook.h (the hook types and the built-in hooks)
-// and reducer.h (internal: the buckets and overlapped reductions behind DistributedDataParallel).
-// Headers include downwards only -- ddp.h -> options.h -> comm_hook.h, reducer.h -> options.h --
-// so ddp.h never includes reducer.h (it holds a std::unique_ptr<Reducer>), and nothing in dist/
+// (what DDP is configured with and reports), comm_hook.h (the hook types and the built-in hooks),
+// join.h (uneven inputs: ranks out of data answer the others' collectives) and reducer.h
+// (internal: the buckets and overlapped reductions behind DistributedDataParallel). Headers include
+// downwards only -- join.h -> ddp.h -> options.h -> comm_hook.h, reducer.h -> options.h -- so ddp.h
+// never includes reducer.h (it holds a std::unique_ptr<Reducer>), and nothing else in dist/
 // includes ddp.h.
 #pragma once
 
@@ -58,6 +59,7 @@ class StepCheckHandle;
 namespace ringgrad::dist {
 
 class Reducer;
+class Join;
 
 class DistributedDataParallel {
  public:
@@ -128,8 +130,16 @@ class DistributedDataParallel {
 
  private:
   friend class NoSyncGuard;
-  void sync_buffers();     // broadcast rank 0's buffers (when options_.broadcast_buffers)
-  double begin_forward();  // returns the trace clock at the start
+  friend class Join;
+  // Note [Join's agreement] (dist/ddp/join.h): what the ranks told each other at one forward.
+  struct StepAgreement {
+    int active = 0;     // ranks that still have data
+    bool sync = false;  // whether this forward's backward will reduce gradients
+    int root = 0;       // the lowest active rank: the buffers' source
+  };
+  StepAgreement agree_on_step(bool active, bool sync);  // collective: one allgather of two integers
+  void sync_buffers(int root = 0);                      // broadcast root's buffers (when options_.broadcast_buffers)
+  double begin_forward();                               // returns the trace clock at the start
   void end_forward(double start_us);
   [[noreturn]] void wrong_module_type(const char* requested) const;
   void install_step_check(const std::vector<std::pair<std::string, Tensor>>& params);
@@ -139,6 +149,7 @@ class DistributedDataParallel {
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<optim::StepCheckHandle> step_check_;  // Note [A step after no_sync]
+  Join* join_ = nullptr;                                // the Join this replica is in, if any
 };
 
 // Mixed precision across ranks: makes `scaler` combine its found-inf flag over the group (max), so

@@ -156,6 +156,11 @@ void Reducer::on_gradient_ready(int index) {
   if (!in_backward_) {  // the first gradient of this backward
     in_backward_ = true;
     sync_this_backward_ = require_sync_;  // Note [no_sync]
+    RG_CHECK(!in_join_ || sync_this_backward_ == announced_sync_, "dist.Join", "rank ", group_->rank(), "/",
+             group_->size(), ": this backward ", sync_this_backward_ ? "synchronises" : "runs under no_sync()",
+             " but its forward ran ", announced_sync_ ? "outside no_sync()" : "under no_sync()",
+             ". Under Join the ranks out of data learn at each forward whether a reduction follows, so "
+             "no_sync() must be in force at the forward as well as the backward");
     autograd::queue_callback([this] { finish_backward(); });
     next_to_launch_ = 0;
     for (Bucket& b : buckets_) {
@@ -233,9 +238,31 @@ void Reducer::finish_backward() {
     if (b.work.then) b.work.then();
     step.buckets.push_back({b.work.work, b.grad.index, b.grad.buffer.nbytes(), b.params.size()});
   }
+  // Note [Join's divisor] in dist/ddp/join.h: the hook divided by the group's size, but only
+  // contributing_ranks_ ranks added gradients (the others added zeros).
+  if (in_join_ && !divide_by_group_size_ && contributing_ranks_ < group_->size()) {
+    const double factor = static_cast<double>(group_->size()) / contributing_ranks_;
+    for (Bucket& b : buckets_) b.grad.buffer.mul_(factor);
+  }
   step.host_done_us = trace_clock_us();
   unrecorded_.push_back(std::move(step));
   record_finished_steps(/*block=*/false);
+  if (options_.rebuild_buckets && !rebuilt_) rebuild_buckets_from_observed_order();
+}
+
+void Reducer::shadow_backward() {
+  std::vector<HookWork> works;
+  for (Bucket& b : buckets_) {
+    b.grad.buffer.zero_();  // this rank's contribution: nothing
+    works.push_back(hook_ ? hook_(*group_, b.grad) : allreduce_hook(*group_, b.grad));
+    RG_CHECK(works.back().work != nullptr, "dist.Join", "the communication hook returned no Work for bucket ",
+             b.grad.index);
+  }
+  for (HookWork& w : works) {
+    w.work->wait();
+    if (w.then) w.then();
+  }
+  // The others rebuild their buckets after their first synchronising backward (a broadcast).
   if (options_.rebuild_buckets && !rebuilt_) rebuild_buckets_from_observed_order();
 }
 

@@ -59,6 +59,24 @@ class Reducer {
   bool gradients_unsynchronised() const { return gradients_unsynchronised_; }
   void set_comm_hook(CommHook hook) { hook_ = std::move(hook); }
 
+  // Under dist::Join (Note [Join's agreement], dist/ddp/join.h). A forward announces how many ranks
+  // contribute to its backward and whether that backward synchronises; a synchronising backward
+  // then averages over the contributing ranks (Note [Join's divisor]) unless told to divide by the
+  // group's size.
+  void enter_join(bool divide_by_group_size) {
+    in_join_ = true;
+    divide_by_group_size_ = divide_by_group_size;
+    contributing_ranks_ = group_->size();
+  }
+  void leave_join() { in_join_ = false; }
+  void expect_backward(int contributing_ranks, bool sync) {
+    contributing_ranks_ = contributing_ranks;
+    announced_sync_ = sync;
+  }
+  // A rank out of data answers the others' synchronising backward: every bucket, in index order,
+  // through the same hook, with zero gradients.
+  void shadow_backward();
+
   // Waits for the reductions of steps not yet recorded (GPU ones may still run: Note [Waiting on the
   // device] in dist/work.h), so the figures cover every synchronised step.
   const DDPStats& stats() {
@@ -129,6 +147,11 @@ class Reducer {
   bool gradients_unsynchronised_ = false;
   int next_to_launch_ = 0;
   bool rebuilt_ = false;
+  // dist::Join
+  bool in_join_ = false;
+  bool divide_by_group_size_ = false;
+  bool announced_sync_ = true;
+  int contributing_ranks_ = 0;
   std::vector<int> observed_order_;  // first synchronising backward, hook order
 
   // Step timing (trace_clock_us).

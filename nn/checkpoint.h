@@ -8,9 +8,8 @@
 //            u64 byte count, the bytes (row-major, the dtype's native little-endian layout)
 //   trailer  u32 CRC-32 (zlib) of every byte before it
 //
-// A training checkpoint stores everything a run needs to continue exactly, under prefixes:
-// "model." (state_dict), "optimizer." (moments, master weights, step counts), "scaler.",
-// "schedule.", "progress." (epoch, step), "sampler." and "rng." (generator seed and offset).
+// This is the file format; optim::TrainingCheckpoint (optim/training_checkpoint.h) builds a whole
+// training state on it -- model, optimizer, scaler, loader, generators, counters -- in one call.
 //
 // save_checkpoint writes to "<path>.tmp", flushes it to disk, then renames it over <path>: a crash
 // leaves either the old file or the new one, never a torn one. load_checkpoint reads and checks the

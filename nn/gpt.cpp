@@ -33,7 +33,7 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c, Generator& gen)
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   // x: (B, T, C) -> qkv: (B, T, 3C) -> each head attends causally -> (B, T, C) -> output projection.
   const double rate = is_training() ? dropout : 0.0;
-  return c_proj->forward(causal_self_attention(c_attn->forward(x), n_head, rate, dropout_generator()));
+  return (*c_proj)(causal_self_attention((*c_attn)(x), n_head, rate, dropout_generator()));
 }
 
 MLP::MLP(const GPTConfig& c, Generator& gen) : Module("MLP") {
@@ -41,7 +41,7 @@ MLP::MLP(const GPTConfig& c, Generator& gen) : Module("MLP") {
   c_proj = register_module("c_proj", gpt_linear(4 * c.n_embd, c.n_embd, residual_std(c), gen));
 }
 
-Tensor MLP::forward(const Tensor& x) { return c_proj->forward(gelu(c_fc->forward(x))); }
+Tensor MLP::forward(const Tensor& x) { return (*c_proj)(gelu((*c_fc)(x))); }
 
 Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd));
@@ -52,8 +52,8 @@ Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {
 }
 
 Tensor Block::forward(const Tensor& x) {
-  Tensor h = x + drop->forward(attn->forward(ln_1->forward(x)));
-  return h + drop->forward(mlp->forward(ln_2->forward(h)));
+  Tensor h = x + (*drop)((*attn)((*ln_1)(x)));
+  return h + (*drop)((*mlp)((*ln_2)(h)));
 }
 
 GPT::GPT(const GPTConfig& c, Generator* generator) : Module("GPT"), config_(c) {
@@ -78,8 +78,8 @@ Tensor GPT::forward(const Tensor& idx) {
   const int64_t T = idx.size(1);
   RG_CHECK(T <= config_.block_size, "GPT", "sequence length ", T, " exceeds block_size ", config_.block_size);
   Tensor pos = arange(0, static_cast<double>(T), 1.0, {.dtype = DType::i64, .device = idx.device()});
-  Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));  // (B, T, C) + (T, C)
-  x = ln_f->forward(h->forward(x));
+  Tensor x = (*drop)((*wte)(idx) + (*wpe)(pos));  // (B, T, C) + (T, C)
+  x = (*ln_f)((*h)(x));
   return linear(x, wte->weight);  // tied head: (B, T, C) @ (V, C)^T -> (B, T, V)
 }
 

@@ -47,7 +47,44 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
   RG_CHECK(!name.empty() && name.find('.') == std::string::npos, "register_module", "invalid name '", name, "'");
   for (const auto& [n, m] : children_)
     RG_CHECK(n != name, "register_module", "name '", name, "' is already registered");
+  if (child->parent_ == nullptr) {
+    child->parent_ = this;
+    child->name_in_parent_ = name;
+  }
   children_.emplace_back(name, std::move(child));
+}
+
+Module::~Module() {
+  for (auto& [name, child] : children_)
+    if (child->parent_ == this) child->parent_ = nullptr;
+}
+
+Tensor Module::operator()(const Tensor& input) {
+  try {
+    return forward(input);
+  } catch (const Error&) {
+    rethrow_with_path();
+  }
+}
+
+std::string Module::path() const {
+  std::vector<const std::string*> names;
+  for (const Module* m = this; m->parent_ != nullptr; m = m->parent_) names.push_back(&m->name_in_parent_);
+  std::string out;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) out += (out.empty() ? "" : ".") + **it;
+  return out;
+}
+
+void Module::rethrow_with_path() const {
+  static constexpr const char* kMarker = "\n  in module ";
+  try {
+    throw;
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find(kMarker) != std::string::npos) throw;
+    const std::string p = path();
+    throw Error(str_cat(what, kMarker, p.empty() ? "(the root)" : "'" + p + "'", " (", type_name_, ")"));
+  }
 }
 
 void Module::collect(const std::string& prefix, bool recurse, bool buffers,

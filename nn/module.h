@@ -29,14 +29,22 @@ namespace ringgrad::nn {
 class Module : public std::enable_shared_from_this<Module> {
  public:
   explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
-  virtual ~Module() = default;
+  virtual ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
   // Single-tensor forward, used by Sequential and by the examples. Modules with other signatures
   // define their own forward and leave this one throwing.
   virtual Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  // forward(input), and an error raised inside it names this module's place in the model:
+  //   [linear] input (8, 32, 7, 7) f32 cpu does not end in in_features = 1568 ...
+  //     in module 'head.fc' (Linear)
+  // The innermost module called this way names itself (its path from the root), so call children
+  // as (*child)(x) rather than child->forward(x) for the message to say which one failed.
+  Tensor operator()(const Tensor& input);
+  // Dotted path from the module that registered this one first, up to the root ("" for the root):
+  // the names named_modules() gives it from the root.
+  std::string path() const;
 
   const std::string& type_name() const { return type_name_; }
 
@@ -87,6 +95,9 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   void add_child(const std::string& name, std::shared_ptr<Module> child);
+  // Rethrows the ringgrad::Error being handled with this module's path appended (once: an error
+  // that already names a module is rethrown as it is). Call from a catch block.
+  [[noreturn]] void rethrow_with_path() const;
 
  private:
   void collect(const std::string& prefix, bool recurse, bool buffers,
@@ -97,6 +108,10 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  // The module that registered this one first, and the name it gave: for path(). A raw pointer:
+  // a parent clears it in its children when it is destroyed first (~Module).
+  Module* parent_ = nullptr;
+  std::string name_in_parent_;
 };
 
 // Replaces the contents of `t` (storage, layout, dtype) with those of `value`, keeping the handle's

@@ -16,7 +16,7 @@ class Sequential : public ModuleList {
   }
   Tensor forward(const Tensor& x) override {
     Tensor h = x;
-    for (const auto& layer : *this) h = layer->forward(h);
+    for (const auto& layer : *this) h = (*layer)(h);
     return h;
   }
 };

@@ -208,7 +208,7 @@ void DistributedDataParallel::wrong_module_type(const char* requested) const {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
-  return call([&](nn::Module& m) { return m.forward(x); });
+  return call([&](nn::Module& m) { return m(x); });
 }
 
 DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)

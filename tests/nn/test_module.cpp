@@ -271,6 +271,47 @@ TEST_CASE("Sequential chains its layers and names them by position") {
   CHECK(allclose(seq.forward(x), expected));
 }
 
+namespace {
+struct TwoStage : nn::Module {
+  std::shared_ptr<nn::Sequential> head;
+  TwoStage() : Module("TwoStage") {
+    // head.2 expects 16 features but receives 8: the error must say which Linear it is.
+    head = register_module("head", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+                                       std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(),
+                                       std::make_shared<nn::Linear>(16, 2)}));
+  }
+  Tensor forward(const Tensor& x) override { return (*head)(x); }
+};
+}  // namespace
+
+TEST_CASE("an error inside a module's forward names the module's path and type, once") {
+  auto net = std::make_shared<TwoStage>();
+  CHECK(net->head->path() == "head");
+  CHECK((*net->head)[2]->path() == "head.2");
+  CHECK(net->path().empty());
+  try {
+    (*net)(ones({3, 4}));
+    FAIL("a mis-shaped Linear must be an error");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("[linear]") == 0);
+    CHECK(what.find("in module 'head.2' (Linear)") != std::string::npos);
+    CHECK(what.find("in module", what.find("in module") + 1) == std::string::npos);  // not again by the parents
+  }
+  auto lone = std::make_shared<nn::Linear>(4, 2);
+  CHECK_THROWS_WITH_AS((*lone)(ones({3, 5})), doctest::Contains("in module (the root) (Linear)"), Error);
+  // A module shared by two parents keeps the first one's path; a parent destroyed first clears it.
+  auto shared = std::make_shared<nn::Linear>(2, 2);
+  {
+    nn::ModuleDict first;
+    first.insert("a", shared);
+    nn::ModuleDict second;
+    second.insert("b", shared);
+    CHECK(shared->path() == "a");
+  }
+  CHECK(shared->path().empty());
+}
+
 TEST_CASE("Module::to converts parameters in place") {
   Net net;
   Tensor w = net.block->fc1->weight;

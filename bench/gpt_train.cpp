@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
       const data::CharVocab vocab(corpus.text);
       const std::vector<int64_t> train = data::split_tokens(vocab.encode(corpus.text), 0.9).first;
       data::WindowSampler sampler(static_cast<int64_t>(train.size()), block,
-                                  {.seed = 1, .num_replicas = w.size, .rank = w.rank});
+                                  {.num_replicas = w.size, .rank = w.rank, .seed = 1});
 
       Generator init_gen(1);
       auto model = std::make_shared<nn::GPT>(

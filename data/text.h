@@ -52,10 +52,12 @@ class CharVocab {
 // The first `fraction` of the tokens, and the rest.
 std::pair<std::vector<int64_t>, std::vector<int64_t>> split_tokens(const std::vector<int64_t>& ids, double fraction);
 
+// Fields in SamplerOptions' order (num_replicas, rank, ..., seed), so designated initialisers read
+// the same for both samplers.
 struct WindowSamplerOptions {
-  uint64_t seed = 0;
   int64_t num_replicas = 1;
   int64_t rank = 0;
+  uint64_t seed = 0;
 };
 
 // Random windows of block_size + 1 tokens: offsets uniform in [0, num_tokens - block_size - 1].

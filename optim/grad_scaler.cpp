@@ -9,21 +9,9 @@
 #include "core/native/backend.h"
 #include "core/native/native.h"
 #include "core/ops.h"
+#include "optim/device_sums.h"
 
 namespace ringgrad::optim {
-namespace {
-
-// Scalars summed on their own device, one sum per device in order of first appearance, so that
-// each device is read back once (one host synchronisation per step on a GPU, not one per tensor).
-using DeviceSums = std::vector<std::pair<Device, Tensor>>;
-
-void add_on_device(DeviceSums& sums, const Tensor& value) {
-  auto at = std::find_if(sums.begin(), sums.end(), [&](const auto& s) { return s.first == value.device(); });
-  if (at == sums.end()) sums.emplace_back(value.device(), value);
-  else at->second = native::binary(BinaryOp::add, at->second, value);
-}
-
-}  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
   RG_CHECK(options.init_scale > 0 && options.growth_factor > 1 && options.backoff_factor > 0 &&
@@ -97,31 +85,6 @@ void GradScaler::load_state_dict(const nn::StateDict& state) {
   RG_CHECK(scale > 0 && std::isfinite(scale) && growth >= 0, "GradScaler", "state holds scale ", scale,
            " and growth_tracker ", growth, "; need a positive finite scale");
   set_state(scale, static_cast<int64_t>(growth));
-}
-
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  NoGradGuard no_grad;
-  // The squares summed on each gradient's device into one f64 scalar there, in parameter order, and
-  // read back once per device: one host synchronisation per step on a GPU, not one per parameter.
-  // The same f64 additions in the same order as summing the scalars on the host.
-  DeviceSums sums;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    Tensor g64 = native::cast(g, DType::f64);
-    add_on_device(sums, native::reduce(RowReduction::sum, native::binary(BinaryOp::mul, g64, g64), {}, false));
-  }
-  double total_sq = 0;
-  for (const auto& [device, sum] : sums) total_sq += sum.item();
-  const double norm = std::sqrt(total_sq);
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1) {
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (g.defined()) native::unary_(UnaryOp::affine, g, {coef, 0.0});
-    }
-  }
-  return norm;
 }
 
 }  // namespace ringgrad::optim

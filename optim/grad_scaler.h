@@ -8,7 +8,7 @@
 //   Tensor loss = ...;
 //   scaler.scale(loss).backward();
 //   scaler.unscale_(opt);              // optional: before clip_grad_norm
-//   clip_grad_norm(params, 1.0);
+//   clip_grad_norm(params, 1.0);      // optim/clip_grad.h
 //   scaler.step(opt);                  // skips the step on inf/NaN
 //   scaler.update();
 //
@@ -70,9 +70,5 @@ class GradScaler {
   bool found_inf_ = false;
   std::function<bool(bool)> reducer_;
 };
-
-// Scales all gradients so their global L2 norm is at most max_norm; returns the norm before clipping
-// (computed in double). Parameters without a gradient are skipped.
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace ringgrad::optim

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "optim/adam.h"
+#include "optim/clip_grad.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"

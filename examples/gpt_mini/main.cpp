@@ -76,7 +76,7 @@ double evaluate(nn::GPT& model, const std::vector<int64_t>& val, const Config& c
                 dist::ProcessGroup& group) {
   NoGradGuard no_grad;
   data::WindowSampler sampler(static_cast<int64_t>(val.size()), c.block_size,
-                              {.seed = c.seed + 1000, .num_replicas = group.size(), .rank = group.rank()});
+                              {.num_replicas = group.size(), .rank = group.rank(), .seed = c.seed + 1000});
   double total = 0;
   for (int64_t i = 0; i < c.eval_batches; ++i) {
     auto [x, y] = data::window_batch(val, sampler.offsets(i, c.batch_size), c.block_size);
@@ -161,7 +161,7 @@ int run(Config& c, const dist::World& world) {
            " characters) is shorter than one window (", c.block_size + 1,
            "): use a longer text or a smaller --block-size");
   data::WindowSampler sampler(static_cast<int64_t>(train.size()), c.block_size,
-                              {.seed = c.seed, .num_replicas = world.size, .rank = world.rank});
+                              {.num_replicas = world.size, .rank = world.rank, .seed = c.seed});
   log("data: %s: %zu characters in %zu file(s), vocabulary %lld, train %zu / validation %zu\n", c.data.c_str(),
       corpus.text.size(), corpus.files.size(), (long long)vocab.size(), train.size(), val.size());
 

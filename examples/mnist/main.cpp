@@ -1,9 +1,10 @@
-// examples/mnist: trains an MLP or a CNN on Fashion-MNIST (or any MNIST-format IDX folder), on one
+// examples/mnist: trains an MLP, a CNN or a small ResNet on Fashion-MNIST (or any MNIST-format IDX folder), on one
 // process or data-parallel across ranks.
 //
 //   build/examples/mnist                       # MLP, 1 epoch, SGD momentum 0.9, lr 0.05, batch 128
 //   mpirun -np 2 build/examples/mnist          # the same on 2 ranks: global batch 2 x 128
 //   build/examples/mnist --model cnn           # CNN, batch 64
+//   build/examples/mnist --model resnet        # residual blocks, BatchNorm2d, global pooling, dropout
 //   build/examples/mnist --precision fp16      # f16 parameters, f32 master weights, loss scaling
 //   build/examples/mnist --accum 4             # 4 micro-batches per optimizer step (no_sync)
 //   build/examples/mnist --checkpoint ck.bin   # save at each epoch end (and every --checkpoint-every)
@@ -75,7 +76,7 @@ double evaluate(nn::Module& model, const data::MnistSplit& test, DType dtype, De
   int64_t correct = 0;
   for (int64_t at = begin; at < end; at += batch) {
     const int64_t len = std::min(batch, end - at);
-    Tensor logits = model.forward(test.images.narrow(0, at, len).to(device).to(dtype));
+    Tensor logits = model(test.images.narrow(0, at, len).to(device).to(dtype));
     correct += nn::F::correct_count(logits, test.labels.narrow(0, at, len).to(device));
   }
   model.train();
@@ -241,10 +242,11 @@ int run(Config& c, const dist::World& world) {
 int main(int argc, char** argv) {
   Config c;
   CLI::App app{"Train an MLP or CNN on Fashion-MNIST (MNIST-format IDX files) with ringgrad"};
-  app.add_option("--model", c.model, "mlp (784-512-512-10) or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--model", c.model, "mlp (784-512-512-10), cnn or resnet (residual blocks with BatchNorm2d)")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet"}));
   app.add_option("--data", c.data, "folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
   app.add_option("--epochs", c.epochs, "epochs to train")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", c.batch_size, "batch size (default: 128 for mlp, 64 for cnn)");
+  app.add_option("--batch-size", c.batch_size, "batch size (default: 128 for mlp, 64 for cnn and resnet)");
   app.add_option("--lr", c.lr, "learning rate");
   app.add_option("--momentum", c.momentum, "SGD momentum");
   app.add_option("--weight-decay", c.weight_decay, "weight decay");
@@ -254,7 +256,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", c.seed, "seed for initialisation and shuffling");
   app.add_option("--input-norm", c.input_norm,
                  "input scaling: standard ((p - mean) / std of the training pixels), half ((p - 0.5) / 0.5), "
-                 "none (p in [0, 1]); default: standard for mlp, half for cnn")
+                 "none (p in [0, 1]); default: standard for mlp, half for cnn and resnet")
       ->check(CLI::IsMember({"standard", "half", "none"}));
   app.add_option("--threads", c.threads, "compute threads (default: cores / ranks on this node)");
   app.add_option("--device", c.device, "cpu, cuda (under mpirun: the local rank's GPU) or cuda:N");

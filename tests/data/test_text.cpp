@@ -36,8 +36,8 @@ TEST_CASE("the fortunes corpus is the one ../shared/WORKLOADS.md describes") {
 
 TEST_CASE("WindowSampler: offsets in range, reproducible, distinct per rank and per epoch") {
   const int64_t n = 1000, T = 16;
-  WindowSampler r0(n, T, {.seed = 3, .num_replicas = 2, .rank = 0}),
-      r1(n, T, {.seed = 3, .num_replicas = 2, .rank = 1});
+  WindowSampler r0(n, T, {.num_replicas = 2, .rank = 0, .seed = 3}),
+      r1(n, T, {.num_replicas = 2, .rank = 1, .seed = 3});
   const auto a = r0.offsets(5, 8), again = r0.offsets(5, 8), b = r1.offsets(5, 8);
   CHECK(a == again);
   CHECK(a != b);

@@ -20,5 +20,4 @@ inline void add_on_device(DeviceSums& sums, const Tensor& value) {
   else at->second = native::binary(BinaryOp::add, at->second, value);
 }
 
-
 }  // namespace ringgrad::optim

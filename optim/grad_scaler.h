@@ -50,7 +50,7 @@ class GradScaler {
   // A rank with no gradients of its own (out of data under dist::Join) answers the other ranks'
   // found-inf agreement with "no overflow", so that their unscale_ completes.
   void shadow_found_inf() {
-    if (reducer_) reducer_(false);
+    if (options_.enabled && reducer_) reducer_(false);  // a disabled scaler agrees on nothing
   }
 
   // For checkpoints: {"scale", "growth_tracker"} as 0-dim f64 tensors, and back (an error names a

@@ -8,7 +8,9 @@ namespace ringgrad {
 size_t allocation_size_class(size_t nbytes) {
   constexpr size_t kAlign = 64;
   if (nbytes <= 4096) return nbytes == 0 ? kAlign : (nbytes + kAlign - 1) / kAlign * kAlign;
-  // Four classes per power of two: for 2^k < n <= 2^(k+1) the step is 2^k / 4.
+  // Four classes per power of two: for 2^k < n <= 2^(k+1) the step is 2^k / 4. Above 2^62 bytes no
+  // machine has the memory, and the doubling below would never end (it wraps to zero).
+  RG_CHECK(nbytes <= (size_t{1} << 62), "allocator", "a request of ", nbytes, " bytes exceeds 2^62 bytes");
   size_t power = 1;
   while (power * 2 < nbytes) power *= 2;
   const size_t step = power / 4;

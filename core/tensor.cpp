@@ -13,8 +13,12 @@
 namespace ringgrad {
 
 int64_t shape_numel(const Shape& shape) {
+  // Checked: a shape read from a file (an IDX header, a checkpoint) must not wrap around to a
+  // small count and get a buffer too small for what is then read into it.
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape)
+    RG_CHECK(!__builtin_mul_overflow(n, s, &n), "shape", "the product of the dimensions of ", shape_str(shape),
+             " overflows 64 bits");
   return n;
 }
 

@@ -30,8 +30,10 @@ struct Reader {
   const std::string& path;
   size_t pos = 0;
   void need(size_t n, const char* what) {
-    RG_CHECK(pos + n <= bytes.size(), "load_checkpoint", path, ": file truncated while reading ", what, " (at byte ",
-             pos, " of ", bytes.size(), ")");
+    // n <= size - pos, not pos + n <= size: a byte count read from the file may be near 2^64, and
+    // the sum would wrap around and pass.
+    RG_CHECK(pos <= bytes.size() && n <= bytes.size() - pos, "load_checkpoint", path, ": file truncated while reading ",
+             what, " (at byte ", pos, " of ", bytes.size(), ")");
   }
   template <class T>
   T get(const char* what) {
@@ -122,10 +124,18 @@ StateDict load_checkpoint(const std::string& path) {
     }
     const uint64_t nbytes = r.get<uint64_t>("a byte count");
     const DType dt = static_cast<DType>(dtype);
-    RG_CHECK(nbytes == static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dt), "load_checkpoint", path, ": entry '",
-             name, "' holds ", nbytes, " bytes, but ", shape_str(shape), " ", dtype_name(dt), " needs ",
-             shape_numel(shape) * static_cast<int64_t>(dtype_size(dt)));
-    r.need(nbytes + 4, "tensor data");  // + the trailer
+    // Checked products: dimensions from the file must not wrap around to a small element count.
+    int64_t numel = 1;
+    uint64_t needed = 0;
+    for (int64_t d : shape)
+      RG_CHECK(!__builtin_mul_overflow(numel, d, &numel), "load_checkpoint", path, ": entry '", name, "' has shape ",
+               shape_str(shape), ", whose element count overflows 64 bits");
+    RG_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(dt), &needed), "load_checkpoint", path,
+             ": entry '", name, "' of shape ", shape_str(shape), " ", dtype_name(dt), " needs more than 2^64 bytes");
+    RG_CHECK(nbytes == needed, "load_checkpoint", path, ": entry '", name, "' holds ", nbytes, " bytes, but ",
+             shape_str(shape), " ", dtype_name(dt), " needs ", needed);
+    r.need(nbytes, "tensor data");
+    r.need(nbytes + 4, "tensor data and the trailer");  // nbytes fits in the file, so + 4 cannot wrap
     entries.emplace_back(std::move(name), from_blob(bytes.data() + r.pos, shape, dt, {.dtype = dt}));
     r.pos += nbytes;
   }

@@ -37,7 +37,9 @@ namespace native {
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t s : shape) RG_CHECK(s >= 0, "empty", "negative dimension in shape ", shape_str(shape));
-  const size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  size_t nbytes = 0;
+  RG_CHECK(!__builtin_mul_overflow(static_cast<size_t>(shape_numel(shape)), dtype_size(dtype), &nbytes), "empty",
+           "shape ", shape_str(shape), " of ", dtype_name(dtype), " needs more than 2^64 bytes");
   return make_view(std::make_shared<Storage>(nbytes, device), shape, contiguous_strides(shape), 0, dtype);
 }
 

@@ -78,7 +78,7 @@ Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, Tenso
 Tensor from_blob(const void* data, const Shape& shape, DType dtype, TensorOptions options) {
   if (!options.dtype) options.dtype = dtype;  // a blob keeps its own dtype unless told otherwise
   Tensor host = native::empty(shape, dtype, Device::cpu());
-  std::memcpy(host.raw_data(), data, host.nbytes());
+  if (host.nbytes() > 0) std::memcpy(host.raw_data(), data, host.nbytes());  // data may be null when empty
   return convert(host, options);
 }
 

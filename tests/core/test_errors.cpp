@@ -161,3 +161,17 @@ TEST_CASE("pin_memory without CUDA is a clear error, from the DataLoader's threa
   };
   CHECK_ERROR(iterate, "[pin_memory]", "needs the CUDA backend");
 }
+
+TEST_CASE("shapes whose element or byte counts overflow are errors, not buffers too small") {
+  // 4 x 2^31 x 2^31 = 2^64 elements: wrapped, it would be 0 and pass as an empty tensor.
+  CHECK_THROWS_WITH_AS(empty({4, int64_t{1} << 31, int64_t{1} << 31}),
+                       doctest::Contains("(4, 2147483648, 2147483648) overflows 64 bits"), Error);
+  // 2^62 f32 elements = 2^64 bytes: the byte count wraps to 0.
+  CHECK_THROWS_WITH_AS(empty({int64_t{1} << 62}, {.dtype = DType::f32}), doctest::Contains("more than 2^64 bytes"),
+                       Error);
+  // 2^63 bytes: no size class exists (the class search would double past 2^63 and never end).
+  CHECK_THROWS_WITH_AS(empty({int64_t{1} << 61}, {.dtype = DType::f32}), doctest::Contains("exceeds 2^62 bytes"),
+                       Error);
+  // An empty blob may come with a null pointer.
+  CHECK(from_blob(nullptr, {0, 3}, DType::f32).numel() == 0);
+}

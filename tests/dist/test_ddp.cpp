@@ -494,7 +494,8 @@ TEST_CASE("ddp: stats and the merged Chrome trace") {
     CHECK(json.find(rg::str_cat("\"pid\": ", N - 1, ", \"tid\": \"comm:ring\"")) != std::string::npos);
     // Timestamps survive the trip to rank 0 at full precision: rank 0's own first event is in the
     // file with the microseconds it was recorded with.
-    const auto& first = ddp.trace_events().front();
+    const auto events = ddp.trace_events();  // a copy: trace_events() returns a vector by value
+    const auto& first = events.front();
     char ts[64];
     std::snprintf(ts, sizeof ts, "\"ts\": %.3f, \"dur\": %.3f", first.start_us, first.duration_us);
     CHECK(json.find(ts) != std::string::npos);

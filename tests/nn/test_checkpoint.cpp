@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -122,5 +123,65 @@ TEST_CASE("truncated, corrupt or mismatched checkpoints are rejected and leave t
     CHECK(std::string(e.what()).find("missing keys") != std::string::npos);
   }
   CHECK(equal(victim.model->parameters()[0], before));
+  fs::remove(path);
+}
+
+namespace {
+
+// CRC-32 (the IEEE polynomial zlib uses), bit by bit: an independent reference for crafted files.
+uint32_t crc32_reference(const std::string& bytes) {
+  uint32_t crc = 0xffffffffu;
+  for (unsigned char c : bytes) {
+    crc ^= c;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+template <class T>
+void put_raw(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// A checkpoint with one f32 entry "x" of the given dimensions and byte count, correctly checksummed,
+// so that the loader gets past the CRC and must judge the header's numbers themselves.
+std::string crafted_checkpoint(const std::vector<int64_t>& dims, uint64_t nbytes) {
+  std::string out("RGCKPT\0\1", 8);
+  put_raw<uint32_t>(out, 1);  // version
+  put_raw<uint32_t>(out, 1);  // one entry
+  put_raw<uint32_t>(out, 1);
+  out += "x";
+  put_raw<uint8_t>(out, static_cast<uint8_t>(DType::f32));
+  put_raw<uint8_t>(out, static_cast<uint8_t>(dims.size()));
+  for (int64_t d : dims) put_raw<int64_t>(out, d);
+  put_raw<uint64_t>(out, nbytes);
+  put_raw<uint32_t>(out, crc32_reference(out));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint header whose sizes overflow is an error naming the file and the entry") {
+  const std::string path = temp_path("crafted");
+  auto write = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; };
+  // The reference CRC agrees with the writer's (zlib) on a real file.
+  nn::save_checkpoint(path, {{"x", ones({2})}});
+  {
+    std::ifstream in(path, std::ios::binary);
+    const std::string real((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint32_t stored;
+    std::memcpy(&stored, real.data() + real.size() - 4, 4);
+    REQUIRE(crc32_reference(real.substr(0, real.size() - 4)) == stored);
+  }
+  // 4 x 2^31 x 2^31 elements wrap to 0, which a 0-byte entry would have matched.
+  write(crafted_checkpoint({4, int64_t{1} << 31, int64_t{1} << 31}, 0));
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path), doctest::Contains("entry 'x' has shape (4, 2147483648, 2147483648)"),
+                       Error);
+  // 2^62 f32 elements: 2^64 bytes, wrapping to 0.
+  write(crafted_checkpoint({int64_t{1} << 62}, 0));
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path), doctest::Contains("needs more than 2^64 bytes"), Error);
+  // A byte count near 2^64 that matches its shape: pos + nbytes would wrap; the file is far shorter.
+  write(crafted_checkpoint({int64_t{1} << 60, 2}, uint64_t{1} << 63));
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path), doctest::Contains("file truncated while reading tensor data"), Error);
   fs::remove(path);
 }

@@ -52,9 +52,22 @@ Tensor read_idx(const std::string& path) {
     shape[d] = (int64_t(b[0]) << 24) | (int64_t(b[1]) << 16) | (int64_t(b[2]) << 8) | int64_t(b[3]);
     RG_CHECK(shape[d] > 0, "read_idx", path, ": dimension ", d, " has size 0");
   }
+  // Note [Check before trusting]: the header's sizes are compared with the file before anything is
+  // allocated, so a 20-byte file cannot ask for 2^64 bytes. Four dimensions of up to 2^32 - 1 may
+  // overflow 64 bits; a plain file holds exactly its bytes after the header; a gzip file can hold
+  // at most deflate's largest expansion (1032:1) of its compressed size.
+  uint64_t expected = 1;
+  for (int64_t d : shape)
+    RG_CHECK(!__builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected), "read_idx", path, ": header ",
+             shape_str(shape), " describes more than 2^64 bytes");
+  const uint64_t file_bytes = std::filesystem::file_size(path);
+  const uint64_t header_bytes = 4 + 4 * static_cast<uint64_t>(ndim);
+  const bool compressed = gzdirect(f.handle) == 0;
+  const uint64_t at_most = compressed ? file_bytes * 1032 : file_bytes - header_bytes;
+  RG_CHECK(expected <= at_most, "read_idx", path, ": data truncated: header says ", shape_str(shape), " = ", expected,
+           " bytes, file holds ", compressed ? "at most " : "", at_most, compressed ? " (once decompressed)" : "");
   Tensor out = empty(shape, {.dtype = DType::u8});
-  const size_t expected = static_cast<size_t>(out.numel());
-  const size_t got = read_bytes(f, out.raw_data(), expected);
+  const size_t got = read_bytes(f, out.raw_data(), static_cast<size_t>(expected));
   RG_CHECK(got == expected, "read_idx", path, ": data truncated: header says ", shape_str(shape), " = ", expected,
            " bytes, file holds ", got);
   unsigned char extra;

@@ -77,6 +77,16 @@ TEST_CASE("read_idx rejects bad files with messages naming the file and the prob
   const std::string truncated = idx_bytes({10, 10}, 60);
   CHECK(error_of(write_gz(dir / "trunc.gz", truncated)).find("data truncated") != std::string::npos);
   CHECK(error_of(write_raw(dir / "trail", idx_bytes({4}, 5))).find("trailing bytes") != std::string::npos);
+  // Headers that ask for more than the file holds fail before anything is allocated: a 20-byte file of
+  // three dimensions of 2^32 - 1 (2^96 bytes), and 2^30 bytes claimed by a file of 16.
+  const std::string huge = idx_bytes({0xffffffffu, 0xffffffffu, 0xffffffffu}, 4);
+  CHECK(huge.size() == 20);
+  CHECK(error_of(write_raw(dir / "huge", huge)).find("more than 2^64 bytes") != std::string::npos);
+  CHECK(error_of(write_gz(dir / "huge.gz", huge)).find("more than 2^64 bytes") != std::string::npos);
+  const std::string liar = idx_bytes({1u << 15, 1u << 15}, 4);
+  CHECK(error_of(write_raw(dir / "liar", liar)).find("header says (32768, 32768) = 1073741824 bytes, file holds 4") !=
+        std::string::npos);
+  CHECK(error_of(write_gz(dir / "liar.gz", liar)).find("file holds at most") != std::string::npos);
   std::string cut_dims = idx_bytes({4, 4}, 0).substr(0, 6);
   CHECK(error_of(write_raw(dir / "dims", cut_dims)).find("header truncated") != std::string::npos);
   fs::remove_all(dir);

@@ -155,6 +155,11 @@ int num_threads() { return pool().size(); }
 
 void set_num_threads(int n) {
   RG_CHECK(n >= 1, "set_num_threads", "thread count must be >= 1, got ", n);
+  // More threads than a few per core only contend; tens of thousands exhaust the process's (and the
+  // machine's) thread limit, and other programs then fail to start threads of their own.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  RG_CHECK(n <= kMaxThreadsPerCore * cores, "set_num_threads", "thread count ", n, " is more than ", kMaxThreadsPerCore,
+           " per core (this machine has ", cores, " cores)");
   std::lock_guard<std::mutex> lock(g_pool_mutex);
   if (g_pool && g_pool->size() == n) return;
   g_pool.reset();

@@ -19,7 +19,8 @@
 namespace ringgrad {
 
 int num_threads();
-void set_num_threads(int n);  // n >= 1
+inline constexpr int kMaxThreadsPerCore = 16;
+void set_num_threads(int n);  // 1 <= n <= kMaxThreadsPerCore x hardware threads, else an error
 int default_num_threads();    // hardware threads / ranks on this node, at least 1
 
 // Calls fn(begin, end) over disjoint chunks covering [0, n). Chunks hold at least `grain` items; with

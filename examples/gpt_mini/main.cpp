@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
   app.add_option("--accum", c.accum, "micro-batches per step (no_sync)")->check(CLI::PositiveNumber);
   app.add_option("--eval-every", c.eval_every, "validation loss every N steps (0: only at the end)");
   app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation");
-  app.add_option("--log-every", c.log_every, "progress line every N steps");
+  app.add_option("--log-every", c.log_every, "progress line every N steps")->check(CLI::Range(1, 1000000000));
   app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here at the end (and every --checkpoint-every)");
   app.add_option("--checkpoint-every", c.checkpoint_every, "also every N steps");
   app.add_option("--resume", c.resume, "continue from (or, with --generate, sample from) this checkpoint");

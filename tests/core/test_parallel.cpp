@@ -226,3 +226,10 @@ TEST_CASE("back-to-back parallel_for jobs of different sizes each run every chun
   watchdog.join();
   CHECK(bad == 0);
 }
+
+TEST_CASE("set_num_threads refuses counts that would exhaust the thread limit, and keeps the pool") {
+  const int before = num_threads();
+  CHECK_THROWS_WITH_AS(set_num_threads(100000), doctest::Contains("more than 16 per core"), Error);
+  CHECK_THROWS_WITH_AS(set_num_threads(0), doctest::Contains(">= 1"), Error);
+  CHECK(num_threads() == before);
+}

@@ -12,13 +12,6 @@ Tensor u64_tensor(uint64_t v) {
   return t;
 }
 
-StateDict sub_state(const StateDict& state, const std::string& prefix) {
-  StateDict out;
-  for (const auto& [name, t] : state)
-    if (name.rfind(prefix, 0) == 0) out.emplace_back(name.substr(prefix.size()), t);
-  return out;
-}
-
 }  // namespace
 
 StateDict generator_state_dict(const Generator& generator) {
@@ -44,8 +37,8 @@ StateDict random_state_dict() {
 
 void load_random_state_dict(const StateDict& state) {
   const char* who = "load_random_state_dict";
-  const StateDict default_state = sub_state(state, "default.");
-  const StateDict dropout_state = sub_state(state, "dropout.");
+  const StateDict default_state = with_prefix_removed(state, "default.");
+  const StateDict dropout_state = with_prefix_removed(state, "dropout.");
   // Read everything before changing anything.
   const int64_t streams = state_int(dropout_state, "streams", who);
   RG_CHECK(streams == 0 || streams == 1, who, "dropout.streams is ", streams, ", expected 0 or 1");

@@ -34,4 +34,17 @@ int64_t state_int(const StateDict& state, const std::string& name, const std::st
   return static_cast<int64_t>(v);
 }
 
+StateDict with_prefix_removed(const StateDict& state, const std::string& prefix) {
+  StateDict out;
+  for (const auto& [name, t] : state)
+    if (name.rfind(prefix, 0) == 0) out.emplace_back(name.substr(prefix.size()), t);
+  return out;
+}
+
+StateDict with_prefix(const StateDict& entries, const std::string& prefix) {
+  StateDict out;
+  for (const auto& [name, t] : entries) out.emplace_back(prefix + name, t);
+  return out;
+}
+
 }  // namespace ringgrad

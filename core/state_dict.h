@@ -32,5 +32,9 @@ struct LoadResult {
 const Tensor& state_entry(const StateDict& state, const std::string& name, const std::string& who);
 // The entry as an exact integer: a 0-dim integer tensor, or a floating one holding an integer value.
 int64_t state_int(const StateDict& state, const std::string& name, const std::string& who);
+// Entries of `state` whose names start with `prefix`, with the prefix removed.
+StateDict with_prefix_removed(const StateDict& state, const std::string& prefix);
+// `entries` with `prefix` prepended to each name.
+StateDict with_prefix(const StateDict& entries, const std::string& prefix);
 
 }  // namespace ringgrad

@@ -144,19 +144,6 @@ StateDict load_checkpoint(const std::string& path) {
   return entries;
 }
 
-StateDict with_prefix_removed(const StateDict& state, const std::string& prefix) {
-  StateDict out;
-  for (const auto& [name, t] : state)
-    if (name.rfind(prefix, 0) == 0) out.emplace_back(name.substr(prefix.size()), t);
-  return out;
-}
-
-StateDict with_prefix(const StateDict& entries, const std::string& prefix) {
-  StateDict out;
-  for (const auto& [name, t] : entries) out.emplace_back(prefix + name, t);
-  return out;
-}
-
 double scalar_entry(const StateDict& state, const std::string& name) {
   for (const auto& [n, t] : state)
     if (n == name) return t.item();

@@ -26,10 +26,6 @@ namespace ringgrad::nn {
 void save_checkpoint(const std::string& path, const StateDict& entries);
 StateDict load_checkpoint(const std::string& path);
 
-// Entries of `state` whose names start with `prefix`, with the prefix removed.
-StateDict with_prefix_removed(const StateDict& state, const std::string& prefix);
-// `entries` with `prefix` prepended to each name.
-StateDict with_prefix(const StateDict& entries, const std::string& prefix);
 // The single value of the entry `name` (an error naming the file's missing key otherwise).
 double scalar_entry(const StateDict& state, const std::string& name);
 

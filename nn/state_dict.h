@@ -9,5 +9,7 @@ namespace ringgrad::nn {
 
 using ringgrad::LoadResult;
 using ringgrad::StateDict;
+using ringgrad::with_prefix;  // core/state_dict.h
+using ringgrad::with_prefix_removed;
 
 }  // namespace ringgrad::nn

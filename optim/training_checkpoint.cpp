@@ -23,13 +23,6 @@ Tensor i64_tensor(int64_t v) {
 // The component a key belongs to: the text before its first '.'.
 std::string component_of(const std::string& key) { return key.substr(0, key.find('.')); }
 
-StateDict entries_under(const StateDict& state, const std::string& prefix) {
-  StateDict out;
-  for (const auto& [name, t] : state)
-    if (name.rfind(prefix, 0) == 0) out.emplace_back(name.substr(prefix.size()), t);
-  return out;
-}
-
 bool has_key(const StateDict& state, const std::string& key) {
   return std::any_of(state.begin(), state.end(), [&](const auto& e) { return e.first == key; });
 }
@@ -228,7 +221,7 @@ CheckpointReport TrainingCheckpoint::load_entries(const StateDict& file_state, C
             report.describe());
   }
   std::map<std::string, MetadataValue> loaded_metadata;
-  for (const auto& [key, t] : entries_under(state, "meta.")) loaded_metadata[key] = metadata_value(key, t);
+  for (const auto& [key, t] : with_prefix_removed(state, "meta.")) loaded_metadata[key] = metadata_value(key, t);
 
   // Load component by component; on a refusal, put back the ones already loaded.
   struct Undo {
@@ -242,13 +235,13 @@ CheckpointReport TrainingCheckpoint::load_entries(const StateDict& file_state, C
       if (!in_file.count(c.name)) continue;
       StateDict before;
       for (auto& [key, t] : c.save()) before.emplace_back(key, t.clone());  // a copy: save() aliases live tensors
-      std::optional<LoadResult> result = c.load(entries_under(state, c.name + "."));
+      std::optional<LoadResult> result = c.load(with_prefix_removed(state, c.name + "."));
       undo.push_back({&c, std::move(before)});
       if (result) report.models[c.name] = *result;
       report.loaded.push_back(c.name);
     }
     if (options.random_state && has_rng) {
-      load_random_state_dict(entries_under(state, "rng."));
+      load_random_state_dict(with_prefix_removed(state, "rng."));
       report.loaded.push_back("rng");
     }
   } catch (...) {
@@ -262,7 +255,8 @@ CheckpointReport TrainingCheckpoint::load_entries(const StateDict& file_state, C
 
 std::map<std::string, MetadataValue> checkpoint_metadata(const std::string& path) {
   std::map<std::string, MetadataValue> out;
-  for (const auto& [key, t] : entries_under(nn::load_checkpoint(path), "meta.")) out[key] = metadata_value(key, t);
+  for (const auto& [key, t] : with_prefix_removed(nn::load_checkpoint(path), "meta."))
+    out[key] = metadata_value(key, t);
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include "data/data.h"
 #include "nn/nn.h"
 #ifdef RINGGRAD_WITH_MPI
+#include "dist/consistency.h"
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/join.h"
 #include "dist/init.h"

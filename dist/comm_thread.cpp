@@ -439,10 +439,19 @@ void CommThread::time_out(Running& running) {
                : "Another rank probably did not issue this collective, or issued collectives in a different order (see "
                  "Note [Collective order] in dist/process_group.h; RINGGRAD_DIST_DEBUG=1 checks it on every "
                  "collective), or died.";
-  complete(running, std::make_exception_ptr(Error(str_cat("[dist.", info.name, "] ", label(info), " timed out after ",
-                                                          timeout_.count(), " s. ", hint,
-                                                          " If it is only slow, raise RINGGRAD_COLLECTIVE_TIMEOUT "
-                                                          "(seconds)."))));
+  std::string peers;
+  if (peer_report_) {
+    try {
+      peers = peer_report_();
+    } catch (...) {
+      // The diagnosis is a courtesy: the timeout is reported without it.
+    }
+  }
+  complete(running,
+           std::make_exception_ptr(Error(str_cat("[dist.", info.name, "] ", label(info), " timed out after ",
+                                                 timeout_.count(), " s. ", peers.empty() ? "" : peers + " ", hint,
+                                                 " If it is only slow, raise RINGGRAD_COLLECTIVE_TIMEOUT "
+                                                 "(seconds)."))));
 }
 
 void CommThread::abandon(Running& running) {

@@ -75,7 +75,7 @@ class PendingOp {
   virtual bool ordered_on_device() const { return false; }
 };
 
-class CommThread : public WorkRunner {
+class CommThread final : public WorkRunner {
  public:
   // rank / size / backend only label error messages.
   CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us, bool trace,
@@ -83,6 +83,10 @@ class CommThread : public WorkRunner {
   ~CommThread();  // runs the ops already queued (each bounded by the timeout), then joins
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
+
+  // A sentence a timed-out collective's error ends with: which peers are gone (Note [Who is gone]
+  // in dist/group_agreement.h). Set once, before the first op; called on this thread.
+  void set_peer_report(std::function<std::string()> report) { peer_report_ = std::move(report); }
 
   using StartFn = std::function<std::unique_ptr<PendingOp>(uint64_t seq)>;  // called with info.seq
 
@@ -235,6 +239,7 @@ class CommThread : public WorkRunner {
   std::vector<std::unique_ptr<Running>> p2p_;  // running sends / receives
 
   const SimulatedNetwork network_;
+  std::function<std::string()> peer_report_;
   const bool trace_;
 
   std::thread thread_;  // last: starts after the members above exist

@@ -11,6 +11,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/trace.h"
+#include "dist/group_agreement.h"
 #include "dist/mpi_comms.h"
 
 namespace ringgrad::dist::detail {
@@ -69,8 +70,11 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
   size_ = comms_->size();
   staging_ = Staging(backend_, rank_, size_);
   if (trace && trace_prefix) trace_path_ = str_cat(*trace_prefix, ".rank", rank_, ".g", id, "-", backend_, ".json");
+  // Note [Agreed at creation]: before anything else runs over the group.
+  peers_ = agree_on_creation(*comms_, this_process_record(backend_, debug_check_, timeout_seconds_, id));
   comm_thread_ = std::make_shared<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us,
                                               trace, simulated_network_from(options));
+  comm_thread_->set_peer_report([peers = peers_, rank = rank_] { return peer_liveness(peers, rank); });
 }
 
 GroupBase::~GroupBase() {

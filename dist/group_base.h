@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "dist/comm_thread.h"
+#include "dist/group_agreement.h"
 #include "dist/process_group.h"
 #include "dist/staging.h"
 
@@ -129,6 +130,7 @@ class GroupBase : public ProcessGroup {
   bool debug_check_ = false;
   std::string trace_path_;  // written at destruction when set
   std::unique_ptr<MpiComms> comms_;
+  std::vector<CreationRecord> peers_;  // every rank's, by rank (Note [Agreed at creation])
   Staging staging_;
   std::shared_ptr<CommThread> comm_thread_;  // shared with the Works it may run (weak_ptr)
 };

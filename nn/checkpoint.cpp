@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -45,7 +46,36 @@ struct Reader {
   }
 };
 
+// zlib's crc32 takes a 32-bit length: a file of 4 GiB or more is checksummed in pieces, so that no
+// byte of it goes unchecked.
+uint32_t crc32_of(const char* data, size_t size) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  constexpr size_t kPiece = size_t{1} << 30;
+  for (size_t at = 0; at < size; at += kPiece)
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data + at), static_cast<uInt>(std::min(kPiece, size - at)));
+  return static_cast<uint32_t>(crc);
+}
+
+std::string temporary_path(const std::string& path) { return path + ".tmp"; }
+
 }  // namespace
+
+void check_checkpoint_destination(const std::string& path) {
+  namespace fs = std::filesystem;
+  RG_CHECK(!path.empty(), "checkpoint", "the checkpoint path is empty");
+  std::error_code ec;
+  RG_CHECK(!fs::is_directory(path, ec), "checkpoint", path, " is a directory; give a file name inside it");
+  const fs::path parent = fs::path(path).parent_path();
+  RG_CHECK(parent.empty() || fs::is_directory(parent, ec), "checkpoint", "cannot save to ", path, ": its folder ",
+           parent.string(), " does not exist");
+  // The same file a save creates first: proof that this process may create it there.
+  const std::string tmp = temporary_path(path);
+  const bool existed = fs::exists(tmp, ec);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT, 0644);
+  RG_CHECK(fd >= 0, "checkpoint", "cannot save to ", path, ": creating ", tmp, " failed: ", std::strerror(errno));
+  ::close(fd);
+  if (!existed) std::remove(tmp.c_str());
+}
 
 void save_checkpoint(const std::string& path, const StateDict& entries) {
   std::string out(kMagic, sizeof kMagic);
@@ -61,10 +91,9 @@ void save_checkpoint(const std::string& path, const StateDict& entries) {
     put<uint64_t>(out, t.nbytes());
     out.append(static_cast<const char*>(t.raw_data()), t.nbytes());
   }
-  put<uint32_t>(out, static_cast<uint32_t>(
-                         crc32(0L, reinterpret_cast<const Bytef*>(out.data()), static_cast<uInt>(out.size()))));
+  put<uint32_t>(out, crc32_of(out.data(), out.size()));
 
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = temporary_path(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   RG_CHECK(fd >= 0, "save_checkpoint", "cannot create ", tmp, ": ", std::strerror(errno));
   size_t written = 0;
@@ -74,22 +103,42 @@ void save_checkpoint(const std::string& path, const StateDict& entries) {
       const int err = errno;
       ::close(fd);
       std::remove(tmp.c_str());
-      RG_FAIL("save_checkpoint", "writing ", tmp, " failed: ", std::strerror(err));
+      RG_FAIL("save_checkpoint", "writing ", tmp, " failed after ", written, " of ", out.size(),
+              " bytes: ", std::strerror(err), "; ", path, " was left as it was");
     }
     written += static_cast<size_t>(n);
   }
-  // The data must be on disk before the rename makes it the checkpoint.
+  // The data must be on disk before the rename makes it the checkpoint. A failure at either step
+  // removes the temporary file: what stays is the previous checkpoint, untouched, and nothing else.
   const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  RG_CHECK(synced, "save_checkpoint", "fsync of ", tmp, " failed: ", std::strerror(errno));
-  RG_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "save_checkpoint", "renaming ", tmp, " to ", path,
-           " failed: ", std::strerror(errno));
+  const int sync_error = errno;
+  const bool closed = ::close(fd) == 0;  // NFS may report a failed write only here
+  const int close_error = errno;
+  if (!synced || !closed) {
+    std::remove(tmp.c_str());
+    RG_FAIL("save_checkpoint", synced ? "closing " : "fsync of ", tmp,
+            " failed: ", std::strerror(synced ? close_error : sync_error), "; ", path, " was left as it was");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    RG_FAIL("save_checkpoint", "renaming ", tmp, " to ", path, " failed: ", std::strerror(err), "; ", path,
+            " was left as it was");
+  }
 }
 
 StateDict load_checkpoint(const std::string& path) {
+  std::error_code ec;
+  RG_CHECK(!std::filesystem::is_directory(path, ec), "load_checkpoint", path, " is a directory, not a checkpoint file");
   std::ifstream in(path, std::ios::binary);
-  RG_CHECK(in.good(), "load_checkpoint", "cannot open ", path);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  RG_CHECK(in.good(), "load_checkpoint", "cannot open ", path, ": ", std::strerror(errno));
+  std::string bytes;
+  try {
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    RG_FAIL("load_checkpoint", "reading ", path, " failed: ", e.what());
+  }
+  RG_CHECK(!in.bad(), "load_checkpoint", "reading ", path, " failed: ", std::strerror(errno));
   Reader r{bytes, path};
   r.need(sizeof kMagic, "the magic number");
   RG_CHECK(std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0, "load_checkpoint", path,
@@ -100,8 +149,7 @@ StateDict load_checkpoint(const std::string& path) {
   RG_CHECK(bytes.size() >= 4, "load_checkpoint", path, ": file truncated");
   uint32_t stored_crc;
   std::memcpy(&stored_crc, bytes.data() + bytes.size() - 4, 4);
-  const uint32_t crc = static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size() - 4)));
+  const uint32_t crc = crc32_of(bytes.data(), bytes.size() - 4);
   // Checked before parsing, so any damaged byte is reported as such rather than as a strange size.
   RG_CHECK(crc == stored_crc, "load_checkpoint", path, ": checksum mismatch: the file (", bytes.size(),
            " bytes) is corrupt or truncated");

@@ -12,7 +12,8 @@
 // training state on it -- model, optimizer, scaler, loader, generators, counters -- in one call.
 //
 // save_checkpoint writes to "<path>.tmp", flushes it to disk, then renames it over <path>: a crash
-// leaves either the old file or the new one, never a torn one. load_checkpoint reads and checks the
+// leaves either the old file or the new one, never a torn one; a failed write, fsync or rename
+// removes <path>.tmp and leaves <path> as it was. load_checkpoint reads and checks the
 // whole file (magic, version, sizes, checksum) before returning anything, so a truncated or corrupt
 // file is an error that changes nothing.
 #pragma once
@@ -24,6 +25,10 @@
 namespace ringgrad::nn {
 
 void save_checkpoint(const std::string& path, const StateDict& entries);
+// Throws unless save_checkpoint(path, ...) could write there: a non-empty path that is not a
+// directory, in a folder that exists, where this process may create <path>.tmp. Run it before
+// training, so that a bad destination is found at the start rather than at the first save.
+void check_checkpoint_destination(const std::string& path);
 StateDict load_checkpoint(const std::string& path);
 
 // The single value of the entry `name` (an error naming the file's missing key otherwise).

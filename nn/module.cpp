@@ -195,7 +195,7 @@ LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
       result.unexpected.push_back(name);
       continue;
     }
-    auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& p) { return p.first == name; });
+    auto it = std::find_if(mine.begin(), mine.end(), [&key = name](const auto& p) { return p.first == key; });
     if (it->second.shape() != t.shape())
       result.mismatched.push_back(name + ": checkpoint " + shape_str(t.shape()) + " vs model " +
                                   shape_str(it->second.shape()));
@@ -212,7 +212,7 @@ LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
            mine.front().first, "'): nothing would be loaded; a prefix to remove or add?");
   NoGradGuard no_grad;
   for (const auto& [name, t] : state) {
-    auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& p) { return p.first == name; });
+    auto it = std::find_if(mine.begin(), mine.end(), [&key = name](const auto& p) { return p.first == key; });
     if (it != mine.end()) native::copy_(it->second, t);
   }
   return result;

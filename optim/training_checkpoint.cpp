@@ -179,6 +179,22 @@ bool TrainingCheckpoint::save(const std::string& path) const {
   return writes;
 }
 
+void TrainingCheckpoint::check_destination(const std::string& path) const {
+  const int rank = writer_rank_ >= 0 ? writer_rank_ : random_rank();
+  std::string error;
+  if (rank == 0) {
+    try {
+      nn::check_checkpoint_destination(path);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const bool all_ok = agree_ ? agree_(error.empty()) : error.empty();
+  if (!error.empty()) throw Error(error);
+  RG_CHECK(all_ok, "TrainingCheckpoint::check_destination", "rank 0 cannot write ", path,
+           " (its error says why); rank ", rank, " stops too");
+}
+
 CheckpointReport TrainingCheckpoint::load(const std::string& path, CheckpointLoadOptions options) {
   return load_entries(nn::load_checkpoint(path), options, path);
 }

@@ -109,6 +109,9 @@ class TrainingCheckpoint {
   StateDict state_dict() const;
   // Writes the checkpoint on the writing rank; returns whether this rank wrote it.
   bool save(const std::string& path) const;
+  // Checks on the writing rank that save(path) could write there (nn::check_checkpoint_destination),
+  // and makes its refusal an error on every rank (a collective, like save). Call it before training.
+  void check_destination(const std::string& path) const;
   // Loads `path` into every component (on every rank; each reads the file).
   CheckpointReport load(const std::string& path, CheckpointLoadOptions options = {});
   // The same from entries already read (a file's, or state_dict()'s).

@@ -5,6 +5,8 @@
 #   scripts/setup.sh            what the build, the tests and the examples need
 #   scripts/setup.sh --bench    also the benchmark suite's peer and chart (bench/run.sh):
 #                               python3-torch (PyTorch 1.13, CPU) and python3-matplotlib
+#   scripts/setup.sh --sanitize also clang 14 with its sanitizer and libFuzzer runtimes
+#                               (scripts/sanitize.sh)
 #
 # The CUDA toolkit is not a Debian package here; the build finds it at /usr/local/cuda when present
 # (RINGGRAD_CUDA=AUTO) and builds without it otherwise.
@@ -29,7 +31,8 @@ packages=(
 case "${1:-}" in
   "") ;;
   --bench) packages+=(python3-torch python3-matplotlib) ;;
-  *) echo "usage: scripts/setup.sh [--bench]" >&2; exit 2 ;;
+  --sanitize) packages+=(clang-14 libclang-rt-14-dev) ;;  # scripts/sanitize.sh: ASan, UBSan, libFuzzer
+  *) echo "usage: scripts/setup.sh [--bench | --sanitize]" >&2; exit 2 ;;
 esac
 
 missing=()

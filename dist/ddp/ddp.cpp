@@ -7,6 +7,7 @@
 #include "autograd/engine.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "dist/consistency.h"
 #include "dist/ddp/reducer.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
@@ -15,28 +16,6 @@
 namespace ringgrad::dist {
 
 namespace {
-
-// Every rank's string, gathered to every rank (two all-gathers: lengths, then padded bytes).
-std::vector<std::string> allgather_strings(ProcessGroup& group, const std::string& mine) {
-  const int N = group.size();
-  Tensor length = from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())}, {1}, {.dtype = DType::i64});
-  Tensor lengths = zeros({N, 1}, {.dtype = DType::i64});
-  group.allgather(lengths, length)->wait();
-  std::vector<int64_t> sizes;
-  int64_t longest = 0;
-  for (double v : lengths.to_vector()) {
-    sizes.push_back(static_cast<int64_t>(v));
-    longest = std::max(longest, sizes.back());
-  }
-  Tensor bytes = zeros({longest}, {.dtype = DType::u8});
-  std::copy(mine.begin(), mine.end(), static_cast<char*>(bytes.raw_data()));
-  Tensor all = zeros({N, longest}, {.dtype = DType::u8});
-  group.allgather(all, bytes)->wait();
-  std::vector<std::string> out;
-  const char* base = static_cast<const char*>(all.raw_data());
-  for (int r = 0; r < N; ++r) out.emplace_back(base + r * longest, static_cast<size_t>(sizes[r]));
-  return out;
-}
 
 std::vector<std::string> split_lines(const std::string& s) {
   std::vector<std::string> lines;
@@ -108,6 +87,15 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   RG_CHECK(module_ != nullptr && group_ != nullptr, "dist.DistributedDataParallel", "module and group must be set");
   const auto params = module_->named_parameters();
   check_same_parameters(*group_, params);
+  // Options that change what each rank sends: ranks that differ would wait on different buckets.
+  // A comm hook is told apart by its type only (two plain functions of one signature look alike).
+  check_same_settings(*group_, "DistributedDataParallel options",
+                      {{"bucket_cap_mb", str_cat(options_.bucket_cap_mb)},
+                       {"first_bucket_mb", str_cat(options_.first_bucket_mb)},
+                       {"find_unused_parameters", str_cat(options_.find_unused_parameters)},
+                       {"broadcast_buffers", str_cat(options_.broadcast_buffers)},
+                       {"rebuild_buckets", str_cat(options_.rebuild_buckets)},
+                       {"comm_hook", options_.comm_hook ? options_.comm_hook.target_type().name() : "(default)"}});
   // All replicas start from rank 0's weights and buffers.
   {
     autograd::NoGradGuard no_grad;

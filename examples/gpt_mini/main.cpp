@@ -23,28 +23,21 @@
 
 #include <ringgrad.h>
 
+#include "examples/gpt_mini/config.h"
+
 using namespace ringgrad;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct Config {
-  std::string data = "/usr/share/games/fortunes", precision = "fp32", checkpoint, resume, prompt = "\n";
-  std::string backend = "auto";
-  std::string device = "cpu";  // cpu, cuda (the local rank's GPU) or cuda:N
-  int64_t max_steps = 3000, lr_decay_steps = 0, warmup = 100, batch_size = 16, block_size = 128;
-  int64_t n_layer = 4, n_head = 4, n_embd = 128, accum = 1, eval_every = 250, eval_batches = 20;
-  int64_t checkpoint_every = 0, log_every = 50, num_chars = 400, top_k = 0, threads = 0;
-  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, temperature = 1.0, bucket_mb = 25;
-  uint64_t seed = 1;
-  bool generate = false;
-};
+using gpt_mini::Config;
 
 bool g_speaks = true;  // rank 0 logs
 template <class... Args>
 void log(const char* format, Args... args) {
   if (!g_speaks) return;
-  std::printf(format, args...);
+  if constexpr (sizeof...(Args) == 0) std::fputs(format, stdout);
+  else std::printf(format, args...);
   std::fflush(stdout);
 }
 
@@ -94,7 +87,12 @@ std::string sample(nn::GPT& model, const data::CharVocab& vocab, const Config& c
   NoGradGuard no_grad;
   model.eval();
   Generator gen(c.seed);
-  std::vector<int64_t> ids = vocab.encode(c.prompt);
+  std::vector<int64_t> ids;
+  try {
+    ids = vocab.encode(c.prompt);
+  } catch (const Error& e) {
+    RG_FAIL("gpt_mini", "--prompt holds a character the model never saw: ", e.what());
+  }
   const int64_t V = vocab.size(), block = model.config().block_size;
   for (int64_t n = 0; n < c.num_chars; ++n) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), block);
@@ -128,7 +126,6 @@ std::string sample(nn::GPT& model, const data::CharVocab& vocab, const Config& c
 int run(Config& c, const dist::World& world) {
   if (c.threads > 0) set_num_threads(c.threads);
   const DType dtype = precision_dtype(c.precision);
-  if (c.lr_decay_steps <= 0) c.lr_decay_steps = c.max_steps;
 
   // ---- generation from a checkpoint alone ----
   if (c.generate) {
@@ -178,6 +175,29 @@ int run(Config& c, const dist::World& world) {
   optim::WarmupCosineLR schedule(c.lr, c.warmup, c.lr_decay_steps, c.min_lr);
   int64_t step = 0;
   auto group = dist::new_group(c.backend);
+  // Flags that must match on every rank (they differ only under an MPMD launch): see mnist.
+  dist::check_same_settings(*group, "gpt_mini's flags",
+                            {{"--max-steps", std::to_string(c.max_steps)},
+                             {"--lr-decay-steps", std::to_string(c.lr_decay_steps)},
+                             {"--warmup", std::to_string(c.warmup)},
+                             {"--batch-size", std::to_string(c.batch_size)},
+                             {"--block-size", std::to_string(c.block_size)},
+                             {"--n-layer", std::to_string(c.n_layer)},
+                             {"--n-head", std::to_string(c.n_head)},
+                             {"--n-embd", std::to_string(c.n_embd)},
+                             {"--lr", str_cat(c.lr)},
+                             {"--min-lr", str_cat(c.min_lr)},
+                             {"--weight-decay", str_cat(c.weight_decay)},
+                             {"--clip", str_cat(c.clip)},
+                             {"--precision", c.precision},
+                             {"--accum", std::to_string(c.accum)},
+                             {"--eval-every", std::to_string(c.eval_every)},
+                             {"--eval-batches", std::to_string(c.eval_batches)},
+                             {"--checkpoint-every", std::to_string(c.checkpoint_every)},
+                             {"--checkpoint given", c.checkpoint.empty() ? "no" : "yes"},
+                             {"--resume", c.resume},
+                             {"--seed", std::to_string(c.seed)},
+                             {"--bucket-mb", str_cat(c.bucket_mb)}});
   dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb});
   dist::sync_found_inf(scaler, group);
   // The training state, in one file: rank 0 writes it; every rank reads it on --resume. The
@@ -194,6 +214,8 @@ int run(Config& c, const dist::World& world) {
                          {"n_head", c.n_head},
                          {"n_embd", c.n_embd}};
   dist::sync_checkpoint(checkpoint, group);
+  // A destination that cannot be written is found now, not after an epoch of training.
+  if (!c.checkpoint.empty()) checkpoint.check_destination(c.checkpoint);
   if (!c.resume.empty()) {
     log("%s\n", checkpoint.load(c.resume).describe().c_str());
     step = next_step;
@@ -271,41 +293,13 @@ int run(Config& c, const dist::World& world) {
 int main(int argc, char** argv) {
   Config c;
   CLI::App app{"Train a GPT-2-architecture character model (GPT-mini) with ringgrad"};
-  app.add_option("--data", c.data, "a text file, or a folder of fortune files (default: the fortunes corpus)");
-  app.add_option("--max-steps", c.max_steps, "optimizer steps to train to");
-  app.add_option("--lr-decay-steps", c.lr_decay_steps, "cosine decay ends here (default: --max-steps)");
-  app.add_option("--warmup", c.warmup, "linear warm-up steps");
-  app.add_option("--batch-size", c.batch_size, "sequences per rank per micro-batch");
-  app.add_option("--block-size", c.block_size, "context length");
-  app.add_option("--n-layer", c.n_layer, "transformer blocks");
-  app.add_option("--n-head", c.n_head, "attention heads");
-  app.add_option("--n-embd", c.n_embd, "model width");
-  app.add_option("--lr", c.lr, "peak learning rate");
-  app.add_option("--min-lr", c.min_lr, "learning rate at the end of the cosine");
-  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay (matrices only)");
-  app.add_option("--clip", c.clip, "global gradient-norm clip");
-  app.add_option("--precision", c.precision, "fp32, fp16 or bf16 parameters (f32 master weights)")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  app.add_option("--threads", c.threads, "compute threads per rank (default: cores / ranks)");
-  app.add_option("--device", c.device, "cpu, cuda (under mpirun: the local rank's GPU) or cuda:N");
-  app.add_option("--accum", c.accum, "micro-batches per step (no_sync)")->check(CLI::PositiveNumber);
-  app.add_option("--eval-every", c.eval_every, "validation loss every N steps (0: only at the end)");
-  app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation");
-  app.add_option("--log-every", c.log_every, "progress line every N steps")->check(CLI::Range(1, 1000000000));
-  app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here at the end (and every --checkpoint-every)");
-  app.add_option("--checkpoint-every", c.checkpoint_every, "also every N steps");
-  app.add_option("--resume", c.resume, "continue from (or, with --generate, sample from) this checkpoint");
-  app.add_flag("--generate", c.generate, "print text sampled from --resume's model and exit");
-  app.add_option("--prompt", c.prompt, "text to continue");
-  app.add_option("--num-chars", c.num_chars, "characters to generate");
-  app.add_option("--temperature", c.temperature, "sampling temperature");
-  app.add_option("--top-k", c.top_k, "sample among the k most likely characters (0: all)");
-  app.add_option("--seed", c.seed, "seed for initialisation, data windows and sampling");
-  app.add_option("--backend", c.backend, "process group backend");
-  app.add_option("--bucket-mb", c.bucket_mb, "DDP bucket size cap in MiB");
+  gpt_mini::add_flags(app, c);
   const dist::World world = dist::init(&argc, &argv);
   g_speaks = world.rank == 0;
   CLI11_PARSE(app, argc, argv);
   // A failed rank must not leave the others waiting in a collective: run_or_abort ends the job.
-  return dist::run_or_abort([&] { return run(c, world); });
+  return dist::run_or_abort([&] {
+    gpt_mini::finish(c);
+    return run(c, world);
+  });
 }

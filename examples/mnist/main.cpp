@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "examples/mnist/config.h"
 #include "examples/mnist/models.h"
 
 using namespace ringgrad;
@@ -28,21 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct Config {
-  std::string model = "mlp", data = "/usr/share/datasets/fashion-mnist", optimizer = "sgd", precision = "fp32";
-  std::string checkpoint, resume;
-  int epochs = 1, batch_size = 0, threads = 0;
-  int64_t checkpoint_every = 0, limit_steps = 0;
-  double lr = 0.05, momentum = 0.9, weight_decay = 0.0;
-  uint64_t seed = 1;
-  std::string input_norm;  // standard | half | none; default depends on the model (see main)
-  // Data parallelism.
-  int accum = 1;
-  double bucket_mb = 25;
-  std::string comm_hook = "allreduce", backend = "auto", trace, simulate_network;
-  std::string device = "cpu";  // cpu, cuda (the local rank's GPU) or cuda:N
-  int64_t stats_every = 200;
-};
+using mnist::Config;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -90,7 +77,8 @@ bool g_speaks = true;
 template <class... Args>
 void log(const char* format, Args... args) {
   if (!g_speaks) return;
-  std::printf(format, args...);
+  if constexpr (sizeof...(Args) == 0) std::fputs(format, stdout);
+  else std::printf(format, args...);
   std::fflush(stdout);
 }
 
@@ -101,6 +89,8 @@ int run(Config& c, const dist::World& world) {
   manual_seed(c.seed);
   const DType dtype = precision_dtype(c.precision);
 
+  // A malformed --resume file is refused now, before seconds of data loading, not after them.
+  if (!c.resume.empty()) (void)optim::checkpoint_metadata(c.resume);
   auto t_load = Clock::now();
   data::Mnist mnist = data::load_mnist(c.data, /*normalize=*/c.input_norm == "standard");
   if (c.input_norm == "half") {
@@ -119,13 +109,29 @@ int run(Config& c, const dist::World& world) {
   model->to(dtype);
   model->to(device);
   dist::GroupOptions group_options;
-  if (!c.simulate_network.empty()) {
-    const auto comma = c.simulate_network.find(',');
-    if (comma == std::string::npos) throw Error("[mnist] --simulate-network wants GBPS,LATENCY_US");
-    group_options.simulated_network = dist::SimulatedNetwork{std::stod(c.simulate_network.substr(0, comma)),
-                                                             std::stod(c.simulate_network.substr(comma + 1))};
-  }
+  if (c.simulated_network)
+    group_options.simulated_network = dist::SimulatedNetwork{c.simulated_network->first, c.simulated_network->second};
   auto group = dist::new_group(c.backend, group_options);
+  // Flags that must match on every rank (they differ only under an MPMD launch): a different seed
+  // would give overlapping shards, a different batch or accumulation a wrong mean or a hang.
+  dist::check_same_settings(*group, "mnist's flags",
+                            {{"--model", c.model},
+                             {"--optimizer", c.optimizer},
+                             {"--precision", c.precision},
+                             {"--epochs", std::to_string(c.epochs)},
+                             {"--batch-size", std::to_string(c.batch_size)},
+                             {"--lr", str_cat(c.lr)},
+                             {"--momentum", str_cat(c.momentum)},
+                             {"--weight-decay", str_cat(c.weight_decay)},
+                             {"--seed", std::to_string(c.seed)},
+                             {"--input-norm", c.input_norm},
+                             {"--accum", std::to_string(c.accum)},
+                             {"--limit-steps", std::to_string(c.limit_steps)},
+                             {"--checkpoint-every", std::to_string(c.checkpoint_every)},
+                             {"--checkpoint given", c.checkpoint.empty() ? "no" : "yes"},
+                             {"--resume", c.resume},
+                             {"--comm-hook", c.comm_hook},
+                             {"--trace given", c.trace.empty() ? "no" : "yes"}});
   // Wrapping checks that every rank built the same model and copies rank 0's weights everywhere.
   dist::DistributedDataParallel ddp(model, group,
                                     {.bucket_cap_mb = c.bucket_mb,
@@ -160,6 +166,8 @@ int run(Config& c, const dist::World& world) {
   checkpoint.add("loader", loader).add("step", global_step);
   checkpoint.metadata = {{"model", c.model}, {"precision", c.precision}};
   dist::sync_checkpoint(checkpoint, group);
+  // A destination that cannot be written is found now, not after an epoch of training.
+  if (!c.checkpoint.empty()) checkpoint.check_destination(c.checkpoint);
   if (!c.resume.empty()) log("%s\n", checkpoint.load(c.resume).describe().c_str());
   auto save = [&] {
     if (!c.checkpoint.empty()) checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
@@ -242,46 +250,13 @@ int run(Config& c, const dist::World& world) {
 int main(int argc, char** argv) {
   Config c;
   CLI::App app{"Train an MLP or CNN on Fashion-MNIST (MNIST-format IDX files) with ringgrad"};
-  app.add_option("--model", c.model, "mlp (784-512-512-10), cnn or resnet (residual blocks with BatchNorm2d)")
-      ->check(CLI::IsMember({"mlp", "cnn", "resnet"}));
-  app.add_option("--data", c.data, "folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
-  app.add_option("--epochs", c.epochs, "epochs to train")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", c.batch_size, "batch size (default: 128 for mlp, 64 for cnn and resnet)");
-  app.add_option("--lr", c.lr, "learning rate");
-  app.add_option("--momentum", c.momentum, "SGD momentum");
-  app.add_option("--weight-decay", c.weight_decay, "weight decay");
-  app.add_option("--optimizer", c.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
-  app.add_option("--precision", c.precision, "fp32, fp16 or bf16 parameters")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  app.add_option("--seed", c.seed, "seed for initialisation and shuffling");
-  app.add_option("--input-norm", c.input_norm,
-                 "input scaling: standard ((p - mean) / std of the training pixels), half ((p - 0.5) / 0.5), "
-                 "none (p in [0, 1]); default: standard for mlp, half for cnn and resnet")
-      ->check(CLI::IsMember({"standard", "half", "none"}));
-  app.add_option("--threads", c.threads, "compute threads (default: cores / ranks on this node)");
-  app.add_option("--device", c.device, "cpu, cuda (under mpirun: the local rank's GPU) or cuda:N");
-  app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here at each epoch end");
-  app.add_option("--checkpoint-every", c.checkpoint_every, "also write it every N steps");
-  app.add_option("--resume", c.resume, "continue from this checkpoint");
-  app.add_option("--limit-steps", c.limit_steps, "stop after this many steps in total (for quick runs)");
-  app.add_option("--accum", c.accum, "micro-batches per optimizer step (gradient accumulation under no_sync)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--bucket-mb", c.bucket_mb, "DDP bucket size cap in MiB");
-  app.add_option("--comm-hook", c.comm_hook, "allreduce (average) or fp16 (compressed; fp32 models)")
-      ->check(CLI::IsMember({"allreduce", "fp16"}));
-  app.add_option("--backend", c.backend, "process group backend: auto, ring, tree, mpi, hierarchical");
-  app.add_option("--stats-every", c.stats_every, "print DDP's compute / communication / overlap figures every N steps");
-  app.add_option("--trace", c.trace, "write a Chrome trace (all ranks) of the last epoch's first steps here");
-  app.add_option("--simulate-network", c.simulate_network,
-                 "model a slower network 'GBPS,LATENCY_US' (e.g. 0.5,100) to watch overlap on one machine");
+  mnist::add_flags(app, c);
   const dist::World world = dist::init(&argc, &argv);
   g_speaks = world.rank == 0;
   CLI11_PARSE(app, argc, argv);
-  if (c.batch_size <= 0) c.batch_size = c.model == "mlp" ? 128 : 64;
-  // Measured over seeds 0-3 (docs/mnist.md): the MLP does best on standardised pixels (85.6% vs 84.0%
-  // after one epoch), the CNN on (p - 0.5) / 0.5 (88.8% vs 88.5%).
-  if (c.input_norm.empty()) c.input_norm = c.model == "mlp" ? "standard" : "half";
-
   // A failed rank must not leave the others waiting in a collective: run_or_abort ends the job.
-  return dist::run_or_abort([&] { return run(c, world); });
+  return dist::run_or_abort([&] {
+    mnist::finish(c);
+    return run(c, world);
+  });
 }

@@ -124,8 +124,9 @@ TEST_CASE("conv2d in f32 on every ISA: values against a double loop, gradients a
     rgtest::IsaScope scope(isa);
     for (auto [s, p] : {std::pair<int64_t, int64_t>{1, 1}, {2, 0}}) {
       const std::string isa_name = cpu_isa_name(isa);
+      const int64_t stride = s;  // INFO / CAPTURE cannot name a structured binding (clang 14)
       CAPTURE(isa_name);
-      CAPTURE(s);
+      CAPTURE(stride);
       Tensor x = from_vector(xv, xs, {.dtype = DType::f32, .requires_grad = true});
       Tensor w = from_vector(wv, ws, {.dtype = DType::f32, .requires_grad = true});
       Tensor b = from_vector(bv, {7}, {.dtype = DType::f32, .requires_grad = true});

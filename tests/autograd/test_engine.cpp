@@ -273,7 +273,8 @@ TEST_CASE("post-accumulate-grad hooks fire last layer first, see the final grad,
     CHECK(std::max(w3, b3) < std::min(w2, b2));  // layer 3 before layer 2
     CHECK(std::max(w2, b2) < std::min(w1, b1));  // layer 2 before layer 1
     for (const auto& [name, p] : mlp.params) {
-      INFO("parameter " << name);
+      const std::string& parameter = name;  // INFO cannot name a structured binding (clang 14)
+      INFO("parameter " << parameter);
       REQUIRE(seen.count(name) == 1);
       CHECK(equal(seen[name], p.grad()));  // the hook saw the final, accumulated .grad
       CHECK(p.grad().to_vector() != std::vector<double>(static_cast<size_t>(p.numel()), 0.0));

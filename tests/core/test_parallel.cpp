@@ -57,7 +57,8 @@ TEST_CASE("parallel_for covers the range with disjoint chunks of at least grain 
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
     for (auto [n, grain] : {std::pair<int64_t, int64_t>{100000, 1000}, {100001, 7}, {64, 32}, {5000, 1}}) {
-      INFO(threads << " threads, n " << n << ", grain " << grain);
+      const int64_t items = n, min_chunk = grain;  // INFO cannot name a structured binding (clang 14)
+      INFO(threads << " threads, n " << items << ", grain " << min_chunk);
       const std::vector<Chunk> chunks = record_chunks(n, grain);
       REQUIRE(!chunks.empty());
       CHECK(chunks.front().begin == 0);

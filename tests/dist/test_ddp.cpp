@@ -149,7 +149,8 @@ TEST_CASE("ddp: after zero_grad(set_to_none) linear weight gradients are written
     rg::cross_entropy(ddp(mine.x), mine.y).backward();
     opt.step();
     if (step == 0) continue;  // the first backward ends by rebuilding the buckets: new buffers
-    for (auto& [name, p] : model->named_parameters()) {
+    for (auto& [parameter_name, p] : model->named_parameters()) {
+      const std::string& name = parameter_name;  // CAPTURE cannot name a structured binding (clang 14)
       if (name.find("weight") == std::string::npos) continue;
       CAPTURE(step);
       CAPTURE(name);

@@ -105,6 +105,7 @@ TEST_CASE("truncated, corrupt or mismatched checkpoints are rejected and leave t
       FAIL("expected an error");
     } catch (const Error& e) {
       CHECK_MESSAGE(std::string(e.what()).find(fragment) != std::string::npos, std::string(e.what()));
+      CHECK_MESSAGE(std::string(e.what()).find(path) != std::string::npos, "the error names the file: ", e.what());
     }
     CHECK(equal(victim.model->parameters()[0], before));
   };
@@ -184,4 +185,57 @@ TEST_CASE("a checkpoint header whose sizes overflow is an error naming the file 
   write(crafted_checkpoint({int64_t{1} << 60, 2}, uint64_t{1} << 63));
   CHECK_THROWS_WITH_AS(nn::load_checkpoint(path), doctest::Contains("file truncated while reading tensor data"), Error);
   fs::remove(path);
+}
+
+namespace {
+
+// The message of the Error fn throws (failing the test when it throws none).
+template <class F>
+std::string error_of(F&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  FAIL("expected an error");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint destinations: a bad one is refused before any save, a failed save leaves nothing behind") {
+  const fs::path dir = temp_path("dest");
+  fs::create_directories(dir);
+  const StateDict state{{"w", ones({2, 2})}};
+  // Refused up front, each with the path and the reason.
+  CHECK(error_of([&] { nn::check_checkpoint_destination(""); }).find("empty") != std::string::npos);
+  CHECK(error_of([&] { nn::check_checkpoint_destination(dir.string()); }).find(dir.string() + " is a directory") !=
+        std::string::npos);
+  const std::string in_missing = (dir / "no-such-folder" / "ck.bin").string();
+  CHECK(error_of([&] { nn::check_checkpoint_destination(in_missing); }).find("does not exist") != std::string::npos);
+  // A good destination passes and leaves no file behind.
+  const std::string good = (dir / "ck.bin").string();
+  nn::check_checkpoint_destination(good);
+  CHECK(fs::is_empty(dir));
+
+  // Loading a directory names it (it used to surface as "basic_filebuf::underflow ... Is a directory").
+  const std::string load_dir = error_of([&] { nn::load_checkpoint(dir.string()); });
+  CHECK_MESSAGE(load_dir.find(dir.string() + " is a directory") != std::string::npos, load_dir);
+  CHECK(error_of([&] { nn::load_checkpoint((dir / "absent").string()); }).find("No such file") != std::string::npos);
+
+  // The rename fails (the destination is a non-empty directory): the temporary file is removed.
+  const fs::path occupied = dir / "occupied";
+  fs::create_directories(occupied / "inside");
+  const std::string rename_error = error_of([&] { nn::save_checkpoint(occupied.string(), state); });
+  CHECK_MESSAGE(rename_error.find("renaming") != std::string::npos, rename_error);
+  CHECK(!fs::exists(occupied.string() + ".tmp"));
+  CHECK(fs::is_directory(occupied / "inside"));
+
+  // TrainingCheckpoint::check_destination refuses the same way (a world of one: no collective).
+  nn::Linear model(2, 2);
+  optim::TrainingCheckpoint checkpoint;
+  checkpoint.add("model", model);
+  CHECK(error_of([&] { checkpoint.check_destination(in_missing); }).find("does not exist") != std::string::npos);
+  checkpoint.check_destination(good);
+  fs::remove_all(dir);
 }

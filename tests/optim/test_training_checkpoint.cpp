@@ -55,7 +55,8 @@ TEST_CASE("optimizer state keyed by parameter name loads into parameters given i
   optim::load_state_dict_by_name(reversed, *model, named);
   CHECK(reversed.lr() == doctest::Approx(0.01));
   const StateDict back = optim::state_dict_by_name(reversed, *model);
-  for (const auto& [key, t] : named) {
+  for (const auto& [key_binding, t] : named) {
+    const std::string& key = key_binding;  // lambdas cannot capture a structured binding (clang 14)
     CAPTURE(key);
     auto it = std::find_if(back.begin(), back.end(), [&](const auto& e) { return e.first == key; });
     REQUIRE(it != back.end());

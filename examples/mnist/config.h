@@ -1,0 +1,39 @@
+// examples/mnist's command line: every flag, its default and its check, apart from the training
+// loop so that a fuzzer (tests/fuzz/fuzz_mnist_cli.cpp) can drive it alone.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace mnist {
+
+struct Config {
+  std::string model = "mlp", data = "/usr/share/datasets/fashion-mnist", optimizer = "sgd", precision = "fp32";
+  std::string checkpoint, resume;
+  int epochs = 1, batch_size = 0, threads = 0;  // 0: chosen by finish() / by the machine
+  int64_t checkpoint_every = 0, limit_steps = 0;
+  double lr = 0.05, momentum = 0.9, weight_decay = 0.0;
+  uint64_t seed = 1;
+  std::string input_norm;  // standard | half | none; default depends on the model (finish)
+  // Data parallelism.
+  int accum = 1;
+  double bucket_mb = 25;
+  std::string comm_hook = "allreduce", backend = "auto", trace, simulate_network;
+  std::optional<std::pair<double, double>> simulated_network;  // (GB/s, latency us) from --simulate-network
+  std::string device = "cpu";                                  // cpu, cuda (the local rank's GPU) or cuda:N
+  int64_t stats_every = 200;
+};
+
+// The largest batch a flag may ask for: a bound, so that a typo cannot allocate without end.
+inline constexpr int kMaxBatchSize = 1 << 16;
+
+// Declares every flag on `app`, bound to the fields of `c`, each with its range check.
+void add_flags(CLI::App& app, Config& c);
+
+// After a successful parse: fills in the defaults that depend on other flags and parses the
+// compound ones. Throws ringgrad::Error naming the flag.
+void finish(Config& c);
+
+}  // namespace mnist

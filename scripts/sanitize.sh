@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The checking build: clang with AddressSanitizer + UndefinedBehaviorSanitizer and the libFuzzer
+# targets of tests/fuzz, in build-sanitize/. Runs the whole suite under the sanitizers (any report
+# fails its test), then each fuzz target for FUZZ_SECONDS (any finding fails it). docs/reliability.md.
+#
+#   scripts/sanitize.sh                      # build, suite, every fuzz target 30 s
+#   FUZZ_SECONDS=600 scripts/sanitize.sh --fuzz-only      # fuzz longer, skip the suite
+#   scripts/sanitize.sh --suite-only         # the suite under the sanitizers, no fuzzing
+#
+# A target can also run by hand, for as long as wanted, from its seeds:
+#   build-sanitize/tests/fuzz/fuzz_idx -timeout=1 -rss_limit_mb=2048 -jobs=2 /tmp/found tests/fuzz/corpus/idx
+# A crash input it saves becomes a regression: copy it into tests/fuzz/regressions/<target>/.
+#
+# Environment: JOBS (default 2); FUZZ_SECONDS (default 30); CTEST_PARALLEL_LEVEL is honoured.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+jobs=${JOBS:-2}
+fuzz_seconds=${FUZZ_SECONDS:-30}
+run_suite=1
+run_fuzz=1
+case "${1:-}" in
+  "") ;;
+  --fuzz-only) run_suite=0 ;;
+  --suite-only) run_fuzz=0 ;;
+  *) echo "usage: scripts/sanitize.sh [--fuzz-only | --suite-only]" >&2; exit 2 ;;
+esac
+
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+bash scripts/setup.sh --sanitize
+
+# Every report ends the process with a failure; leaks made by MPI's own libraries (allocated once,
+# never freed by design) are suppressed, nothing of ringgrad's.
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:check_initialization_order=1:strict_string_checks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0"
+
+step() { printf '\n==== %s\n' "$*"; }
+
+step "configure build-sanitize/ (clang, address + undefined, libFuzzer targets)"
+cmake -S . -B build-sanitize -G Ninja \
+  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DRINGGRAD_SANITIZE=address,undefined -DRINGGRAD_FUZZ=ON -DRINGGRAD_FUZZ_SECONDS="$fuzz_seconds" \
+  -DRINGGRAD_TEST_TIMEOUT_SCALE=4 -DRINGGRAD_CUDA=OFF -DRINGGRAD_BUILD_BENCH=OFF
+step "build build-sanitize/"
+ninja -C build-sanitize -j "$jobs"
+
+if [[ $run_suite == 1 ]]; then
+  # The install test builds a consumer without the sanitizer flags: it checks packaging, not memory.
+  step "test build-sanitize/ (the suite under ASan + UBSan)"
+  ctest --test-dir build-sanitize --output-on-failure -LE fuzz -E '^install_'
+fi
+if [[ $run_fuzz == 1 ]]; then
+  step "fuzz build-sanitize/ (${fuzz_seconds} s per target)"
+  ctest --test-dir build-sanitize --output-on-failure -L fuzz
+fi
+step "sanitizers and fuzzers: no finding"

@@ -65,7 +65,7 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
   const int id = next_group_id();
   const auto trace_prefix = env::text("RINGGRAD_DIST_TRACE");
   const bool trace = options.trace ? *options.trace : trace_prefix.has_value();
-  comms_ = std::make_unique<MpiComms>();
+  comms_ = std::make_unique<MpiComms>(timeout_seconds_, str_cat("process group #", id, " (backend '", backend_, "')"));
   rank_ = comms_->rank();
   size_ = comms_->size();
   staging_ = Staging(backend_, rank_, size_);

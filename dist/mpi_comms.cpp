@@ -1,6 +1,8 @@
 #include "dist/mpi_comms.h"
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -110,11 +112,29 @@ class RecvOp : public PendingOp {
 
 }  // namespace
 
-MpiComms::MpiComms() {
-  for (MPI_Comm* c : {&comm_, &p2p_comm_, &debug_comm_}) {
-    RG_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, c));
-    RG_MPI_CHECK(MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN));
+MpiComms::MpiComms(double timeout_seconds, const std::string& description) {
+  // MPI_Comm_idup rather than MPI_Comm_dup: a rank that never creates this group must make the
+  // others fail after the timeout, not block them forever (Note [Agreed at creation]).
+  MPI_Request requests[3];
+  MPI_Comm* comms[3] = {&comm_, &p2p_comm_, &debug_comm_};
+  for (int i = 0; i < 3; ++i) RG_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, comms[i], &requests[i]));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  for (int done = 0;;) {
+    RG_MPI_CHECK(MPI_Testall(3, requests, &done, MPI_STATUSES_IGNORE));
+    if (done) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      int world_rank = 0, world_size = 1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+      // The requests stay with MPI (a pending MPI_Comm_idup cannot be cancelled), as after any timeout.
+      RG_FAIL("dist.new_group", "rank ", world_rank, "/", world_size, " waited ", timeout_seconds,
+              " s for every rank to create ", description,
+              ": some rank did not create it -- every rank must create the same groups in the same order -- or "
+              "died");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  for (MPI_Comm* c : comms) RG_MPI_CHECK(MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN));
   RG_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   RG_MPI_CHECK(MPI_Comm_size(comm_, &size_));
 }

@@ -24,7 +24,9 @@ namespace ringgrad::dist::detail {
 
 class MpiComms {
  public:
-  MpiComms();  // collective over MPI_COMM_WORLD: every rank creates its groups in the same order
+  // Collective over MPI_COMM_WORLD: every rank creates its groups in the same order. Throws when
+  // some rank has not joined within timeout_seconds; `description` names the group in that error.
+  MpiComms(double timeout_seconds, const std::string& description);
   // Keeps the communicators: free() releases them, but only a healthy group may (Note [After a
   // timeout] in dist/comm_thread.h: MPI may still be working on a broken group's requests).
   ~MpiComms() = default;

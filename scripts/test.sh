@@ -12,12 +12,16 @@
 #                 77, SKIP_RETURN_CODE), on a GPU machine they compare CUDA against CPU. The install
 #                 test runs here as well, so a consumer of a CUDA-enabled package is checked.
 #
+# 3. build-sanitize/  scripts/sanitize.sh: clang 14 with ASan + UBSan; the whole suite under the
+#                 sanitizers (timeouts x4), then every libFuzzer target of tests/fuzz for FUZZ_SECONDS
+#                 (default 30) each. Any report or finding fails CI. docs/reliability.md.
+#
 # build/ is CPU-only on purpose: the CUDA configuration is covered by build-cuda/, and building the
 # CUDA kernels twice would only cost time on a two-core machine. A plain `cmake -S . -B build`
 # (RINGGRAD_CUDA=AUTO) builds the CUDA backend whenever a toolkit is found.
 #
 # Environment: JOBS (default 2) build jobs; CTEST_PARALLEL_LEVEL is honoured by ctest;
-# RINGGRAD_SKIP_CUDA=1 skips step 2.
+# RINGGRAD_SKIP_CUDA=1 skips step 2; RINGGRAD_SKIP_SANITIZE=1 skips step 3; FUZZ_SECONDS.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -61,6 +65,13 @@ elif command -v nvcc >/dev/null 2>&1; then
   ctest --test-dir build-cuda --output-on-failure -R '^install_'
 else
   step "CUDA build skipped: no nvcc on PATH or in /usr/local/cuda/bin"
+fi
+
+# ---- 3. sanitizers and fuzzers ---------------------------------------------------------------------
+if [[ "${RINGGRAD_SKIP_SANITIZE:-0}" == 1 ]]; then
+  step "sanitizer suite and fuzzers skipped (RINGGRAD_SKIP_SANITIZE=1)"
+else
+  bash scripts/sanitize.sh
 fi
 
 step "all tests passed"

@@ -3,6 +3,7 @@
 #   EXPECT=timeout:  the survivors' collective timeout fires with its diagnosis, naming rank 1 as
 #                    gone, then mpirun exits non-zero (the survivors call MPI_Abort).
 #   EXPECT=sigkill:  rank 1 is killed by SIGKILL during DDP training; rank 0's timeout names it.
+#   EXPECT=creation: only rank 0 creates a group; its creation fails after the timeout.
 # A script rather than PASS_REGULAR_EXPRESSION, which would ignore the exit status.
 string(TIMESTAMP t0 "%s")
 execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
@@ -26,6 +27,10 @@ elseif(EXPECT STREQUAL "timeout")
   endif()
   if(NOT log MATCHES "SURVIVOR ERROR: [^\n]*rank 1 \\(pid [0-9]+ on [^)]+\\) is no longer running")
     message(FATAL_ERROR "the survivors' diagnosis does not name rank 1 as gone")
+  endif()
+elseif(EXPECT STREQUAL "creation")
+  if(NOT log MATCHES "rank 0: SURVIVOR ERROR: \\[dist.new_group\\] rank 0/[0-9]+ waited 3 s for every rank to create process group #0")
+    message(FATAL_ERROR "rank 0's group creation did not fail with the diagnosis")
   endif()
 elseif(EXPECT STREQUAL "sigkill")
   # Every survivor's own error names the lost rank, within the collective timeout (3 s) plus start-up.

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "dist/consistency.h"
 #include "dist_test_util.h"
 
 namespace {
@@ -317,6 +318,54 @@ TEST_CASE("collective timeout comes from RINGGRAD_COLLECTIVE_TIMEOUT") {
                        rg::Error);
   unsetenv("RINGGRAD_COLLECTIVE_TIMEOUT");
   CHECK(dist::default_collective_timeout() == 300.0);
+}
+
+namespace {
+
+// "rank 1" or "ranks 1,2,3": how an error lists every rank but 0.
+std::string other_ranks(int N) {
+  std::string out = N == 2 ? "rank " : "ranks ";
+  for (int r = 1; r < N; ++r) out += (r > 1 ? "," : "") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ranks that create a group differently fail at creation, every rank naming each difference") {
+  const int r = dist::world().rank, N = dist::world().size;
+  if (N == 1) return;
+  const std::string others = other_ranks(N);
+  // Backend: one rank on 'ring', the others on 'tree' would exchange different messages and hang.
+  CHECK_THROWS_WITH_AS(dist::new_group(r == 0 ? "ring" : "tree", test_options()),
+                       doctest::Contains(("backend: rank 0 'ring'; " + others + " 'tree'").c_str()), rg::Error);
+  // Debug mode on one rank only: its fingerprint all-gather would wait for peers that never send one.
+  dist::GroupOptions debug_on_rank_0 = test_options();
+  debug_on_rank_0.debug_check = r == 0;
+  CHECK_THROWS_WITH_AS(dist::new_group("ring", debug_on_rank_0),
+                       doctest::Contains(("debug mode: " + others + " 'off'; rank 0 'on'").c_str()), rg::Error);
+  // Different timeouts: one rank would give up while the others still wait.
+  CHECK_THROWS_WITH_AS(dist::new_group("mpi", test_options(r == 0 ? 30 : 60)),
+                       doctest::Contains(("collective timeout (s): rank 0 '30'; " + others + " '60'").c_str()),
+                       rg::Error);
+  // The ranks are still in step: the next group works.
+  auto pg = dist::new_group("ring", test_options());
+  rg::Tensor t = rg::ones({4});
+  pg->allreduce(t)->wait();
+  CHECK(t.to_vector()[0] == N);
+}
+
+TEST_CASE("check_same_settings names each setting that differs and which ranks hold which value") {
+  const int r = dist::world().rank, N = dist::world().size;
+  auto pg = dist::new_group("ring", test_options());
+  dist::check_same_settings(*pg, "flags", {{"--seed", "1"}, {"--batch-size", "64"}});  // equal: no error
+  if (N == 1) return;
+  const std::string others = other_ranks(N);
+  CHECK_THROWS_WITH_AS(
+      dist::check_same_settings(*pg, "flags", {{"--seed", r == 0 ? "1" : "2"}, {"--batch-size", "64"}}),
+      doctest::Contains(("flags differ between ranks (seen by rank " + std::to_string(r) + "/" + std::to_string(N) +
+                         "):\n  rank 0 --seed=1; " + others + " --seed=2\nEvery rank")
+                            .c_str()),
+      rg::Error);
 }
 
 TEST_CASE("RINGGRAD_DIST_SHM malformed on one rank fails group creation on every rank, without a hang") {

@@ -8,7 +8,8 @@
 //     MPI_Abort, so that mpirun reports the failure (without it, mpirun would exit 0).
 // Open MPI 4.1 reports no error for a dead peer (no ULFM): the timeout is the survivors' only way out,
 // and its message names the rank that is gone (dist/group_agreement.h). With a third argument
-// "train-sigkill", rank 1 is killed by SIGKILL in the middle of DDP training instead.
+// "train-sigkill", rank 1 is killed by SIGKILL in the middle of DDP training instead; with
+// "skip-group", only rank 0 creates a group.
 #define DOCTEST_CONFIG_IMPLEMENT  // dist_test_util.h includes doctest; no test cases here
 #include <mpi.h>
 #include <unistd.h>
@@ -62,12 +63,30 @@ int train_until_rank_1_is_killed(const dist::World& w, const std::string& backen
   }
 }
 
+// Mode "skip-group": only rank 0 creates a process group; the others wait in a world barrier (as a
+// rank busy elsewhere would). Rank 0's creation must fail after its timeout, not block forever.
+int create_group_alone(const dist::World& w, const std::string& backend) {
+  if (w.rank != 0) {
+    MPI_Barrier(MPI_COMM_WORLD);  // ended by rank 0's MPI_Abort
+    return 3;
+  }
+  try {
+    auto pg = dist::new_group(backend, test_options(/*timeout_seconds=*/3));
+    std::fprintf(stderr, "rank 0: created a group the other ranks never created (impossible)\n");
+    return 0;
+  } catch (const rg::Error& e) {
+    abort_as_survivor(w.rank, e);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const dist::World w = dist::init(&argc, &argv);
   const std::string backend = argc > 1 ? argv[1] : "ring";
-  if (argc > 2 && std::string(argv[2]) == "train-sigkill") return train_until_rank_1_is_killed(w, backend);
+  const std::string mode = argc > 2 ? argv[2] : "";
+  if (mode == "train-sigkill") return train_until_rank_1_is_killed(w, backend);
+  if (mode == "skip-group") return create_group_alone(w, backend);
   auto pg = dist::new_group(backend, test_options(/*timeout_seconds=*/3));
   rg::Tensor t = rg::ones({1000});
   pg->allreduce(t)->wait();

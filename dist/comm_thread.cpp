@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "dist/kept_until_exit.h"
 
 namespace ringgrad::dist {
 
@@ -33,9 +34,10 @@ void CommThread::shutdown() {
   }
   queue_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  // Abandoned ops may still be written into by MPI (See Note [After a timeout]); their memory is
-  // deliberately leaked rather than freed under MPI's feet.
-  for (auto& op : abandoned_) (void)op.release();
+  // Abandoned ops may still be written into by MPI (See Note [After a timeout]): parked until exit
+  // rather than freed under MPI's feet.
+  for (auto& op : abandoned_) detail::keep_until_exit(std::shared_ptr<PendingOp>(std::move(op)));
+  abandoned_.clear();
 }
 
 std::shared_ptr<Work> CommThread::enqueue(OpInfo info, StartFn start) {

@@ -22,6 +22,7 @@
 #include "core/tensor.h"
 #include "dist/algorithms/reduce_kernels.h"
 #include "dist/comm_thread.h"
+#include "dist/kept_until_exit.h"
 #include "dist/process_group.h"
 #include "dist/requests.h"
 
@@ -48,9 +49,9 @@ class Scratch {
     }
     return buffers_[i].data();
   }
-  // After a timeout MPI may still write into the buffers: hand them over to be leaked.
+  // After a timeout MPI may still write into the buffers: park them until exit.
   void leak() {
-    for (auto& b : buffers_) new std::vector<std::byte>(std::move(b));  // deliberate
+    for (auto& b : buffers_) keep_until_exit(std::make_shared<std::vector<std::byte>>(std::move(b)));
   }
 
  private:

@@ -132,12 +132,27 @@ int run(Config& c, const dist::World& world) {
     RG_CHECK(!c.resume.empty(), "gpt_mini", "--generate needs --resume CHECKPOINT");
     // The configuration and vocabulary are the checkpoint's metadata; the weights its "model".
     const auto meta = optim::checkpoint_metadata(c.resume);
-    auto meta_int = [&](const char* key) { return std::get<int64_t>(meta.at(key)); };
-    data::CharVocab vocab(std::get<std::string>(meta.at("vocab")));
+    // A checkpoint of another program, or of an older gpt_mini, lacks these: say which and where.
+    auto meta_value = [&]<class T>(const char* key, const T*) -> T {
+      const auto it = meta.find(key);
+      RG_CHECK(it != meta.end(), "gpt_mini", "--generate: ", c.resume, " has no metadata '", key,
+               "' (not a checkpoint written by gpt_mini?)");
+      const T* value = std::get_if<T>(&it->second);
+      RG_CHECK(value != nullptr, "gpt_mini", "--generate: metadata '", key, "' of ", c.resume, " has the wrong type");
+      return *value;
+    };
+    auto meta_int = [&](const char* key) {
+      const int64_t v = meta_value(key, static_cast<const int64_t*>(nullptr));
+      RG_CHECK(v >= 1 && v <= (1 << 16), "gpt_mini", "--generate: metadata '", key, "' of ", c.resume, " is ", v,
+               ", not in [1, 65536]");
+      return v;
+    };
+    data::CharVocab vocab(meta_value("vocab", static_cast<const std::string*>(nullptr)));
     c.block_size = meta_int("block_size");
     c.n_layer = meta_int("n_layer");
     c.n_head = meta_int("n_head");
     c.n_embd = meta_int("n_embd");
+    gpt_mini::finish(c);  // the checkpoint's shape passes the same checks as the flags
     nn::GPT model(config_from(c, vocab.size()));
     const Device device = parse_device(c.device, world.local_rank);
     model.to(dtype);

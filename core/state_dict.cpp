@@ -30,7 +30,9 @@ int64_t state_int(const StateDict& state, const std::string& name, const std::st
   // Read integers exactly (seeds and offsets use all 64 bits; a double holds 53).
   if (host.dtype() == DType::i64) return *host.data<int64_t>();  // one element: raw_data points at it
   const double v = host.item();
-  RG_CHECK(std::isfinite(v) && v == std::floor(v), who, "state entry '", name, "' should be an integer, got ", v);
+  // [-2^63, 2^63): the doubles that convert to an int64 (outside, the conversion is undefined).
+  RG_CHECK(std::isfinite(v) && v == std::floor(v) && v >= -0x1p63 && v < 0x1p63, who, "state entry '", name,
+           "' should be a 64-bit integer, got ", v);
   return static_cast<int64_t>(v);
 }
 

@@ -15,10 +15,13 @@ namespace ringgrad {
 int64_t shape_numel(const Shape& shape) {
   // Checked: a shape read from a file (an IDX header, a checkpoint) must not wrap around to a
   // small count and get a buffer too small for what is then read into it.
-  int64_t n = 1;
-  for (int64_t s : shape)
-    RG_CHECK(!__builtin_mul_overflow(n, s, &n), "shape", "the product of the dimensions of ", shape_str(shape),
-             " overflows 64 bits");
+  // Zeros count as one in the extent: (0, 2^62, 2^62) holds no element, but its strides (which
+  // contiguous_strides computes the same way) would overflow.
+  int64_t n = 1, extent = 1;
+  for (int64_t s : shape) {
+    RG_CHECK(!__builtin_mul_overflow(extent, std::max<int64_t>(s, 1), &extent) && !__builtin_mul_overflow(n, s, &n),
+             "shape", "the product of the dimensions of ", shape_str(shape), " overflows 64 bits");
+  }
   return n;
 }
 
@@ -37,7 +40,8 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    RG_CHECK(!__builtin_mul_overflow(s, std::max<int64_t>(shape[i], 1), &s), "shape", "the strides of ",
+             shape_str(shape), " overflow 64 bits");
   }
   return strides;
 }

@@ -173,11 +173,15 @@ StateDict load_checkpoint(const std::string& path) {
     const uint64_t nbytes = r.get<uint64_t>("a byte count");
     const DType dt = static_cast<DType>(dtype);
     // Checked products: dimensions from the file must not wrap around to a small element count.
-    int64_t numel = 1;
+    // The product of the dimensions with zeros counted as one (the strides' extent) must fit too:
+    // (0, 2^62, 2^62) holds no element, but its strides would overflow.
+    int64_t numel = 1, extent = 1;
     uint64_t needed = 0;
-    for (int64_t d : shape)
-      RG_CHECK(!__builtin_mul_overflow(numel, d, &numel), "load_checkpoint", path, ": entry '", name, "' has shape ",
-               shape_str(shape), ", whose element count overflows 64 bits");
+    for (int64_t d : shape) {
+      RG_CHECK(!__builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent), "load_checkpoint", path, ": entry '",
+               name, "' has shape ", shape_str(shape), ", whose element count overflows 64 bits");
+      numel *= d;  // cannot overflow: |numel| <= extent
+    }
     RG_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(dt), &needed), "load_checkpoint", path,
              ": entry '", name, "' of shape ", shape_str(shape), " ", dtype_name(dt), " needs more than 2^64 bytes");
     RG_CHECK(nbytes == needed, "load_checkpoint", path, ": entry '", name, "' holds ", nbytes, " bytes, but ",

@@ -73,7 +73,9 @@ void Adam::load_state_dict(const nn::StateDict& state) {
     const std::string key = std::to_string(i);
     const Shape& shape = params[i].shape();
     const DType sd = state_dtype(params[i].dtype());
-    loaded[i].step = static_cast<int64_t>(find_state(state, key + ".step", "Adam", {}).item());
+    (void)find_state(state, key + ".step", "Adam", {});  // names the entry when it is missing
+    loaded[i].step = state_int(state, key + ".step", "Adam");
+    RG_CHECK(loaded[i].step >= 0, "Adam", "state entry '", key, ".step' is ", loaded[i].step, ", not a count >= 0");
     // Checkpoints hold CPU tensors; the state lives where its parameter does.
     const Device device = params[i].device();
     loaded[i].exp_avg = native::cast(find_state(state, key + ".exp_avg", "Adam", shape), sd).to(device);

@@ -81,10 +81,11 @@ nn::StateDict GradScaler::state_dict() const {
 
 void GradScaler::load_state_dict(const nn::StateDict& state) {
   const double scale = find_state(state, "scale", "GradScaler", {}).item();
-  const double growth = find_state(state, "growth_tracker", "GradScaler", {}).item();
+  (void)find_state(state, "growth_tracker", "GradScaler", {});  // names the entry when it is missing
+  const int64_t growth = state_int(state, "growth_tracker", "GradScaler");
   RG_CHECK(scale > 0 && std::isfinite(scale) && growth >= 0, "GradScaler", "state holds scale ", scale,
-           " and growth_tracker ", growth, "; need a positive finite scale");
-  set_state(scale, static_cast<int64_t>(growth));
+           " and growth_tracker ", growth, "; need a positive finite scale and a count >= 0");
+  set_state(scale, growth);
 }
 
 }  // namespace ringgrad::optim

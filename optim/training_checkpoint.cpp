@@ -62,8 +62,10 @@ StateDict translate_legacy(const StateDict& state, std::vector<std::string>& not
   for (const auto& [key, t] : state) {
     if (key == "scaler.growth") out.emplace_back("scaler.growth_tracker", t);
     else if (key == "rng.seed")
-      out.emplace_back("rng.default.seed", i64_tensor(static_cast<int64_t>(t.item()))), had_rng = true;
-    else if (key == "rng.offset") out.emplace_back("rng.default.offset", i64_tensor(static_cast<int64_t>(t.item())));
+      out.emplace_back("rng.default.seed", i64_tensor(state_int({{key, t}}, key, "TrainingCheckpoint (legacy rng)"))),
+          had_rng = true;
+    else if (key == "rng.offset")
+      out.emplace_back("rng.default.offset", i64_tensor(state_int({{key, t}}, key, "TrainingCheckpoint (legacy rng)")));
     else if (key == "progress.step") out.emplace_back("step.value", t);
     else out.emplace_back(key, t);
   }
@@ -195,8 +197,25 @@ void TrainingCheckpoint::check_destination(const std::string& path) const {
            " (its error says why); rank ", rank, " stops too");
 }
 
+namespace {
+
+// Runs read(); a refusal from any part of the loading -- a component, the format, the metadata --
+// is given the file's name when its message lacks it.
+template <class Read>
+auto naming_file(const std::string& path, Read&& read) {
+  try {
+    return read();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find(path) != std::string::npos) throw;
+    throw Error(str_cat(what, " (loading ", path, ")"));
+  }
+}
+
+}  // namespace
+
 CheckpointReport TrainingCheckpoint::load(const std::string& path, CheckpointLoadOptions options) {
-  return load_entries(nn::load_checkpoint(path), options, path);
+  return naming_file(path, [&] { return load_entries(nn::load_checkpoint(path), options, path); });
 }
 
 CheckpointReport TrainingCheckpoint::load_state_dict(const StateDict& state, CheckpointLoadOptions options) {
@@ -270,10 +289,12 @@ CheckpointReport TrainingCheckpoint::load_entries(const StateDict& file_state, C
 }
 
 std::map<std::string, MetadataValue> checkpoint_metadata(const std::string& path) {
-  std::map<std::string, MetadataValue> out;
-  for (const auto& [key, t] : with_prefix_removed(nn::load_checkpoint(path), "meta."))
-    out[key] = metadata_value(key, t);
-  return out;
+  return naming_file(path, [&] {
+    std::map<std::string, MetadataValue> out;
+    for (const auto& [key, t] : with_prefix_removed(nn::load_checkpoint(path), "meta."))
+      out[key] = metadata_value(key, t);
+    return out;
+  });
 }
 
 }  // namespace ringgrad::optim

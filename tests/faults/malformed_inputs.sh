@@ -3,7 +3,8 @@
 # error message naming the file, never by a signal or a hang, within LIMIT_MS each.
 #   tests/faults/malformed_inputs.sh MNIST_BINARY SOURCE_DIR WORK_DIR
 # Inputs: the IDX regressions of tests/fuzz (as the training images of a copy of Fashion-MNIST),
-# the checkpoint regressions and seeds of tests/fuzz, and a real mnist checkpoint truncated,
+# the checkpoint regressions and seeds of tests/fuzz (mode-0 inputs: the file as it is), and a
+# real mnist checkpoint truncated,
 # bit-flipped and emptied (as --resume).
 set -uo pipefail
 mnist=$1 src=$2 work=$3
@@ -55,8 +56,12 @@ for input in "$src"/tests/fuzz/regressions/idx/*; do
 done
 
 # ---- checkpoints as --resume ------------------------------------------------------------------------
+# The fuzz inputs begin with the checkpoint targets' mode byte (tests/fuzz/fuzz_util.h): the file
+# is the rest (its checksum recomputed for an odd mode, as the target does).
 for input in "$src"/tests/fuzz/regressions/checkpoint/* "$src"/tests/fuzz/corpus/checkpoint/*; do
-  expect_refusal "$input" --resume "$input"
+  file="$work/$(basename "$input")"
+  tail -c +2 "$input" > "$file"
+  expect_refusal "$file" --resume "$file"
 done
 good="$work/good.ckpt"
 if "$mnist" --limit-steps 1 --stats-every 0 --checkpoint "$good" > "$work/good.log" 2>&1; then

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <unistd.h>
+#include <zlib.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +36,22 @@ inline std::string write_file(const std::string& name, const void* data, size_t 
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
   if (!out) std::abort();
   return path;
+}
+
+// The checkpoint targets' input: the first byte picks how the rest becomes the file --
+//   even: as it is;
+//   odd:  with its last 4 bytes replaced by the CRC-32 of the others, so that a mutation inside
+//         the file still passes the checksum and the parser's own checks are what meet it.
+// Without the second form nearly every mutation would stop at the checksum.
+inline std::string checkpoint_bytes(const uint8_t* data, size_t size) {
+  if (size < 1) return {};
+  std::string bytes(reinterpret_cast<const char*>(data + 1), size - 1);
+  if (data[0] % 2 == 1 && bytes.size() >= 4) {
+    const uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size() - 4));
+    const uint32_t crc32_value = static_cast<uint32_t>(crc);
+    std::memcpy(bytes.data() + bytes.size() - 4, &crc32_value, 4);  // little-endian, as the format
+  }
+  return bytes;
 }
 
 [[noreturn]] inline void finding(const std::string& what) {

@@ -80,12 +80,15 @@ int main(int argc, char** argv) {
                   {"count", scalar_tensor(7, {.dtype = DType::i64})},
                   {"empty", zeros({0, 4})}};
   nn::save_checkpoint(scratch.string(), state);
-  write(corpus / "checkpoint" / "four-tensors.ckpt", read(scratch));
+  // The checkpoint targets' mode byte (fuzz::checkpoint_bytes): 0 as it is, 1 checksum recomputed.
+  write(corpus / "checkpoint" / "four-tensors.ckpt", with_mode(0, read(scratch)));
+  write(corpus / "checkpoint" / "four-tensors-crc-fixed.ckpt", with_mode(1, read(scratch)));
 
   fuzz::TrainingSetup setup;
   setup.train_one_step();
   setup.checkpoint.save(scratch.string());
-  write(corpus / "training_checkpoint" / "linear-sgd-loader.ckpt", read(scratch));
+  write(corpus / "training_checkpoint" / "linear-sgd-loader.ckpt", with_mode(0, read(scratch)));
+  write(corpus / "training_checkpoint" / "linear-sgd-loader-crc-fixed.ckpt", with_mode(1, read(scratch)));
   fs::remove(scratch);
   return 0;
 }

@@ -3,12 +3,10 @@
 #include <mpi.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <thread>
 
 #include "core/error.h"
 #include "dist/init.h"
@@ -142,18 +140,10 @@ std::vector<CreationRecord> agree_on_creation(const MpiComms& comms, const Creat
   RG_MPI_CHECK(
       MPI_Iallgather(&wire, sizeof wire, MPI_BYTE, gathered.data(), sizeof wire, MPI_BYTE, comms.comm(), &request));
   // Bounded by the timeout: a rank that never creates this group must not hang the others here.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(mine.timeout_seconds);
-  for (int done = 0;;) {
-    RG_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) break;
-    // The request is left to MPI (an MPI_Iallgather cannot be cancelled), as after any timeout.
-    RG_CHECK(std::chrono::steady_clock::now() < deadline, "dist.new_group", "rank ", rank, "/", size, " waited ",
-             mine.timeout_seconds, " s for every rank to create process group #", mine.group_index, " (backend '",
-             mine.backend,
-             "'): some rank did not create it -- every rank must create the same groups in the same order -- or "
-             "died");
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  RG_CHECK(wait_within(&request, 1, mine.timeout_seconds), "dist.new_group", "rank ", rank, "/", size, " waited ",
+           mine.timeout_seconds, " s for every rank to create process group #", mine.group_index, " (backend '",
+           mine.backend,
+           "'): some rank did not create it -- every rank must create the same groups in the same order -- or died");
   std::vector<CreationRecord> all;
   for (const WireRecord& w : gathered) all.push_back(from_wire(w));
 

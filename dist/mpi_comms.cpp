@@ -112,27 +112,29 @@ class RecvOp : public PendingOp {
 
 }  // namespace
 
+bool wait_within(MPI_Request* requests, int count, double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  for (int done = 0;;) {
+    RG_MPI_CHECK(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
+    if (done) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 MpiComms::MpiComms(double timeout_seconds, const std::string& description) {
   // MPI_Comm_idup rather than MPI_Comm_dup: a rank that never creates this group must make the
   // others fail after the timeout, not block them forever (Note [Agreed at creation]).
   MPI_Request requests[3];
   MPI_Comm* comms[3] = {&comm_, &p2p_comm_, &debug_comm_};
   for (int i = 0; i < 3; ++i) RG_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, comms[i], &requests[i]));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
-  for (int done = 0;;) {
-    RG_MPI_CHECK(MPI_Testall(3, requests, &done, MPI_STATUSES_IGNORE));
-    if (done) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      int world_rank = 0, world_size = 1;
-      MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-      MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-      // The requests stay with MPI (a pending MPI_Comm_idup cannot be cancelled), as after any timeout.
-      RG_FAIL("dist.new_group", "rank ", world_rank, "/", world_size, " waited ", timeout_seconds,
-              " s for every rank to create ", description,
-              ": some rank did not create it -- every rank must create the same groups in the same order -- or "
-              "died");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  if (!wait_within(requests, 3, timeout_seconds)) {
+    int world_rank = 0, world_size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    RG_FAIL("dist.new_group", "rank ", world_rank, "/", world_size, " waited ", timeout_seconds,
+            " s for every rank to create ", description,
+            ": some rank did not create it -- every rank must create the same groups in the same order -- or died");
   }
   for (MPI_Comm* c : comms) RG_MPI_CHECK(MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN));
   RG_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));

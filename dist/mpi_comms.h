@@ -22,6 +22,11 @@
 
 namespace ringgrad::dist::detail {
 
+// Polls `requests` (MPI_Testall, every 200 us) until they complete or timeout_seconds have passed;
+// returns whether they completed. Requests still pending then stay with MPI (a collective cannot
+// be cancelled), as after any timeout: group creation uses it to fail instead of blocking.
+bool wait_within(MPI_Request* requests, int count, double timeout_seconds);
+
 class MpiComms {
  public:
   // Collective over MPI_COMM_WORLD: every rank creates its groups in the same order. Throws when

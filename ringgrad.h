@@ -23,5 +23,6 @@
 #include "dist/ddp/join.h"
 #include "dist/init.h"
 #include "dist/process_group.h"
+#include "dist/zero/zero_optimizer.h"
 #endif
 #include "optim/optim.h"

@@ -31,9 +31,7 @@ void GradScaler::unscale_(Optimizer& opt) {
   // NaN exactly when some element is inf or NaN and can never overflow (a plain sum of an f16
   // gradient rounds to inf above 65504). Summed on the device, in f32, and read back once per device.
   DeviceSums poisoned_sums;
-  for (const Tensor& p : opt.parameters()) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
+  for (Tensor g : opt.step_gradients()) {
     if (!native::backend_has_unscale_and_check(g.device())) {
       native::unary_(UnaryOp::affine, g, {static_cast<double>(inv), 0.0});
       const Tensor poisoned = native::unary(UnaryOp::affine, g, {0.0, 0.0});
@@ -45,6 +43,7 @@ void GradScaler::unscale_(Optimizer& opt) {
     bad |= native::backend_unscale_and_check(g.device(), g.dtype(), g.raw_data(), g.numel(), inv);
   }
   for (const auto& [device, sum] : poisoned_sums) bad |= !std::isfinite(sum.item());
+  bad = opt.agree_on_found_inf(bad);  // a sharded optimizer's ranks each checked their shard
   found_inf_ = reducer_ ? reducer_(bad) : bad;
   unscaled_ = true;
 }

@@ -62,6 +62,13 @@ void Optimizer::zero_grad(bool set_to_none) {
 
 std::vector<Tensor> Optimizer::parameters() const { return all_params(groups_); }
 
+std::vector<Tensor> Optimizer::step_gradients() {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : parameters())
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
 void Optimizer::for_each_param_with_grad(
     const std::function<void(const ParamGroup&, const Tensor&, const Tensor&, size_t)>& fn) {
   NoGradGuard no_grad;

@@ -46,6 +46,15 @@ class Optimizer {
   void set_lr(double lr);  // all groups
   double lr() const { return groups_.at(0).lr; }
 
+  // The gradients update() will read, for GradScaler::unscale_ to scale and check: every parameter's
+  // .grad that is defined. An optimizer that steps only a shard of the parameters
+  // (dist::ZeroOptimizer) returns the gradients of its shard.
+  virtual std::vector<Tensor> step_gradients();
+  // Whether an inf / NaN was found in the gradients of this step, given `found` on this rank: `found`
+  // itself, unless the step is shared with other ranks that each see only their shard of the
+  // gradients (dist::ZeroOptimizer asks them all, so that every rank skips together).
+  virtual bool agree_on_found_inf(bool found) { return found; }
+
   // Bytes of optimizer state (master weights, moments, momentum buffers) held now.
   virtual size_t state_bytes() const = 0;
   // State as named tensors ("3.exp_avg" = parameter 3's first moment; scalars as 0-dim f64), and back.

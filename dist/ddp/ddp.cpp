@@ -207,6 +207,12 @@ DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
 DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.reducer_->set_require_sync(previous_); }
 
 void DistributedDataParallel::set_comm_hook(CommHook hook) { reducer_->set_comm_hook(std::move(hook)); }
+void DistributedDataParallel::shard_buckets(int parts) {
+  RG_CHECK(join_ == nullptr, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
+           ": the buckets cannot be sharded inside a dist::Join");
+  reducer_->shard_buckets(parts);
+}
+bool DistributedDataParallel::buckets_sharded() const { return reducer_->buckets_sharded(); }
 const DDPStats& DistributedDataParallel::stats() const { return reducer_->stats(); }
 void DistributedDataParallel::reset_stats() { reducer_->reset_stats(); }
 std::vector<BucketInfo> DistributedDataParallel::buckets() const { return reducer_->buckets(); }

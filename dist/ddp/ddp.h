@@ -119,6 +119,12 @@ class DistributedDataParallel {
 
   void set_comm_hook(CommHook hook);
 
+  // For an optimizer that shards the buckets across the group's ranks (dist::ZeroOptimizer): pads
+  // every bucket to a multiple of `parts` elements and fixes the bucket layout from now on (Note
+  // [Buckets for sharding] in dist/ddp/reducer.h). Collective; not during a backward.
+  void shard_buckets(int parts);
+  bool buckets_sharded() const;
+
   const DDPStats& stats() const;
   void reset_stats();
   std::vector<BucketInfo> buckets() const;

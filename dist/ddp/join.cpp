@@ -12,6 +12,11 @@ Join::Join(DistributedDataParallel& ddp, JoinOptions options)
     : ddp_(ddp), options_(std::move(options)), uncaught_at_entry_(std::uncaught_exceptions()) {
   RG_CHECK(ddp_.join_ == nullptr, "dist.Join", "rank ", ddp_.group().rank(), "/", ddp_.group().size(),
            ": this DistributedDataParallel is already in a Join");
+  // A rank out of data would not take the sharded optimizer's step, whose allgather every rank needs.
+  RG_CHECK(!ddp_.buckets_sharded(), "dist.Join", "rank ", ddp_.group().rank(), "/", ddp_.group().size(),
+           ": Join does not support a model whose optimizer shards its buckets (dist::ZeroOptimizer): a rank out "
+           "of data takes no optimizer step, and the step's parameter allgather needs every rank. Keep the batch "
+           "counts even (DistributedSampler's padding) instead");
   for (const optim::GradScaler* s : options_.scalers) RG_CHECK(s != nullptr, "dist.Join", "a scaler is null");
   ddp_.join_ = this;
   ddp_.reducer_->enter_join(options_.divide_by_initial_world_size);

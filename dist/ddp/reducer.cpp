@@ -87,6 +87,8 @@ void Reducer::build_buckets(const std::vector<int>& order) {
   for (size_t b = 0; b < members.size(); ++b) {
     for (int idx : members[b]) numels[b] += params_[idx].tensor.numel();
     const Key& key = keys[b] = std::make_pair(dtypes[b], devices[b].str());
+    numels[b] =
+        (numels[b] + bucket_multiple_ - 1) / bucket_multiple_ * bucket_multiple_;  // Note [Buckets for sharding]
     const int64_t line = std::max<int64_t>(1, 64 / static_cast<int64_t>(dtype_size(dtypes[b])));
     int64_t& used = arena_numel[key];
     starts[b] = (used + line - 1) / line * line;
@@ -322,6 +324,19 @@ void Reducer::rebuild_buckets_from_observed_order() {
   std::vector<int> agreed;
   for (double v : t.to_vector()) agreed.push_back(static_cast<int>(v));
   build_buckets(agreed);
+}
+
+void Reducer::shard_buckets(int parts) {
+  RG_CHECK(parts >= 1, "dist.DistributedDataParallel", "shard_buckets: parts must be >= 1, got ", parts);
+  RG_CHECK(!in_backward_, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
+           ": the buckets cannot be sharded during a backward");
+  std::vector<int> order;  // the current layout, bucket by bucket
+  for (const Bucket& b : buckets_) order.insert(order.end(), b.params.begin(), b.params.end());
+  bucket_multiple_ = parts;
+  sharded_ = true;
+  rebuilt_ = true;  // the layout is final
+  observed_order_.clear();
+  build_buckets(order);
 }
 
 std::vector<BucketInfo> Reducer::buckets() const {

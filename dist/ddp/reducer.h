@@ -26,6 +26,13 @@
 // forward instead costs a zero fill plus backward's read-add-write into them, ~10% of an MLP step.)
 // With zero_grad(set_to_none = false), or across no_sync micro-batches, backward adds into the views.
 //
+// Note [Buckets for sharding]: an optimizer that shards the buckets across the N ranks
+// (dist::ZeroOptimizer) gives rank r the contiguous elements [r m, (r + 1) m) of a bucket of N m
+// elements, so each bucket is padded with zeros to a multiple of N (the padding takes part in the
+// reductions and stays zero) -- reduce_scatter and allgather move equal blocks. Its shards, and the
+// optimizer state laid on them, follow the bucket layout, so the layout stops changing: no rebuild
+// from the observed order after that point.
+//
 // Note [no_sync]: whether a backward communicates is decided when its first gradient arrives, from
 // the guard in force then. A non-synchronising backward only accumulates into the bucket views;
 // the next synchronising one reduces the accumulated sums, so K micro-batches cost one reduction
@@ -88,6 +95,10 @@ class Reducer {
     stats_ = DDPStats{};
   }
   std::vector<BucketInfo> buckets() const;
+  // Note [Buckets for sharding]: pads every bucket to a multiple of `parts` elements and keeps the
+  // layout from now on. Collective (the buckets are rebuilt).
+  void shard_buckets(int parts);
+  bool buckets_sharded() const { return sharded_; }
   std::vector<TraceEvent> trace_events() {
     record_finished_steps(/*block=*/true);  // the last steps' bucket events, on nccl
     return events_;
@@ -147,6 +158,8 @@ class Reducer {
   bool gradients_unsynchronised_ = false;
   int next_to_launch_ = 0;
   bool rebuilt_ = false;
+  int64_t bucket_multiple_ = 1;  // Note [Buckets for sharding]
+  bool sharded_ = false;
   // dist::Join
   bool in_join_ = false;
   bool divide_by_group_size_ = false;

@@ -1,0 +1,263 @@
+// Sharded checkpoints of dist::ZeroOptimizer: each rank writes its shard, rank 0 an index; a reader
+// consolidates them into one full state, which any world size can load (resharding).
+//
+// Note [Sharded checkpoint files]: a save writes
+//   <dir>/zero-<id>-shard-<r>-of-<N>.ckpt   on rank r: its pieces' state (shard_state_dict) and
+//                                           "zero.save_id / .rank / .world_size / .stage"
+//   <dir>/zero-index.ckpt                   on rank 0, after every shard was written: "zero.save_id",
+//                                           "zero.world_size", "shape.<name>" of every parameter in
+//                                           the optimizer's order, "param_groups.<g>.lr / .weight_decay"
+// <id> is new at each save (drawn on rank 0, broadcast). Every file is written atomically
+// (nn/checkpoint.h), and the index -- the file that makes a set of shards a checkpoint -- last, so a
+// save that fails on any rank, or a crash in the middle, leaves the previous checkpoint readable:
+// its index still names its own shards, which are removed only after the new index is in place.
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "dist/consistency.h"
+#include "dist/zero/zero_optimizer.h"
+#include "nn/checkpoint.h"
+
+namespace ringgrad::dist {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kFormat = 1;
+const char* const kIndexName = "zero-index.ckpt";
+
+std::string shard_path(const std::string& dir, int64_t id, int rank, int world) {
+  return (fs::path(dir) / str_cat("zero-", id, "-shard-", rank, "-of-", world, ".ckpt")).string();
+}
+
+bool is_shard_of_another_save(const fs::path& file, int64_t id) {
+  const std::string name = file.filename().string();
+  const std::string mine = str_cat("zero-", id, "-shard-");
+  return name.rfind("zero-", 0) == 0 && name.find("-shard-") != std::string::npos && name.rfind(mine, 0) != 0;
+}
+
+// Every rank learns every rank's error ("" = fine); throws on all of them when any failed.
+void agree_on_success(ProcessGroup& group, const std::string& error, const std::string& what) {
+  const std::vector<std::string> errors = allgather_strings(group, error);
+  std::string failed;
+  for (size_t r = 0; r < errors.size(); ++r)
+    if (!errors[r].empty()) failed += str_cat("\n  rank ", r, ": ", errors[r]);
+  RG_CHECK(failed.empty(), "dist.ZeroOptimizer.save_sharded", what, " failed (seen by rank ", group.rank(), "/",
+           group.size(), "); the previous checkpoint in the folder, if any, is left as it was:", failed);
+}
+
+int64_t entry_int(const nn::StateDict& state, const std::string& key, const std::string& path) {
+  for (const auto& [k, t] : state)
+    if (k == key) {
+      RG_CHECK(t.numel() == 1, "dist.consolidate_sharded", path, ": entry '", key, "' is not a single value");
+      const double v = t.item();
+      RG_CHECK(std::isfinite(v) && v >= 0 && v < 9007199254740992.0 && v == std::floor(v), "dist.consolidate_sharded",
+               path, ": entry '", key, "' is ", v, ", not a count");
+      return static_cast<int64_t>(v);
+    }
+  RG_FAIL("dist.consolidate_sharded", path, ": entry '", key, "' is missing; not a sharded optimizer checkpoint");
+}
+
+}  // namespace
+
+nn::StateDict ZeroOptimizer::shard_state_dict() const {
+  nn::StateDict out;
+  for (const ShardPiece& piece : piece_of_)
+    out.emplace_back(str_cat("piece.", names_[piece.param], ".range"),
+                     from_vector(std::vector<int64_t>{piece.param_offset, piece.numel}, {2}));
+  for (const auto& [key, t] : inner_->state_dict()) {  // "<j>.<what>" of piece j
+    const size_t dot = key.find('.');
+    const size_t j = std::stoul(key.substr(0, dot));
+    out.emplace_back(str_cat("piece.", names_[piece_of_.at(j).param], key.substr(dot)), t);
+  }
+  return out;
+}
+
+void ZeroOptimizer::save_sharded(const std::string& dir) const {
+  const int N = group_.size(), rank = group_.rank();
+  std::string error;
+  try {
+    RG_CHECK(!dir.empty(), "dist.ZeroOptimizer.save_sharded", "the folder name is empty");
+    std::error_code ec;
+    fs::create_directories(dir, ec);  // every rank: the folder may be on a rank-local disk
+    RG_CHECK(fs::is_directory(dir), "dist.ZeroOptimizer.save_sharded", "cannot create the folder '", dir, "'",
+             ec ? ": " + ec.message() : "");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  agree_on_success(group_, error, str_cat("creating the folder '", dir, "'"));
+
+  // A new id per save, so that new shards never overwrite the ones the current index names.
+  Tensor id_tensor = full({1}, 0.0, {.dtype = DType::i64});
+  if (rank == 0) {
+    std::random_device device;
+    const uint64_t bits = (uint64_t{device()} << 32 | device()) & ((uint64_t{1} << 52) - 1);
+    id_tensor = full({1}, static_cast<double>(bits), {.dtype = DType::i64});
+  }
+  if (N > 1) group_.broadcast(id_tensor, 0)->wait();
+  const int64_t id = static_cast<int64_t>(id_tensor.item());
+
+  const std::string mine = shard_path(dir, id, rank, N);
+  try {
+    nn::StateDict shard = shard_state_dict();
+    shard.emplace_back("zero.save_id", scalar_tensor(static_cast<double>(id), {.dtype = DType::f64}));
+    shard.emplace_back("zero.rank", scalar_tensor(rank, {.dtype = DType::f64}));
+    shard.emplace_back("zero.world_size", scalar_tensor(N, {.dtype = DType::f64}));
+    shard.emplace_back("zero.stage", scalar_tensor(options_.stage, {.dtype = DType::f64}));
+    nn::save_checkpoint(mine, shard);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  try {
+    agree_on_success(group_, error, "writing the shards");
+  } catch (const Error&) {
+    std::error_code ec;
+    fs::remove(mine, ec);  // a shard of a save that did not complete
+    throw;
+  }
+
+  if (rank == 0) {
+    try {
+      nn::StateDict index;
+      index.emplace_back("zero.format", scalar_tensor(kFormat, {.dtype = DType::f64}));
+      index.emplace_back("zero.save_id", scalar_tensor(static_cast<double>(id), {.dtype = DType::f64}));
+      index.emplace_back("zero.world_size", scalar_tensor(N, {.dtype = DType::f64}));
+      index.emplace_back("zero.stage", scalar_tensor(options_.stage, {.dtype = DType::f64}));
+      for (size_t i = 0; i < params_.size(); ++i) {
+        const Shape& shape = params_[i].shape();
+        index.emplace_back("shape." + names_[i], from_vector(std::vector<int64_t>(shape.begin(), shape.end()),
+                                                             {static_cast<int64_t>(shape.size())}));
+      }
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        index.emplace_back(str_cat("param_groups.", g, ".lr"), scalar_tensor(groups_[g].lr, {.dtype = DType::f64}));
+        index.emplace_back(str_cat("param_groups.", g, ".weight_decay"),
+                           scalar_tensor(groups_[g].weight_decay, {.dtype = DType::f64}));
+      }
+      nn::save_checkpoint((fs::path(dir) / kIndexName).string(), index);
+      // The new checkpoint is complete: the previous saves' shards can go.
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(dir, ec))
+        if (is_shard_of_another_save(entry.path(), id)) fs::remove(entry.path(), ec);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  try {
+    agree_on_success(group_, error, "writing the index");
+  } catch (const Error&) {
+    std::error_code ec;
+    fs::remove(mine, ec);
+    throw;
+  }
+}
+
+void ZeroOptimizer::load_sharded(const std::string& dir) {
+  optim::load_state_dict_by_name(*this, ddp_.module(), consolidate_sharded(dir));
+}
+
+nn::StateDict consolidate_sharded(const std::string& dir) {
+  const char* who = "dist.consolidate_sharded";
+  const std::string index_path = (fs::path(dir) / kIndexName).string();
+  RG_CHECK(fs::is_directory(dir), who, "'", dir, "' is not a folder holding a sharded optimizer checkpoint");
+  RG_CHECK(fs::exists(index_path), who, "'", index_path, "' is missing: '", dir,
+           "' holds no complete sharded optimizer checkpoint (the index is written last)");
+  const nn::StateDict index = nn::load_checkpoint(index_path);
+  RG_CHECK(entry_int(index, "zero.format", index_path) == static_cast<int64_t>(kFormat), who, index_path,
+           ": unknown format ", entry_int(index, "zero.format", index_path));
+  const int64_t id = entry_int(index, "zero.save_id", index_path);
+  const int64_t N = entry_int(index, "zero.world_size", index_path);
+  RG_CHECK(N >= 1 && N <= (1 << 20), who, index_path, ": world size ", N, " is out of range");
+
+  std::vector<std::pair<std::string, Shape>> params;  // in the optimizer's order
+  nn::StateDict out;
+  for (const auto& [key, t] : index) {
+    if (key.rfind("shape.", 0) == 0) {
+      Shape shape;
+      for (double d : t.to_vector()) shape.push_back(static_cast<int64_t>(d));
+      params.emplace_back(key.substr(6), shape);
+    } else if (key.rfind("param_groups.", 0) == 0) {
+      out.emplace_back(key, t);
+    }
+  }
+
+  struct Part {
+    int64_t offset, numel;
+    Tensor value;
+    std::string file;
+  };
+  std::map<std::string, std::vector<Part>> ranges;                        // name -> its pieces' ranges
+  std::map<std::string, std::map<std::string, std::vector<Part>>> state;  // name -> what -> pieces
+  for (int64_t r = 0; r < N; ++r) {
+    const std::string path = shard_path(dir, id, static_cast<int>(r), static_cast<int>(N));
+    RG_CHECK(fs::exists(path), who, "shard '", path, "' named by '", index_path, "' is missing");
+    const nn::StateDict shard = nn::load_checkpoint(path);
+    RG_CHECK(entry_int(shard, "zero.save_id", path) == id && entry_int(shard, "zero.rank", path) == r &&
+                 entry_int(shard, "zero.world_size", path) == N,
+             who, path, ": the shard does not belong to the save that '", index_path, "' describes (save ", id,
+             ", rank ", r, " of ", N, ")");
+    std::map<std::string, int64_t> offset_of;
+    for (const auto& [key, t] : shard) {
+      if (key.rfind("piece.", 0) != 0 || key.size() < 13 || key.compare(key.size() - 6, 6, ".range") != 0) continue;
+      const std::string name = key.substr(6, key.size() - 12);
+      const std::vector<double> range = t.to_vector();
+      RG_CHECK(range.size() == 2 && range[0] >= 0 && range[1] > 0, who, path, ": entry '", key,
+               "' is not [offset, numel]");
+      offset_of[name] = static_cast<int64_t>(range[0]);
+      ranges[name].push_back({static_cast<int64_t>(range[0]), static_cast<int64_t>(range[1]), Tensor(), path});
+    }
+    for (const auto& [key, t] : shard) {
+      if (key.rfind("piece.", 0) != 0) continue;
+      const size_t last = key.rfind('.');
+      const std::string name = key.substr(6, last - 6), what = key.substr(last + 1);
+      if (what == "range") continue;
+      auto it = offset_of.find(name);
+      RG_CHECK(it != offset_of.end(), who, path, ": entry '", key, "' has no 'piece.", name, ".range'");
+      state[name][what].push_back({it->second, t.numel(), t, path});
+    }
+  }
+
+  for (const auto& [name, shape] : params) {
+    const int64_t numel = shape_numel(shape);
+    // The pieces must tile the parameter exactly.
+    std::vector<Part> parts = ranges[name];
+    std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.offset < b.offset; });
+    int64_t covered = 0;
+    for (const Part& p : parts) {
+      RG_CHECK(p.offset == covered, who, p.file, ": the pieces of '", name, "' do not tile it: a piece starts at ",
+               p.offset, " where ", covered, " was expected");
+      covered += p.numel;
+    }
+    RG_CHECK(covered == numel, who, "'", dir, "': the pieces of '", name, "' cover ", covered, " of its ", numel,
+             " elements");
+    for (auto& [what, pieces] : state[name]) {
+      std::sort(pieces.begin(), pieces.end(), [](const Part& a, const Part& b) { return a.offset < b.offset; });
+      RG_CHECK(pieces.size() == parts.size(), who, "'", dir, "': ", pieces.size(), " of the ", parts.size(),
+               " pieces of '", name, "' hold '", what, "'");
+      if (pieces[0].value.dim() == 0) {  // a scalar per piece (Adam's step): the same in every piece
+        for (const Part& p : pieces)
+          RG_CHECK(p.value.dim() == 0 && p.value.item() == pieces[0].value.item(), who, p.file, ": '", name, ".", what,
+                   "' is ", p.value.item(), " here, ", pieces[0].value.item(), " in ", pieces[0].file);
+        out.emplace_back(name + "." + what, pieces[0].value);
+        continue;
+      }
+      Tensor whole = empty({numel}, {.dtype = pieces[0].value.dtype()});
+      for (size_t k = 0; k < pieces.size(); ++k) {
+        const int64_t n = parts[k].numel;
+        RG_CHECK(pieces[k].offset == parts[k].offset && pieces[k].numel == n &&
+                     pieces[k].value.dtype() == whole.dtype(),
+                 who, pieces[k].file, ": '", name, ".", what, "' at offset ", pieces[k].offset, " holds ",
+                 pieces[k].value.numel(), " ", dtype_name(pieces[k].value.dtype()), " elements, its piece ", n, " ",
+                 dtype_name(whole.dtype()));
+        whole.narrow(0, pieces[k].offset, n).copy_(pieces[k].value.contiguous().view({-1}));
+      }
+      out.emplace_back(name + "." + what, whole.view(shape));
+    }
+  }
+  return out;
+}
+
+}  // namespace ringgrad::dist

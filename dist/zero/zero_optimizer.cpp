@@ -1,0 +1,240 @@
+#include "dist/zero/zero_optimizer.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "autograd/engine.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace ringgrad::dist {
+
+namespace {
+
+// The model's name of each parameter, checked: trainable parameters of the model, each once.
+std::vector<std::string> names_in_model(const std::vector<Tensor>& params, const nn::Module& model) {
+  const auto named = model.named_parameters();
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = std::find_if(named.begin(), named.end(), [&](const auto& e) { return e.second.is_same(params[i]); });
+    RG_CHECK(it != named.end(), "dist.ZeroOptimizer", "parameter ", i, " (", params[i].desc(),
+             ") is not a parameter of the DDP model ", model.type_name());
+    RG_CHECK(params[i].requires_grad(), "dist.ZeroOptimizer", "parameter '", it->first,
+             "' does not require a gradient: DDP leaves it out of its buckets, so no rank would step it");
+    RG_CHECK(seen.insert(it->first).second, "dist.ZeroOptimizer", "parameter '", it->first, "' is listed twice");
+    names.push_back(it->first);
+  }
+  return names;
+}
+
+}  // namespace
+
+ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups, MakeOptimizer make,
+                             ZeroOptions options)
+    : Optimizer(std::move(groups)), ddp_(ddp), group_(ddp.group()), options_(options) {
+  RG_CHECK(options.stage == 1 || options.stage == 2, "dist.ZeroOptimizer",
+           "stage must be 1 (optimizer state) or 2 "
+           "(and gradients), got ",
+           options.stage, ". Stage 0 is plain DDP with an ordinary optimizer");
+  RG_CHECK(make != nullptr, "dist.ZeroOptimizer", "no function to build the sharded optimizer");
+  params_ = parameters();
+  names_ = names_in_model(params_, ddp.module());
+  const int N = group_.size(), rank = group_.rank();
+
+  // Step 1: buckets padded to N m elements, their layout fixed.
+  ddp.shard_buckets(N);
+  std::map<std::string, std::pair<int, int64_t>> index_of;
+  for (size_t i = 0; i < params_.size(); ++i) index_of[names_[i]] = {static_cast<int>(i), params_[i].numel()};
+  const std::vector<BucketInfo> buckets = ddp.buckets();
+  layout_ = ShardLayout(buckets, index_of, N);
+  size_t in_buckets = 0;
+  for (const BucketInfo& b : buckets) in_buckets += b.parameter_names.size();
+  RG_CHECK(in_buckets == params_.size(), "dist.ZeroOptimizer", "the optimizer holds ", params_.size(),
+           " parameters but the DDP model's buckets ", in_buckets, ": it must hold exactly the trainable ones");
+  for (const BucketInfo& b : buckets) {
+    const Tensor& first = params_[index_of.at(b.parameter_names.at(0)).first];
+    bucket_type_.emplace_back(b.dtype, first.device());
+  }
+
+  // This rank's pieces, grouped as their parameters are.
+  std::map<const TensorImpl*, size_t> group_of;
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (const Tensor& p : groups_[g].params) group_of[p.impl()] = g;
+  std::vector<optim::ParamGroup> piece_groups;
+  for (const optim::ParamGroup& g : groups_) piece_groups.push_back({{}, g.lr, g.weight_decay});
+  // The inner optimizer lists its parameters group by group: pieces_ follows that order.
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (const ShardPiece& piece : layout_.pieces(rank)) {
+      if (group_of.at(params_[piece.param].impl()) != g) continue;
+      pieces_.push_back(flat(piece));
+      piece_of_.push_back(piece);
+      piece_groups[g].params.push_back(pieces_.back());
+    }
+  inner_ = make(std::move(piece_groups));
+  RG_CHECK(inner_ != nullptr && inner_->parameters().size() == pieces_.size(), "dist.ZeroOptimizer",
+           "the sharded optimizer must be built over exactly the parameter groups it is given");
+
+  if (options_.stage == 2) {
+    for (int b = 0; b < layout_.num_buckets(); ++b)
+      shard_grads_.push_back(
+          zeros({layout_.block_numel(b)}, {.dtype = bucket_type_[b].first, .device = bucket_type_[b].second}));
+    // Step 2, stage 2: each bucket's reduction is a reduce-scatter into this rank's block. The hook
+    // holds the blocks, not `this` (DDP may run it after a failed construction of the next one).
+    auto blocks = shard_grads_;
+    ddp.set_comm_hook([blocks](ProcessGroup& group, GradBucket& bucket) -> HookWork {
+      const Tensor& block = blocks.at(bucket.index);
+      // Note [Average, not sum] in dist/ddp/ddp.h; f16 is divided first as by allreduce_hook.
+      if (bucket.buffer.dtype() == DType::f16 && group.size() > 1) {
+        bucket.buffer.mul_(1.0 / group.size());
+        return {group.reduce_scatter(block, bucket.buffer, ReduceOp::sum), nullptr};
+      }
+      return {group.reduce_scatter(block, bucket.buffer, ReduceOp::avg), nullptr};
+    });
+  }
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  if (options_.stage == 2) ddp_.set_comm_hook(CommHook{});  // DDP's AllReduce again
+}
+
+std::string ZeroOptimizer::name() const { return str_cat("ZeRO-", options_.stage, "(", inner_->name(), ")"); }
+
+size_t ZeroOptimizer::state_bytes() const { return inner_->state_bytes(); }
+
+Tensor ZeroOptimizer::flat(const ShardPiece& piece) const {
+  return params_[piece.param].detach().view({-1}).narrow(0, piece.param_offset, piece.numel);
+}
+
+void ZeroOptimizer::set_piece_gradients() {
+  for (size_t j = 0; j < pieces_.size(); ++j) {
+    const ShardPiece& piece = piece_of_[j];
+    const Tensor g = params_[piece.param].grad();
+    if (!g.defined()) {
+      pieces_[j].set_grad(Tensor());
+      continue;
+    }
+    if (options_.stage == 2) {
+      pieces_[j].set_grad(shard_grads_[piece.bucket].narrow(0, piece.block_offset, piece.numel));
+    } else {
+      const Tensor dense = g.is_contiguous() ? g : g.contiguous();
+      pieces_[j].set_grad(dense.view({-1}).narrow(0, piece.param_offset, piece.numel));
+    }
+  }
+}
+
+std::vector<Tensor> ZeroOptimizer::step_gradients() {
+  if (options_.stage == 1) return Optimizer::step_gradients();
+  set_piece_gradients();
+  std::vector<Tensor> grads;
+  for (const Tensor& p : pieces_)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+bool ZeroOptimizer::agree_on_found_inf(bool found) {
+  if (group_.size() == 1) return found;
+  Tensor flag = full({1}, found ? 1.0 : 0.0, {.dtype = DType::i32});
+  group_.allreduce(flag, ReduceOp::max)->wait();
+  return flag.item() != 0;
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  NoGradGuard no_grad;
+  set_piece_gradients();
+  double local_sq = 0;
+  for (const Tensor& p : pieces_) {
+    if (!p.grad().defined()) continue;
+    const Tensor g64 = p.grad().to(DType::f64);
+    local_sq += (g64 * g64).sum().item();
+  }
+  Tensor total = full({1}, local_sq, {.dtype = DType::f64});
+  if (group_.size() > 1) group_.allreduce(total, ReduceOp::sum)->wait();
+  const double norm = std::sqrt(total.item());
+  const double coef = max_norm / (norm + 1e-6);  // as optim::clip_grad_norm
+  if (coef < 1)
+    for (const Tensor& p : pieces_)
+      if (p.grad().defined()) p.grad().mul_(coef);
+  return norm;
+}
+
+void ZeroOptimizer::update() {
+  set_piece_gradients();
+  for (size_t g = 0; g < groups_.size(); ++g) {  // a schedule sets the outer groups' learning rates
+    inner_->param_groups()[g].lr = groups_[g].lr;
+    inner_->param_groups()[g].weight_decay = groups_[g].weight_decay;
+  }
+  inner_->step();
+  gather_parameters();
+}
+
+void ZeroOptimizer::gather_parameters() {
+  const int N = group_.size(), rank = group_.rank();
+  if (N == 1) return;  // every piece is this rank's
+  NoGradGuard no_grad;
+  std::vector<Tensor> gathered(layout_.num_buckets());
+  std::vector<std::shared_ptr<Work>> works;
+  for (int b = 0; b < layout_.num_buckets(); ++b) {
+    const int64_t m = layout_.block_numel(b);
+    const TensorOptions type{.dtype = bucket_type_[b].first, .device = bucket_type_[b].second};
+    Tensor block = zeros({m}, type);
+    for (const ShardPiece& piece : layout_.pieces(rank))
+      if (piece.bucket == b) block.narrow(0, piece.block_offset, piece.numel).copy_(flat(piece));
+    gathered[b] = empty({N, m}, type);
+    works.push_back(group_.allgather(gathered[b], block));
+  }
+  for (int b = 0; b < layout_.num_buckets(); ++b) {
+    works[b]->wait();
+    const Tensor all = gathered[b].view({-1});
+    const int64_t m = layout_.block_numel(b);
+    for (int r = 0; r < N; ++r) {
+      if (r == rank) continue;
+      for (const ShardPiece& piece : layout_.pieces(r))
+        if (piece.bucket == b) flat(piece).copy_(all.narrow(0, r * m + piece.block_offset, piece.numel));
+    }
+    gathered[b] = Tensor();  // one bucket's parameters at a time beyond what is in flight
+  }
+}
+
+nn::StateDict ZeroOptimizer::state_dict() const {
+  RG_FAIL("dist.ZeroOptimizer", "rank ", group_.rank(), "/", group_.size(),
+          ": the optimizer state is sharded across the ranks, so no rank holds a full state_dict(). Save it with "
+          "save_sharded(dir) on every rank; consolidate_sharded(dir) reads the full state back, and "
+          "load_sharded(dir) restores it at any world size");
+}
+
+void ZeroOptimizer::load_state_dict(const nn::StateDict& state) {
+  // Entries "<i>.<what>" of parameter i, found once.
+  std::map<size_t, std::vector<std::pair<std::string, Tensor>>> by_param;
+  for (const auto& [key, t] : state) {
+    const size_t dot = key.find('.');
+    const std::string head = key.substr(0, dot);
+    RG_CHECK(dot != std::string::npos && !head.empty() && std::all_of(head.begin(), head.end(), ::isdigit),
+             "dist.ZeroOptimizer", "state entry '", key, "' is not '<parameter index>.<what>'");
+    const size_t i = std::stoul(head);
+    RG_CHECK(i < params_.size(), "dist.ZeroOptimizer", "state entry '", key, "' is for parameter ", i,
+             ", but the optimizer holds ", params_.size());
+    by_param[i].emplace_back(key.substr(dot + 1), t);
+  }
+  nn::StateDict pieces_state;
+  for (size_t j = 0; j < pieces_.size(); ++j) {
+    const ShardPiece& piece = piece_of_[j];
+    auto it = by_param.find(static_cast<size_t>(piece.param));
+    if (it == by_param.end()) continue;  // the sharded optimizer names what is missing
+    for (const auto& [what, t] : it->second) {
+      if (t.dim() == 0) {
+        pieces_state.emplace_back(str_cat(j, ".", what), t);
+        continue;
+      }
+      RG_CHECK(t.numel() == params_[piece.param].numel(), "dist.ZeroOptimizer", "state entry '", piece.param, ".", what,
+               "' (", names_[piece.param], ") has shape ", shape_str(t.shape()), ", parameter has ",
+               shape_str(params_[piece.param].shape()));
+      pieces_state.emplace_back(str_cat(j, ".", what),
+                                t.contiguous().view({-1}).narrow(0, piece.param_offset, piece.numel).contiguous());
+    }
+  }
+  inner_->load_state_dict(pieces_state);  // checks every entry before it changes anything
+}
+
+}  // namespace ringgrad::dist

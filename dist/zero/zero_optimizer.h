@@ -1,0 +1,161 @@
+// ZeroOptimizer: ZeRO stages 1 and 2 -- the optimizer state, and at stage 2 the averaged gradients,
+// sharded across the ranks of a DistributedDataParallel model (DeepSpeed's ZeRO, PyTorch's
+// ZeroRedundancyOptimizer and FSDP's SHARD_GRAD_OP).
+//
+//   dist::DistributedDataParallel ddp(model, group);
+//   auto opt = dist::ZeroOptimizer::over<optim::AdamW>(ddp, optim::AdamWOptions{.lr = 3e-4}, {.stage = 2});
+//   for (auto& [x, y] : loader) {
+//     opt->zero_grad();
+//     cross_entropy(ddp(x), y).backward();   // stage 2: each bucket is reduce-scattered as it fills
+//     opt->clip_grad_norm(1.0);              // the global norm: one AllReduce of the shards' squares
+//     opt->step();                           // this rank's block, then an allgather of the parameters
+//   }
+//
+// Memory per rank, Ψ parameters of f16 with Adam (docs/zero.md has this machine's measured bytes):
+//   DDP      2Ψ params + 2Ψ grads + 12Ψ state (f32 master 4, moments 8)   = 16Ψ
+//   stage 1  2Ψ + 2Ψ + 12Ψ/N                                                = (4 + 12/N)Ψ
+//   stage 2  2Ψ + 2Ψ/N reduced gradient + 12Ψ/N                           -> (2 + 14/N)Ψ, see below
+//
+// How a step goes (Note [Shards cut across parameters] in dist/zero/shard_layout.h says who owns what):
+//  1. DDP's buckets are padded to a multiple of N elements and their layout fixed (Note [Buckets for
+//     sharding], dist/ddp/reducer.h); rank r owns block r of every bucket.
+//  2. Backward, stage 1: DDP AllReduces each bucket as usual, so every rank holds the whole averaged
+//     gradient. Stage 2: a communication hook reduce-scatters each bucket instead, from the same
+//     backward-order hooks and with the same overlap, into this rank's block (m elements): half the
+//     AllReduce's traffic, and the reduced gradient exists only as the 1/N block.
+//  3. step(): the wrapped optimizer (any of ringgrad's: SGD, Adam, AdamW) updates this rank's pieces
+//     of the parameters -- views into the parameters' own storage -- with state sized for its pieces
+//     only. The updates are elementwise, so each element gets exactly the update a DDP replica gives
+//     it.
+//  4. Each bucket's updated blocks are all-gathered in the parameters' dtype, so every replica holds
+//     every parameter again before the next forward.
+//
+// Why a wrapper rather than DDPOptions::zero_stage: sharding changes what the *optimizer* holds and
+// when it talks to the other ranks (the step ends with an allgather), while DDP only needs its
+// buckets padded. As an optim::Optimizer, the wrapper keeps every tool built on one working --
+// GradScaler (it unscales and checks the shard, and the ranks agree on found-inf), LR schedules
+// (set_lr), param_groups -- and wraps any optimizer without each learning about ranks.
+//
+// Contracts:
+//  - Construction is collective (it rebuilds DDP's buckets) and must hold every trainable parameter
+//    of the DDP model. The DDP must outlive the ZeroOptimizer. Stage 2 installs its own communication
+//    hook (a DDP comm hook set before is replaced; set after, it would break stage 2).
+//  - step() is collective: every rank must call it, also when its GradScaler skips (it does when any
+//    rank overflowed: agree_on_found_inf). dist::Join is not supported (a rank out of data takes no
+//    step); keep the batch counts even.
+//  - Stage 2: after backward a parameter's .grad holds this rank's local gradient (unaveraged; an f16
+//    bucket divided by N), not the average: read gradients through clip_grad_norm / step_gradients().
+//    The full-size bucket buffers still receive backward's gradients, so the gradient bytes saved
+//    are the reduced copy's; docs/zero.md measures what that is and is not.
+//  - The optimizer state is sharded, so state_dict() is refused: save_sharded() writes each rank's
+//    shard and an index, consolidate_sharded() reads them back as one full state (the layout a plain
+//    optimizer's state_dict_by_name writes), and load_sharded() restores at any world size.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/ddp/ddp.h"
+#include "dist/zero/shard_layout.h"
+#include "optim/optimizer.h"
+
+namespace ringgrad::dist {
+
+struct ZeroOptions {
+  // 1: optimizer state sharded, gradients AllReduced as by DDP. 2: gradients reduce-scattered too.
+  int stage = 1;
+};
+
+class ZeroOptimizer : public optim::Optimizer {
+ public:
+  // Builds the optimizer that steps this rank's pieces, from their parameter groups (one per group
+  // of `groups`, with its lr and weight_decay; a group may be empty on this rank).
+  using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)>;
+
+  ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups, MakeOptimizer make,
+                ZeroOptions options = {});
+  ~ZeroOptimizer() override;
+
+  // Every trainable parameter of the DDP model in one group, stepped by Opt built with `options`
+  // (SGD, Adam, AdamW and their option structs):
+  //   auto opt = ZeroOptimizer::over<optim::Adam>(ddp, optim::AdamOptions{.lr = 1e-3}, {.stage = 1});
+  template <class Opt, class Options>
+  static std::unique_ptr<ZeroOptimizer> over(DistributedDataParallel& ddp, const Options& options,
+                                             ZeroOptions zero = {}) {
+    std::vector<Tensor> params;
+    for (const auto& [name, t] : ddp.module().named_parameters())
+      if (t.requires_grad()) params.push_back(t);
+    return std::make_unique<ZeroOptimizer>(
+        ddp, std::vector<optim::ParamGroup>{{params, options.lr, options.weight_decay}},
+        [options](std::vector<optim::ParamGroup> groups) { return std::make_unique<Opt>(std::move(groups), options); },
+        zero);
+  }
+
+  std::string name() const override;
+  int stage() const { return options_.stage; }
+  const optim::Optimizer& sharded_optimizer() const { return *inner_; }
+  const ShardLayout& layout() const { return layout_; }
+
+  // This rank's optimizer state: about 1/N of a replica's (Note [Shards cut across parameters]).
+  size_t state_bytes() const override;
+
+  // Stage 1: every parameter's .grad (each rank holds the whole averaged gradient). Stage 2: the
+  // gradient of this rank's pieces, from the reduce-scattered blocks.
+  std::vector<Tensor> step_gradients() override;
+  // A max AllReduce of the flag: at stage 2 each rank sees only its block of the gradient.
+  bool agree_on_found_inf(bool found) override;
+
+  // Clips the gradients this rank steps so that the global L2 norm over every parameter's averaged
+  // gradient is at most max_norm (torch.nn.utils.clip_grad_norm_ over the whole model); returns the
+  // norm before clipping. Collective: each rank sums its pieces' squares, one AllReduce adds them.
+  double clip_grad_norm(double max_norm);
+
+  // Refused: the state is sharded (save_sharded, consolidate_sharded).
+  nn::StateDict state_dict() const override;
+  // A full optimizer state, keyed by parameter index as Optimizer::state_dict writes it (or by name
+  // through optim::load_state_dict_by_name): each rank keeps the slices of its pieces. Not collective.
+  void load_state_dict(const nn::StateDict& state) override;
+
+  // This rank's shard as it is saved: "piece.<name>.range" (i64 [offset, numel] in the flattened
+  // parameter) and "piece.<name>.<what>" (1-D slices of the state, or scalars such as "step").
+  nn::StateDict shard_state_dict() const;
+  // Collective. Writes <dir>/zero-shard-<r>-of-<N>.ckpt on every rank (atomic and checksummed as
+  // every checkpoint file: nn/checkpoint.h), then, once every rank's write succeeded, rank 0 writes
+  // <dir>/zero-index.ckpt (the parameters' names and shapes, the world size, a save id every shard
+  // carries). A failed write on any rank is an error on every rank, naming the rank and the file.
+  void save_sharded(const std::string& dir) const;
+  // Restores the state from save_sharded's files, saved at any world size: the shards are
+  // consolidated and this rank keeps its pieces (resharding). Not collective; reads every shard.
+  void load_sharded(const std::string& dir);
+
+ protected:
+  void update() override;
+
+ private:
+  void set_piece_gradients();                  // points each piece's .grad at its gradient for this step
+  void gather_parameters();                    // step 4: the allgather of every bucket's updated blocks
+  Tensor flat(const ShardPiece& piece) const;  // the piece's elements in its parameter (a view)
+
+  DistributedDataParallel& ddp_;
+  ProcessGroup& group_;
+  ZeroOptions options_;
+  std::vector<Tensor> params_;                         // parameters(), cached
+  std::vector<std::string> names_;                     // the model's name of each
+  std::vector<std::pair<DType, Device>> bucket_type_;  // per bucket
+  ShardLayout layout_;
+  std::vector<Tensor> pieces_;               // this rank's pieces: flat views into the parameters,
+  std::vector<ShardPiece> piece_of_;         // in the inner optimizer's order (group by group)
+  std::vector<Tensor> shard_grads_;          // stage 2: per bucket, this rank's reduced block (m)
+  std::unique_ptr<optim::Optimizer> inner_;  // steps pieces_
+};
+
+// The full optimizer state of the sharded checkpoint in `dir`, keyed by parameter name as
+// optim::state_dict_by_name writes it ("fc1.weight.exp_avg", "fc1.weight.step",
+// "param_groups.0.lr"), so a plain optimizer can load it with optim::load_state_dict_by_name. Every
+// shard is checked against the index (world size, save id, pieces tiling each parameter exactly);
+// an error names the file.
+nn::StateDict consolidate_sharded(const std::string& dir);
+
+}  // namespace ringgrad::dist

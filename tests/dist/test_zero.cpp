@@ -1,0 +1,380 @@
+// ZeroOptimizer against its reference: the same DDP model with the same optimizer, unsharded.
+//
+// Every rank trains two replicas side by side on its shard of the same global batches: one under
+// DDP with an ordinary optimizer, one under DDP with a ZeroOptimizer wrapping that optimizer. After
+// every step their parameters must agree. The updates are elementwise and the gradients are
+// averaged by the same backend, so they agree to rounding: stage 1 reduces exactly as DDP does,
+// stage 2 reduce-scatters (the same sums in the ring, whose AllReduce is a reduce-scatter and an
+// all-gather; the CPU update kernel may round a piece's tail differently from the whole tensor's).
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include "dist/ddp/join.h"
+#include "dist/zero/zero_optimizer.h"
+#include "dist_test_util.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+
+namespace nn = ringgrad::nn;
+namespace optim = ringgrad::optim;
+
+namespace {
+
+constexpr int64_t kPerRank = 3;
+
+// Sizes chosen so that bucket blocks cut parameters at N = 2, 3, 4.
+std::shared_ptr<nn::Module> make_mlp(uint64_t seed) {
+  rg::manual_seed(seed);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(20, 13), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(13, 11),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(11, 5)});
+}
+
+// A head forward never uses: find_unused_parameters reduces zeros for it.
+struct WithUnused : nn::Module {
+  std::shared_ptr<nn::Linear> fc, unused;
+  explicit WithUnused(uint64_t seed) {
+    rg::manual_seed(seed);
+    fc = register_module("fc", std::make_shared<nn::Linear>(20, 5));
+    unused = register_module("unused", std::make_shared<nn::Linear>(20, 7));
+  }
+  rg::Tensor forward(const rg::Tensor& x) override { return (*fc)(x); }
+};
+
+struct Batch {
+  rg::Tensor x, y;
+};
+
+// Rank r's part of global batch `step` (N·B examples, the same on every rank).
+Batch my_batch(int step, rg::DType dtype = rg::DType::f32) {
+  const int N = dist::world().size, r = dist::world().rank;
+  rg::Generator gen(500 + step);
+  const rg::Tensor x = rg::randn({N * kPerRank, 20}, gen);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < N * kPerRank; ++i) labels.push_back((3 * i + step) % 5);
+  const rg::Tensor y = rg::from_vector(labels, {N * kPerRank}, {.dtype = rg::DType::i64});
+  return {x.narrow(0, r * kPerRank, kPerRank).contiguous().to(dtype), y.narrow(0, r * kPerRank, kPerRank).contiguous()};
+}
+
+std::shared_ptr<dist::ProcessGroup> ring() { return dist::new_group("ring", test_options()); }
+
+// Small buckets: several per model, so blocks fall inside parameters.
+const dist::DDPOptions kSmallBuckets{.bucket_cap_mb = 0.0006, .first_bucket_mb = 0.0003};
+
+struct OptimizerKind {
+  std::string name;
+  std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)> make;
+};
+
+std::vector<OptimizerKind> optimizer_kinds() {
+  return {
+      {"sgd",
+       [](auto g) {
+         return std::make_unique<optim::SGD>(std::move(g),
+                                             optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3});
+       }},
+      {"adam", [](auto g) { return std::make_unique<optim::Adam>(std::move(g), optim::AdamOptions{.lr = 1e-2}); }},
+      {"adamw",
+       [](auto g) {
+         return std::make_unique<optim::AdamW>(std::move(g), optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
+       }},
+  };
+}
+
+std::vector<optim::ParamGroup> one_group(const nn::Module& m, double lr, double wd) {
+  std::vector<rg::Tensor> params;
+  for (const auto& [name, t] : m.named_parameters()) params.push_back(t);
+  return {{params, lr, wd}};
+}
+
+// The group values the kinds above use, so that the outer groups carry them too.
+double kind_lr(const std::string& kind) { return kind == "sgd" ? 0.05 : 1e-2; }
+double kind_wd(const std::string& kind) { return kind == "sgd" ? 1e-3 : kind == "adamw" ? 0.1 : 0.0; }
+
+// The largest relative difference between the two models' parameters, tensor by tensor:
+// ||a - b|| / ||a|| (L2). Elementwise ratios would blow up at parameters Adam has driven near zero,
+// where one rounding of a sum moves the sign of a tiny update.
+double max_rel_diff(const nn::Module& a, const nn::Module& b) {
+  double worst = 0;
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const std::vector<double> x = pa[i].second.to_vector(), y = pb[i].second.to_vector();
+    double diff = 0, norm = 0;
+    for (size_t k = 0; k < x.size(); ++k) {
+      diff += (x[k] - y[k]) * (x[k] - y[k]);
+      norm += x[k] * x[k];
+    }
+    worst = std::max(worst, std::sqrt(diff / std::max(norm, 1e-30)));
+  }
+  return worst;
+}
+
+bool some_parameter_is_cut(const dist::ZeroOptimizer& zero) {
+  std::map<int, int> owners;
+  for (int r = 0; r < zero.layout().world(); ++r)
+    for (const dist::ShardPiece& p : zero.layout().pieces(r)) ++owners[p.param];
+  for (const auto& [param, n] : owners)
+    if (n > 1) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("zero: stages 1 and 2 == DDP with the same optimizer after 20 steps (SGD, Adam, AdamW)") {
+  const int N = dist::world().size;
+  for (int stage : {1, 2})
+    for (const OptimizerKind& kind : optimizer_kinds()) {
+      CAPTURE(stage);
+      CAPTURE(kind.name);
+      auto reference = make_mlp(3), model = make_mlp(3);
+      dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets);
+      dist::DistributedDataParallel ddp(model, ring(), kSmallBuckets);
+      auto ref_opt = kind.make(one_group(*reference, kind_lr(kind.name), kind_wd(kind.name)));
+      dist::ZeroOptimizer zero(ddp, one_group(*model, kind_lr(kind.name), kind_wd(kind.name)), kind.make,
+                               {.stage = stage});
+      CHECK(ddp.buckets().size() >= 3);
+      for (const dist::BucketInfo& b : ddp.buckets()) CHECK(b.numel % N == 0);
+      if (N > 1) CHECK(some_parameter_is_cut(zero));
+      for (int step = 0; step < 20; ++step) {
+        const Batch b = my_batch(step);
+        ref_opt->zero_grad();
+        rg::cross_entropy(ref_ddp(b.x), b.y).backward();
+        ref_opt->step();
+        zero.zero_grad();
+        rg::cross_entropy(ddp(b.x), b.y).backward();
+        zero.step();
+      }
+      const double diff = max_rel_diff(*reference, *model);
+      CHECK(diff <= 1e-6);
+      if (stage == 1) CHECK(diff == 0);  // the same reduction, the same elementwise update
+    }
+}
+
+TEST_CASE("zero: optimizer state per rank is 1/N of a replica's, and adds up to it exactly") {
+  const int N = dist::world().size;
+  auto model = make_mlp(3);
+  model->to(rg::DType::f16);
+  int64_t psi = 0;
+  for (const rg::Tensor& p : model->parameters()) psi += p.numel();
+  optim::Adam plain(model->parameters(), {});
+  CHECK(plain.state_bytes() == static_cast<size_t>(12 * psi));  // f32 master 4 + moments 8
+  auto pg = ring();
+  dist::DistributedDataParallel ddp(model, pg, kSmallBuckets);
+  auto zero = dist::ZeroOptimizer::over<optim::Adam>(ddp, optim::AdamOptions{}, {.stage = 2});
+  rg::Tensor bytes = rg::full({1}, static_cast<double>(zero->state_bytes()), {.dtype = rg::DType::i64});
+  pg->allreduce(bytes, dist::ReduceOp::sum)->wait();
+  CHECK(bytes.item() == 12.0 * psi);
+  // Within one bucket's rounding of 12Ψ/N: a block is at most ceil(bucket / N) elements.
+  const double per_rank = 12.0 * psi / N;
+  CHECK(static_cast<double>(zero->state_bytes()) <= per_rank + 12.0 * ddp.buckets().size());
+  CHECK(static_cast<double>(zero->state_bytes()) >= per_rank - 12.0 * N * ddp.buckets().size());
+}
+
+TEST_CASE("zero: unused parameters (find_unused_parameters) step as DDP steps them") {
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    auto reference = std::make_shared<WithUnused>(4), model = std::make_shared<WithUnused>(4);
+    dist::DDPOptions options = kSmallBuckets;
+    options.find_unused_parameters = true;
+    dist::DistributedDataParallel ref_ddp(reference, ring(), options), ddp(model, ring(), options);
+    optim::AdamW ref_opt(reference->parameters(), {.lr = 1e-2, .weight_decay = 0.1});
+    auto zero = dist::ZeroOptimizer::over<optim::AdamW>(ddp, optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1},
+                                                        {.stage = stage});
+    for (int step = 0; step < 20; ++step) {
+      const Batch b = my_batch(step);
+      ref_opt.zero_grad();
+      rg::cross_entropy(ref_ddp(b.x), b.y).backward();
+      ref_opt.step();
+      zero->zero_grad();
+      rg::cross_entropy(ddp(b.x), b.y).backward();
+      zero->step();
+    }
+    CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+    // AdamW's decay moved the unused head although it never had a gradient of its own.
+    WithUnused initial(4);
+    CHECK_FALSE(rg::equal(initial.unused->parameters()[0], model->unused->parameters()[0]));
+  }
+}
+
+TEST_CASE("zero: no_sync accumulation reduces once per step and matches DDP") {
+  constexpr int K = 3;
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    auto reference = make_mlp(5), model = make_mlp(5);
+    dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets), ddp(model, ring(), kSmallBuckets);
+    optim::Adam ref_opt(reference->parameters(), {.lr = 1e-2});
+    auto zero = dist::ZeroOptimizer::over<optim::Adam>(ddp, optim::AdamOptions{.lr = 1e-2}, {.stage = stage});
+    for (int step = 0; step < 20; ++step) {
+      ref_opt.zero_grad();
+      zero->zero_grad();
+      for (int k = 0; k < K; ++k) {
+        const Batch b = my_batch(step * K + k);
+        if (k < K - 1) {
+          auto g1 = ref_ddp.no_sync();
+          rg::cross_entropy(ref_ddp(b.x), b.y).backward();
+          auto g2 = ddp.no_sync();
+          rg::cross_entropy(ddp(b.x), b.y).backward();
+        } else {
+          rg::cross_entropy(ref_ddp(b.x), b.y).backward();
+          rg::cross_entropy(ddp(b.x), b.y).backward();
+        }
+      }
+      ref_opt.step();
+      zero->step();
+    }
+    CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+    CHECK(ddp.stats().bucket_reductions == 20 * static_cast<int64_t>(ddp.buckets().size()));
+  }
+}
+
+TEST_CASE("zero: clip_grad_norm uses the global norm, as clip_grad_norm over the whole model does") {
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    auto reference = make_mlp(6), model = make_mlp(6);
+    dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets), ddp(model, ring(), kSmallBuckets);
+    optim::SGD ref_opt(reference->parameters(), {.lr = 0.5, .momentum = 0.9});
+    auto zero =
+        dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.5, .momentum = 0.9}, {.stage = stage});
+    int clipped = 0;
+    for (int step = 0; step < 20; ++step) {
+      const Batch b = my_batch(step);
+      ref_opt.zero_grad();
+      rg::cross_entropy(ref_ddp(b.x), b.y).backward();
+      const double ref_norm = optim::clip_grad_norm(reference->parameters(), 0.3);
+      ref_opt.step();
+      zero->zero_grad();
+      rg::cross_entropy(ddp(b.x), b.y).backward();
+      const double norm = zero->clip_grad_norm(0.3);
+      zero->step();
+      CHECK(norm == doctest::Approx(ref_norm).epsilon(1e-6));  // f32 gradients summed in another order at stage 2
+      clipped += ref_norm > 0.3;
+    }
+    CHECK(clipped > 5);  // the clipping really acted
+    CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+  }
+}
+
+TEST_CASE("zero: an f16 model with a GradScaler skips together when one rank's shard overflows") {
+  const int N = dist::world().size, r = dist::world().rank;
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    auto reference = make_mlp(8), model = make_mlp(8);
+    reference->to(rg::DType::f16);
+    model->to(rg::DType::f16);
+    auto ref_pg = ring();
+    dist::DistributedDataParallel ref_ddp(reference, ref_pg, kSmallBuckets), ddp(model, ring(), kSmallBuckets);
+    optim::Adam ref_opt(reference->parameters(), {.lr = 1e-2});
+    auto zero = dist::ZeroOptimizer::over<optim::Adam>(ddp, optim::AdamOptions{.lr = 1e-2}, {.stage = stage});
+    optim::GradScaler ref_scaler({.init_scale = 1024}), scaler({.init_scale = 1024});
+    dist::sync_found_inf(ref_scaler, ref_pg);  // the ZeroOptimizer agrees by itself
+    int skipped = 0;
+    for (int step = 0; step < 20; ++step) {
+      const Batch b = my_batch(step, rg::DType::f16);
+      const bool inject = step == 7 && r == N - 1;  // one rank's gradient overflows after the reduction
+      ref_opt.zero_grad();
+      ref_scaler.scale(rg::cross_entropy(ref_ddp(b.x), b.y)).backward();
+      if (inject) reference->parameters()[0].grad().narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
+      const bool ref_stepped = ref_scaler.step(ref_opt);
+      ref_scaler.update();
+      zero->zero_grad();
+      scaler.scale(rg::cross_entropy(ddp(b.x), b.y)).backward();
+      if (inject) {  // into what this rank steps: at stage 2 its block only, which no other rank sees
+        std::vector<rg::Tensor> grads = zero->step_gradients();
+        REQUIRE(!grads.empty());
+        grads.back().narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
+      }
+      const bool stepped = scaler.step(*zero);
+      scaler.update();
+      CHECK(stepped == ref_stepped);
+      CHECK(stepped == (step != 7));
+      skipped += !stepped;
+      CHECK(scaler.get_scale() == ref_scaler.get_scale());
+    }
+    CHECK(skipped == 1);
+    CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+  }
+}
+
+TEST_CASE("zero: a sharded checkpoint resumes bit-exactly and consolidates to DDP's optimizer state") {
+  const int r = dist::world().rank;
+  const std::string dir = "test_zero_ckpt";  // shared by the ranks (one machine)
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    auto reference = make_mlp(9), model = make_mlp(9);
+    dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets), ddp(model, ring(), kSmallBuckets);
+    optim::AdamW ref_opt(reference->parameters(), {.lr = 1e-2, .weight_decay = 0.1});
+    auto zero = dist::ZeroOptimizer::over<optim::AdamW>(ddp, optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1},
+                                                        {.stage = stage});
+    auto train = [](dist::DistributedDataParallel& d, optim::Optimizer& opt, int from, int to) {
+      for (int step = from; step < to; ++step) {
+        const Batch b = my_batch(step);
+        opt.zero_grad();
+        rg::cross_entropy(d(b.x), b.y).backward();
+        opt.step();
+      }
+    };
+    train(ref_ddp, ref_opt, 0, 6);
+    train(ddp, *zero, 0, 6);
+    zero->save_sharded(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+    nn::StateDict saved_model = model->state_dict();
+    for (auto& [key, t] : saved_model) t = t.clone();  // the entries alias the parameters
+
+    // Consolidated: the plain optimizer's state, by name, to rounding.
+    const nn::StateDict full = dist::consolidate_sharded(dir);
+    const nn::StateDict expected = optim::state_dict_by_name(ref_opt, *reference);
+    CHECK(full.size() == expected.size());
+    for (const auto& [key, t] : expected) {
+      CAPTURE(key);
+      auto it = std::find_if(full.begin(), full.end(), [&](const auto& e) { return e.first == key; });
+      REQUIRE(it != full.end());
+      CHECK(it->second.shape() == t.shape());
+      CHECK(rg::allclose(it->second, t, 1e-6, 1e-9));
+    }
+    CHECK_THROWS_WITH_AS(zero->state_dict(), doctest::Contains("save_sharded"), rg::Error);
+
+    train(ddp, *zero, 6, 12);
+    // A new replica from the saved model and shards takes the same steps, to the bit.
+    auto resumed = make_mlp(100 + r);
+    resumed->load_state_dict(saved_model);
+    dist::DistributedDataParallel resumed_ddp(resumed, ring(), kSmallBuckets);
+    auto resumed_zero =
+        dist::ZeroOptimizer::over<optim::AdamW>(resumed_ddp, optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1},
+                                                {.stage = stage});
+    resumed_zero->load_sharded(dir);
+    train(resumed_ddp, *resumed_zero, 6, 12);
+    CHECK(max_rel_diff(*model, *resumed) == 0);
+
+    // A plain optimizer loads the consolidated state too.
+    auto plain_model = make_mlp(9);
+    plain_model->load_state_dict(saved_model);
+    optim::AdamW plain(plain_model->parameters(), {.lr = 1e-2, .weight_decay = 0.1});
+    optim::load_state_dict_by_name(plain, *plain_model, full);
+    CHECK(plain.state_bytes() == ref_opt.state_bytes());
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (r == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("zero: what it refuses, with the reason") {
+  auto model = make_mlp(1);
+  dist::DistributedDataParallel ddp(model, ring(), kSmallBuckets);
+  CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 3}),
+                       doctest::Contains("stage must be 1"), rg::Error);
+  // Not a parameter of the model.
+  rg::Tensor stray = rg::zeros({3});
+  stray.requires_grad_();
+  CHECK_THROWS_WITH_AS(dist::ZeroOptimizer(ddp, {{{stray}, 0.1, 0}},
+                                           [](auto g) {
+                                             return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{});
+                                           }),
+                       doctest::Contains("is not a parameter of the DDP model"), rg::Error);
+  auto zero = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 1});
+  CHECK(zero->name() == "ZeRO-1(SGD)");
+  CHECK_THROWS_WITH_AS(dist::Join(ddp, dist::JoinOptions{}), doctest::Contains("Join does not support"), rg::Error);
+  CHECK_THROWS_WITH_AS(dist::consolidate_sharded("no_such_zero_dir"), doctest::Contains("no_such_zero_dir"), rg::Error);
+}

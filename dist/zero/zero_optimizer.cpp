@@ -103,6 +103,12 @@ std::string ZeroOptimizer::name() const { return str_cat("ZeRO-", options_.stage
 
 size_t ZeroOptimizer::state_bytes() const { return inner_->state_bytes(); }
 
+size_t ZeroOptimizer::reduced_gradient_bytes() const {
+  size_t n = 0;
+  for (const Tensor& block : shard_grads_) n += block.nbytes();
+  return n;
+}
+
 Tensor ZeroOptimizer::flat(const ShardPiece& piece) const {
   return params_[piece.param].detach().view({-1}).narrow(0, piece.param_offset, piece.numel);
 }

@@ -100,6 +100,8 @@ class ZeroOptimizer : public optim::Optimizer {
 
   // This rank's optimizer state: about 1/N of a replica's (Note [Shards cut across parameters]).
   size_t state_bytes() const override;
+  // Stage 2: the bytes of this rank's reduced gradient blocks (0 at stage 1).
+  size_t reduced_gradient_bytes() const;
 
   // Stage 1: every parameter's .grad (each rank holds the whole averaged gradient). Stage 2: the
   // gradient of this rank's pieces, from the reduce-scattered blocks.

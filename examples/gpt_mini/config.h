@@ -18,6 +18,8 @@ struct Config {
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, temperature = 1.0, bucket_mb = 25;
   uint64_t seed = 1;
   bool generate = false;
+  int zero = 0;                // ZeRO stage: 0 plain DDP, 1 optimizer state sharded, 2 gradients too
+  bool memory_report = false;  // print where a rank's memory goes after training
 };
 
 // Bounds that keep a typo from allocating without end: tokens in one micro-batch (batch x block)

@@ -7,6 +7,7 @@
 //   build/examples/gpt_mini --resume gpt.ck --max-steps 4000  # continues exactly
 //   build/examples/gpt_mini --generate --resume gpt.ck --prompt "Q: " --temperature 0.8 --top-k 20
 //   build/examples/gpt_mini --device cuda --precision bf16    # on the GPU
+//   mpirun -np 2 build/examples/gpt_mini --zero 2 --precision fp16 --memory-report   # ZeRO-2
 //
 // Recipe (../shared/WORKLOADS.md W3): AdamW (betas 0.9 / 0.95, weight decay 0.1 on matrices only),
 // linear warm-up to the peak lr then cosine decay to --min-lr at --lr-decay-steps, global-norm
@@ -23,6 +24,7 @@
 
 #include <ringgrad.h>
 
+#include "examples/common/zero.h"
 #include "examples/gpt_mini/config.h"
 
 using namespace ringgrad;
@@ -183,9 +185,6 @@ int run(Config& c, const dist::World& world) {
   const Device device = parse_device(c.device, world.local_rank);  // batches are copied there per step
   model->to(dtype);
   model->to(device);
-  auto opt = std::make_unique<optim::AdamW>(
-      param_groups(*model, c.lr, c.weight_decay),
-      optim::AdamWOptions{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = c.weight_decay});
   optim::GradScaler scaler({.enabled = dtype == DType::f16});
   optim::WarmupCosineLR schedule(c.lr, c.warmup, c.lr_decay_steps, c.min_lr);
   int64_t step = 0;
@@ -212,15 +211,25 @@ int run(Config& c, const dist::World& world) {
                              {"--checkpoint given", c.checkpoint.empty() ? "no" : "yes"},
                              {"--resume", c.resume},
                              {"--seed", std::to_string(c.seed)},
-                             {"--bucket-mb", str_cat(c.bucket_mb)}});
+                             {"--bucket-mb", str_cat(c.bucket_mb)},
+                             {"--zero", std::to_string(c.zero)}});
   dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb});
+  // --zero 1/2: each rank keeps 1/N of AdamW's state (and at 2 of the reduced gradient).
+  const optim::AdamWOptions adamw{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = c.weight_decay};
+  auto opt = examples::plain_or_sharded(c.zero, ddp, param_groups(*model, c.lr, c.weight_decay),
+                                        [&adamw](std::vector<optim::ParamGroup> groups) {
+                                          return std::make_unique<optim::AdamW>(std::move(groups), adamw);
+                                        });
+  dist::ZeroOptimizer* sharded = examples::as_sharded(*opt);
   dist::sync_found_inf(scaler, group);
   // The training state, in one file: rank 0 writes it; every rank reads it on --resume. The
   // sampler needs no state: its windows are a function of (seed, step). The metadata lets
   // --generate rebuild the model from the file alone.
   int64_t next_step = 0;  // a resumed run starts here
   optim::TrainingCheckpoint checkpoint;
-  checkpoint.add("model", *model).add_optimizer("optimizer", *opt, *model).add("scaler", scaler).add("step", next_step);
+  checkpoint.add("model", *model).add("scaler", scaler).add("step", next_step);
+  // A sharded optimizer saves its shards into <checkpoint>.zero/ (docs/zero.md), at any world size.
+  if (sharded == nullptr) checkpoint.add_optimizer("optimizer", *opt, *model);
   std::string vocab_chars;
   for (int64_t i = 0; i < vocab.size(); ++i) vocab_chars += vocab.decode({i});
   checkpoint.metadata = {{"vocab", vocab_chars},
@@ -233,6 +242,7 @@ int run(Config& c, const dist::World& world) {
   if (!c.checkpoint.empty()) checkpoint.check_destination(c.checkpoint);
   if (!c.resume.empty()) {
     log("%s\n", checkpoint.load(c.resume).describe().c_str());
+    if (sharded != nullptr) sharded->load_sharded(examples::shard_folder(c.resume));
     step = next_step;
   }
   log("model: GPT %lld layers, %lld heads, %lld wide, block %lld: %lld parameters, %s on %s\n", (long long)c.n_layer,
@@ -249,10 +259,13 @@ int run(Config& c, const dist::World& world) {
     if (c.checkpoint.empty()) return;
     next_step = resume_at;
     checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
+    if (sharded != nullptr) sharded->save_sharded(examples::shard_folder(c.checkpoint));  // every rank its shard
   };
 
   // ---- training ----
   const int64_t tokens_per_step = c.batch_size * c.accum * world.size * c.block_size;
+  const size_t allocated_before = memory_stats(device).allocated;  // --memory-report
+  reset_peak_memory_stats(device);
   auto t_start = Clock::now();
   int64_t steps_run = 0;
   double loss_value = 0;
@@ -275,7 +288,7 @@ int run(Config& c, const dist::World& world) {
       step_loss += loss.item() / static_cast<double>(c.accum);
     }
     scaler.unscale_(*opt);
-    optim::clip_grad_norm(model->parameters(), c.clip);
+    examples::clip_gradients(*opt, model->parameters(), c.clip);  // sharded: the global norm of the shards
     scaler.step(*opt);
     scaler.update();
     loss_value = step_loss;
@@ -295,6 +308,7 @@ int run(Config& c, const dist::World& world) {
   log("done: %lld steps in %.1f s, %.0f tokens/s (all ranks)\n", (long long)steps_run, seconds,
       static_cast<double>(steps_run * tokens_per_step) / std::max(seconds, 1e-9));
   log("%s\n", ddp.stats().summary().c_str());
+  if (c.memory_report) log("%s\n", examples::memory_report(*model, *opt, ddp, device, allocated_before).c_str());
   // A fingerprint of the weights, for exact-resume checks: the sum of every parameter in f64.
   double checksum = 0;
   for (const auto& p : model->parameters()) checksum += p.to(DType::f64).sum().item();

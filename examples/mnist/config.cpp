@@ -51,6 +51,12 @@ void add_flags(CLI::App& app, Config& c) {
       ->check(flags::int_in(0, INT64_MAX));
   app.add_option("--trace", c.trace, "write a Chrome trace (all ranks) of the last epoch's first steps here")
       ->check(flags::non_empty);
+  app.add_option("--zero", c.zero,
+                 "ZeRO stage: 0 plain DDP, 1 optimizer state sharded across ranks, 2 gradients too (docs/zero.md)")
+      ->check(flags::int_in(0, 2));
+  app.add_flag("--memory-report", c.memory_report,
+               "after training, print the bytes per parameter of parameters, gradients and optimizer state, and "
+               "the allocator's peak");
   app.add_option("--simulate-network", c.simulate_network,
                  "model a slower network 'GBPS,LATENCY_US' (e.g. 0.5,100) to watch overlap on one machine");
 }
@@ -60,6 +66,10 @@ void finish(Config& c) {
   // Measured over seeds 0-3 (docs/mnist.md): the MLP does best on standardised pixels (85.6% vs 84.0%
   // after one epoch), the CNN on (p - 0.5) / 0.5 (88.8% vs 88.5%).
   if (c.input_norm.empty()) c.input_norm = c.model == "mlp" ? "standard" : "half";
+  RG_CHECK(c.zero < 2 || c.comm_hook == "allreduce", "mnist",
+           "--zero 2 reduces each bucket with its own "
+           "reduce-scatter; --comm-hook ",
+           c.comm_hook, " applies to --zero 0 and 1");
   if (!c.simulate_network.empty()) {
     std::istringstream in(c.simulate_network);
     double gbps = 0, latency_us = 0;

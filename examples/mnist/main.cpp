@@ -10,6 +10,7 @@
 //   build/examples/mnist --checkpoint ck.bin   # save at each epoch end (and every --checkpoint-every)
 //   build/examples/mnist --resume ck.bin       # continue exactly where ck.bin left off
 //   build/examples/mnist --device cuda         # on the GPU (under mpirun: each rank its local GPU)
+//   mpirun -np 2 build/examples/mnist --zero 2 --memory-report   # ZeRO: state and gradients sharded
 //
 // Data parallelism: each rank trains a full replica on its own shard (DistributedSampler, reshuffled
 // by set_epoch every epoch); DistributedDataParallel averages the gradients during backward, so the
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "examples/common/zero.h"
 #include "examples/mnist/config.h"
 #include "examples/mnist/models.h"
 
@@ -40,15 +42,17 @@ DType precision_dtype(const std::string& p) {
   throw Error("[mnist] unknown --precision '" + p + "' (expected fp32, fp16 or bf16)");
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<Tensor> params) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<optim::ParamGroup> groups) {
   if (c.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = c.lr,
-                                                                  .momentum = c.momentum,
-                                                                  .weight_decay = c.weight_decay});
+    return std::make_unique<optim::SGD>(std::move(groups), optim::SGDOptions{.lr = c.lr,
+                                                                             .momentum = c.momentum,
+                                                                             .weight_decay = c.weight_decay});
   if (c.optimizer == "adam")
-    return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+    return std::make_unique<optim::Adam>(std::move(groups),
+                                         optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
   if (c.optimizer == "adamw")
-    return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+    return std::make_unique<optim::AdamW>(std::move(groups),
+                                          optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
   throw Error("[mnist] unknown --optimizer '" + c.optimizer + "' (expected sgd, adam or adamw)");
 }
 
@@ -131,13 +135,18 @@ int run(Config& c, const dist::World& world) {
                              {"--checkpoint given", c.checkpoint.empty() ? "no" : "yes"},
                              {"--resume", c.resume},
                              {"--comm-hook", c.comm_hook},
+                             {"--zero", std::to_string(c.zero)},
                              {"--trace given", c.trace.empty() ? "no" : "yes"}});
   // Wrapping checks that every rank built the same model and copies rank 0's weights everywhere.
   dist::DistributedDataParallel ddp(model, group,
                                     {.bucket_cap_mb = c.bucket_mb,
                                      .comm_hook = dist::comm_hook_by_name(c.comm_hook),
                                      .trace = !c.trace.empty()});
-  auto opt = make_optimizer(c, model->parameters());
+  // --zero 1/2: each rank keeps 1/N of the optimizer state (and at 2 of the reduced gradient).
+  auto opt =
+      examples::plain_or_sharded(c.zero, ddp, {{model->parameters(), c.lr, c.weight_decay}},
+                                 [&c](std::vector<optim::ParamGroup> g) { return make_optimizer(c, std::move(g)); });
+  dist::ZeroOptimizer* sharded = examples::as_sharded(*opt);
   optim::GradScaler scaler({.enabled = dtype == DType::f16});
   dist::sync_found_inf(scaler, group);  // one rank's overflow makes every rank skip the step
   // Each rank its own shard; the same permutation everywhere (seed + epoch).
@@ -162,18 +171,27 @@ int run(Config& c, const dist::World& world) {
   // loader's state (epoch, batches taken) makes a resumed run continue with the next batch.
   int64_t global_step = 0;
   optim::TrainingCheckpoint checkpoint;
-  checkpoint.add("model", *model).add_optimizer("optimizer", *opt, *model).add("scaler", scaler);
+  checkpoint.add("model", *model).add("scaler", scaler);
+  // A sharded optimizer saves its shards into <checkpoint>.zero/ (docs/zero.md), at any world size.
+  if (sharded == nullptr) checkpoint.add_optimizer("optimizer", *opt, *model);
   checkpoint.add("loader", loader).add("step", global_step);
   checkpoint.metadata = {{"model", c.model}, {"precision", c.precision}};
   dist::sync_checkpoint(checkpoint, group);
   // A destination that cannot be written is found now, not after an epoch of training.
   if (!c.checkpoint.empty()) checkpoint.check_destination(c.checkpoint);
-  if (!c.resume.empty()) log("%s\n", checkpoint.load(c.resume).describe().c_str());
+  if (!c.resume.empty()) {
+    log("%s\n", checkpoint.load(c.resume).describe().c_str());
+    if (sharded != nullptr) sharded->load_sharded(examples::shard_folder(c.resume));
+  }
   auto save = [&] {
-    if (!c.checkpoint.empty()) checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
+    if (c.checkpoint.empty()) return;
+    checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
+    if (sharded != nullptr) sharded->save_sharded(examples::shard_folder(c.checkpoint));  // every rank its shard
   };
 
   const bool tty = isatty(STDOUT_FILENO) && world.size == 1;
+  const size_t allocated_before = memory_stats(device).allocated;  // --memory-report
+  reset_peak_memory_stats(device);
   const int64_t steps_per_epoch = loader.num_batches();
   auto t_train = Clock::now();
   int64_t trained_samples = 0;
@@ -238,6 +256,7 @@ int run(Config& c, const dist::World& world) {
       seconds_since(t_train), train_seconds,
       static_cast<double>(trained_samples) * world.size / std::max(train_seconds, 1e-9));
   log("%s\n", ddp.stats().summary().c_str());
+  if (c.memory_report) log("%s\n", examples::memory_report(*model, *opt, ddp, device, allocated_before).c_str());
   if (!c.trace.empty()) {
     ddp.write_trace(c.trace);  // collective: every rank sends its events to rank 0
     log("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", c.trace.c_str());

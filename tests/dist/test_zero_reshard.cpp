@@ -51,7 +51,8 @@ std::pair<rg::Tensor, rg::Tensor> batch(int step, int64_t first, int64_t count) 
 int train(const std::string& dir, int from, int to) {
   const int N = dist::world().size, r = dist::world().rank;
   if (kGlobalBatch % N != 0) {
-    std::fprintf(stderr, "world size %d does not divide the global batch %lld\n", N, static_cast<long long>(kGlobalBatch));
+    std::fprintf(stderr, "world size %d does not divide the global batch %lld\n", N,
+                 static_cast<long long>(kGlobalBatch));
     return 1;
   }
   auto model = make_mlp();
@@ -118,12 +119,13 @@ int check(const std::string& dir, int steps) {
         }
         worst_state = std::max(worst_state, rel_diff(t, s));
       }
-  std::printf("after %d steps at N = 2, 3, 1 against one process: parameters %.3g, optimizer state %.3g "
-              "(largest relative L2 difference), %zu of %zu state entries matched\n",
-              steps, worst_param, worst_state, matched, expected.size());
+  std::printf(
+      "after %d steps at N = 2, 3, 1 against one process: parameters %.3g, optimizer state %.3g "
+      "(largest relative L2 difference), %zu of %zu state entries matched\n",
+      steps, worst_param, worst_state, matched, expected.size());
   // f32 sums in another order at each N (the ring's reduce-scatter, then one process's batch mean).
-  const bool ok = matched == expected.size() && full.size() == expected.size() && worst_param < 1e-5 &&
-                  worst_state < 1e-4;
+  const bool ok =
+      matched == expected.size() && full.size() == expected.size() && worst_param < 1e-5 && worst_state < 1e-4;
   std::printf("%s\n", ok ? "reshard round trip: OK" : "FAIL");
   return ok ? 0 : 1;
 }

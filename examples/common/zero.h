@@ -1,0 +1,94 @@
+// The examples' --zero and --memory-report: an optimizer plain or sharded (dist::ZeroOptimizer),
+// the calls that differ between the two, and where a rank's memory goes.
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "dist/ddp/ddp.h"
+#include "dist/zero/zero_optimizer.h"
+#include "optim/clip_grad.h"
+#include "optim/optimizer.h"
+
+namespace ringgrad::examples {
+
+// Stage 0: make(groups) itself. Stage 1 or 2: a ZeroOptimizer over `ddp` stepping this rank's
+// pieces with what make builds. Collective when stage > 0.
+inline std::unique_ptr<optim::Optimizer> plain_or_sharded(int stage, dist::DistributedDataParallel& ddp,
+                                                          std::vector<optim::ParamGroup> groups,
+                                                          const dist::ZeroOptimizer::MakeOptimizer& make) {
+  if (stage == 0) return make(std::move(groups));
+  return std::make_unique<dist::ZeroOptimizer>(ddp, std::move(groups), make, dist::ZeroOptions{.stage = stage});
+}
+
+inline dist::ZeroOptimizer* as_sharded(optim::Optimizer& opt) { return dynamic_cast<dist::ZeroOptimizer*>(&opt); }
+
+// Global-norm clipping: over the model's gradients, or (sharded) over each rank's pieces plus one
+// AllReduce -- at stage 2 a parameter's .grad is not the averaged gradient.
+inline double clip_gradients(optim::Optimizer& opt, const std::vector<Tensor>& params, double max_norm) {
+  if (dist::ZeroOptimizer* zero = as_sharded(opt)) return zero->clip_grad_norm(max_norm);
+  return optim::clip_grad_norm(params, max_norm);
+}
+
+// A sharded optimizer's state lives beside the training checkpoint, in a folder of shards.
+inline std::string shard_folder(const std::string& checkpoint) { return checkpoint + ".zero"; }
+
+// Where this rank's memory goes: Ψ, the bytes per parameter of parameters, gradients and optimizer
+// state, and the allocator's figures around training. Collective (sums over ranks); every rank
+// gets the text, rank 0 prints it.
+//   allocated_before: memory_stats(device).allocated when training began, after which the peak was reset.
+inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt, dist::DistributedDataParallel& ddp,
+                                 Device device, size_t allocated_before) {
+  int64_t psi = 0;
+  size_t param_bytes = 0;
+  for (const Tensor& p : model.parameters())
+    if (p.requires_grad()) {
+      psi += p.numel();
+      param_bytes += p.nbytes();
+    }
+  size_t bucket_bytes = 0;
+  bool shared = false;
+  for (const dist::BucketInfo& b : ddp.buckets()) {
+    bucket_bytes += static_cast<size_t>(b.numel) * dtype_size(b.dtype);
+    shared |= b.in_shared_memory;
+  }
+  dist::ZeroOptimizer* zero = as_sharded(opt);
+  const size_t reduced = zero != nullptr ? zero->reduced_gradient_bytes() : 0;
+  const size_t state = opt.state_bytes();
+  Tensor all_state = full({1}, static_cast<double>(state), {.dtype = DType::i64});
+  ddp.group().allreduce(all_state, dist::ReduceOp::sum)->wait();
+  const MemoryStats stats = memory_stats(device);
+  const int N = ddp.group().size();
+  auto mib = [](double bytes) { return str_cat(std::round(bytes / (1024.0 * 1024.0) * 100) / 100, " MiB"); };
+  auto per_param = [&](double bytes) {
+    return str_cat(std::round(bytes / static_cast<double>(std::max<int64_t>(psi, 1)) * 100) / 100, " B/param");
+  };
+  auto line = [&](const char* what, double bytes, const std::string& note) {
+    return str_cat("  ", what, mib(bytes), "  ", per_param(bytes), note.empty() ? "" : " (" + note + ")", "\n");
+  };
+  const double model_state = static_cast<double>(param_bytes + bucket_bytes + reduced + state);
+  std::string out =
+      str_cat("memory report (rank ", ddp.group().rank(), " of ", N, ", ", opt.name(), "): Ψ = ", psi, " parameters\n");
+  out += line("parameters        ", param_bytes, "");
+  out += line("gradients         ", bucket_bytes,
+              shared ? "DDP buckets, in shared memory: outside the allocator's count" : "DDP buckets");
+  if (zero != nullptr && zero->stage() == 2)
+    out += line("reduced gradient  ", reduced, "this rank's reduce-scattered blocks");
+  out += line("optimizer state   ", state,
+              zero != nullptr ? str_cat("1/", N, " of the ", per_param(all_state.item()), " all ranks hold together")
+                              : "every rank holds a whole copy");
+  out += line("model state       ", model_state, "the sum of the above");
+  out += str_cat("  allocator         ", mib(allocated_before),
+                 " allocated when training began (data, parameters, optimizer state); peak during training ",
+                 mib(stats.peak_allocated), ", ",
+                 mib(static_cast<double>(stats.peak_allocated) - static_cast<double>(allocated_before)),
+                 " above it (gradients outside shared memory, activations, temporaries)");
+  return out;
+}
+
+}  // namespace ringgrad::examples

@@ -4,6 +4,7 @@
 //   build/bench/ddp_train --model mlp --threads 1                 # variant (a)
 //   build/bench/ddp_train --model mlp --threads 2                 # variant (b)
 //   mpirun -np 2 build/bench/ddp_train --model mlp --threads 1    # variant (c)
+//   ... --zero 1|2          # the SGD state (and at 2 the gradients) sharded: dist::ZeroOptimizer
 //   ... --comm-hook fp16    # diagnostic, not W1: gradients travel as f16 (half the bytes)
 //   ... --comm-hook sync-only  # diagnostic, not W1: DDP's lockstep without the gradients (below)
 //   ... --trace FILE           # DDP's Chrome trace of both ranks, every step (tools/trace_timeline.py)
@@ -56,13 +57,16 @@ int main(int argc, char** argv) {
                                     return {g.allreduce(sync_token), nullptr};
                                   })
                                 : dist::comm_hook_by_name(flags.comm_hook);
-      if (w.size > 1)
+      if (w.size > 1 || flags.zero > 0)
         ddp = std::make_unique<dist::DistributedDataParallel>(model, group,
                                                               dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb,
                                                                                .first_bucket_mb = flags.first_bucket_mb,
                                                                                .comm_hook = hook,
                                                                                .trace = !flags.trace.empty()});
-      optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+      const optim::SGDOptions sgd{.lr = 0.05, .momentum = 0.9};
+      std::unique_ptr<optim::Optimizer> opt =
+          flags.zero > 0 ? dist::ZeroOptimizer::over<optim::SGD>(*ddp, sgd, {.stage = flags.zero})
+                         : std::make_unique<optim::SGD>(model->parameters(), sgd);
       const std::vector<int64_t> order = data::seeded_permutation(n, 7);
       int64_t cursor = w.rank;  // this rank's shard: every N-th example of the permutation
       auto next_batch = [&] {
@@ -73,9 +77,9 @@ int main(int argc, char** argv) {
       };
       auto step = [&] {
         auto [x, y] = next_batch();
-        opt.zero_grad();
+        opt->zero_grad();
         nn::F::cross_entropy(ddp ? ddp->forward(x) : model->forward(x), y).backward();
-        opt.step();
+        opt->step();
       };
       const double seconds = bench::time_steps(step, flags, *group, ddp.get());
       if (ddp && !flags.trace.empty()) ddp->write_trace(flags.trace);  // collective
@@ -84,10 +88,10 @@ int main(int argc, char** argv) {
     }
     if (w.rank == 0)
       std::printf(
-          "RESULT impl=ringgrad model=%s ranks=%d threads=%d batch=%d steps=%d precision=%s samples_per_s=%.1f "
-          "overlap=%.0f\n",
-          model_name.c_str(), w.size, flags.threads, batch, flags.steps, flags.precision.c_str(), samples_per_s,
-          overlap);
+          "RESULT impl=ringgrad model=%s ranks=%d threads=%d batch=%d steps=%d precision=%s zero=%d "
+          "samples_per_s=%.1f overlap=%.0f\n",
+          model_name.c_str(), w.size, flags.threads, batch, flags.steps, flags.precision.c_str(), flags.zero,
+          samples_per_s, overlap);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

@@ -44,7 +44,6 @@ int main(int argc, char** argv) {
       model->to(bench::precision_dtype(flags));  // bf16: AdamW keeps f32 master weights and moments
       optim::ParamGroup decay{{}, 3e-4, 0.1}, no_decay{{}, 3e-4, 0.0};
       for (const auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
-      optim::AdamW opt({decay, no_decay}, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
       auto group = dist::new_group(flags.backend);
       // One process trains the plain model, as the PyTorch peer does; from 2 ranks on, DDP.
       std::unique_ptr<dist::DistributedDataParallel> ddp;
@@ -53,15 +52,24 @@ int main(int argc, char** argv) {
       ddp_options.first_bucket_mb = flags.first_bucket_mb;
       ddp_options.comm_hook = dist::comm_hook_by_name(flags.comm_hook);
       ddp_options.trace = !flags.trace.empty();
-      if (w.size > 1) ddp = std::make_unique<dist::DistributedDataParallel>(model, group, ddp_options);
+      if (w.size > 1 || flags.zero > 0)
+        ddp = std::make_unique<dist::DistributedDataParallel>(model, group, ddp_options);
+      const optim::AdamWOptions adamw{.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1};
+      auto make_adamw = [&adamw](std::vector<optim::ParamGroup> g) {
+        return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::AdamW>(std::move(g), adamw));
+      };
+      std::unique_ptr<optim::Optimizer> opt =
+          flags.zero > 0 ? std::make_unique<dist::ZeroOptimizer>(*ddp, std::vector<optim::ParamGroup>{decay, no_decay},
+                                                                 make_adamw, dist::ZeroOptions{.stage = flags.zero})
+                         : make_adamw({decay, no_decay});
 
       int64_t step_index = 0;
       auto step = [&] {
         auto [x, y] = data::window_batch(train, sampler.offsets(step_index++, batch), block);  // (B, T) each
-        opt.zero_grad();
+        opt->zero_grad();
         Tensor logits = ddp ? ddp->forward(x) : model->forward(x);  // (B, T, V)
         cross_entropy(logits.reshape({batch * block, -1}), y.reshape({-1})).backward();
-        opt.step();
+        opt->step();
       };
       const double seconds = bench::time_steps(step, flags, *group, ddp.get());
       if (ddp && !flags.trace.empty()) ddp->write_trace(flags.trace);  // collective
@@ -70,9 +78,9 @@ int main(int argc, char** argv) {
     }
     if (w.rank == 0)
       std::printf(
-          "RESULT impl=ringgrad model=gpt ranks=%d threads=%d batch=%d steps=%d precision=%s tokens_per_s=%.1f "
-          "overlap=%.0f\n",
-          w.size, flags.threads, batch, flags.steps, flags.precision.c_str(), tokens_per_s, overlap);
+          "RESULT impl=ringgrad model=gpt ranks=%d threads=%d batch=%d steps=%d precision=%s zero=%d "
+          "tokens_per_s=%.1f overlap=%.0f\n",
+          w.size, flags.threads, batch, flags.steps, flags.precision.c_str(), flags.zero, tokens_per_s, overlap);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

@@ -23,6 +23,7 @@ struct TrainFlags {
   std::string trace;               // --trace FILE: DDP's Chrome trace of every rank (2+ ranks), all steps
   std::string precision = "fp32";  // --precision fp32|bf16: the parameters' dtype (bf16: f32 master weights)
   int steps = 200, warmup = 20, threads = 1, batch = 0, block = 128;
+  int zero = 0;  // --zero 1|2: the optimizer wrapped in dist::ZeroOptimizer (DDP even at one rank)
   double bucket_mb = 25, first_bucket_mb = 1;  // DDPOptions' defaults
 };
 
@@ -33,7 +34,7 @@ struct TrainFlags {
 inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
   std::string accepted =
       "--data --steps --warmup --threads --batch --backend --bucket-mb --first-bucket-mb --comm-hook --step-times "
-      "--trace --precision";
+      "--trace --precision --zero";
   for (const std::string& e : extra) accepted += " " + e;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -49,7 +50,13 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
     else if (flag == "--comm-hook") flags.comm_hook = value;
     else if (flag == "--step-times") flags.step_times = value;
     else if (flag == "--trace") flags.trace = value;
-    else if (flag == "--precision") {
+    else if (flag == "--zero") {
+      flags.zero = std::stoi(value);
+      if (flags.zero < 0 || flags.zero > 2) {
+        std::fprintf(stderr, "--zero takes 0, 1 or 2, got %s\n", value.c_str());
+        return false;
+      }
+    } else if (flag == "--precision") {
       if (value != "fp32" && value != "bf16") {
         std::fprintf(stderr, "--precision takes fp32 or bf16, got %s\n", value.c_str());
         return false;

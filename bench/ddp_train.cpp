@@ -64,9 +64,9 @@ int main(int argc, char** argv) {
                                                                                .comm_hook = hook,
                                                                                .trace = !flags.trace.empty()});
       const optim::SGDOptions sgd{.lr = 0.05, .momentum = 0.9};
-      std::unique_ptr<optim::Optimizer> opt =
-          flags.zero > 0 ? dist::ZeroOptimizer::over<optim::SGD>(*ddp, sgd, {.stage = flags.zero})
-                         : std::make_unique<optim::SGD>(model->parameters(), sgd);
+      std::unique_ptr<optim::Optimizer> opt;
+      if (flags.zero > 0) opt = dist::ZeroOptimizer::over<optim::SGD>(*ddp, sgd, {.stage = flags.zero});
+      else opt = std::make_unique<optim::SGD>(model->parameters(), sgd);
       const std::vector<int64_t> order = data::seeded_permutation(n, 7);
       int64_t cursor = w.rank;  // this rank's shard: every N-th example of the permutation
       auto next_batch = [&] {

@@ -184,9 +184,14 @@ void ZeroOptimizer::gather_parameters() {
   for (int b = 0; b < layout_.num_buckets(); ++b) {
     const int64_t m = layout_.block_numel(b);
     const TensorOptions type{.dtype = bucket_type_[b].first, .device = bucket_type_[b].second};
-    Tensor block = zeros({m}, type);
+    Tensor block = empty({m}, type);
+    int64_t filled = 0;
     for (const ShardPiece& piece : layout_.pieces(rank))
-      if (piece.bucket == b) block.narrow(0, piece.block_offset, piece.numel).copy_(flat(piece));
+      if (piece.bucket == b) {
+        block.narrow(0, piece.block_offset, piece.numel).copy_(flat(piece));
+        filled += piece.numel;
+      }
+    if (filled < m) block.narrow(0, filled, m - filled).zero_();  // the bucket's padding, in the last block
     gathered[b] = empty({N, m}, type);
     works.push_back(group_.allgather(gathered[b], block));
   }

@@ -121,9 +121,15 @@ class DistributedDataParallel {
 
   // For an optimizer that shards the buckets across the group's ranks (dist::ZeroOptimizer): pads
   // every bucket to a multiple of `parts` elements and fixes the bucket layout from now on (Note
-  // [Buckets for sharding] in dist/ddp/reducer.h). Collective; not during a backward.
-  void shard_buckets(int parts);
-  bool buckets_sharded() const;
+  // [Buckets for sharding] in dist/ddp/reducer.h). `owner` names that optimizer: while it is
+  // registered, a second one is refused (two would each step the same blocks, and the last one's
+  // communication hook would win). Collective; not during a backward.
+  void shard_buckets(int parts, const void* owner);
+  // The owner lets go (its destructor): the communication hook is DDPOptions::comm_hook again. The
+  // buckets stay padded, which changes nothing for an ordinary optimizer.
+  void release_shard_owner(const void* owner);
+  // Whether an optimizer shards the buckets now.
+  bool buckets_sharded() const { return shard_owner_ != nullptr; }
 
   const DDPStats& stats() const;
   void reset_stats();
@@ -156,6 +162,7 @@ class DistributedDataParallel {
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<optim::StepCheckHandle> step_check_;  // Note [A step after no_sync]
   Join* join_ = nullptr;                                // the Join this replica is in, if any
+  const void* shard_owner_ = nullptr;                   // the optimizer sharding the buckets, if any
 };
 
 // Mixed precision across ranks: makes `scaler` combine its found-inf flag over the group (max), so

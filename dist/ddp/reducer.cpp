@@ -327,13 +327,13 @@ void Reducer::rebuild_buckets_from_observed_order() {
 }
 
 void Reducer::shard_buckets(int parts) {
-  RG_CHECK(parts >= 1, "dist.DistributedDataParallel", "shard_buckets: parts must be >= 1, got ", parts);
+  RG_CHECK(parts >= 1, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
+           ": shard_buckets: parts must be >= 1, got ", parts);
   RG_CHECK(!in_backward_, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
            ": the buckets cannot be sharded during a backward");
   std::vector<int> order;  // the current layout, bucket by bucket
   for (const Bucket& b : buckets_) order.insert(order.end(), b.params.begin(), b.params.end());
   bucket_multiple_ = parts;
-  sharded_ = true;
   rebuilt_ = true;  // the layout is final
   observed_order_.clear();
   build_buckets(order);

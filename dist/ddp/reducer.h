@@ -98,7 +98,6 @@ class Reducer {
   // Note [Buckets for sharding]: pads every bucket to a multiple of `parts` elements and keeps the
   // layout from now on. Collective (the buckets are rebuilt).
   void shard_buckets(int parts);
-  bool buckets_sharded() const { return sharded_; }
   std::vector<TraceEvent> trace_events() {
     record_finished_steps(/*block=*/true);  // the last steps' bucket events, on nccl
     return events_;
@@ -159,7 +158,6 @@ class Reducer {
   int next_to_launch_ = 0;
   bool rebuilt_ = false;
   int64_t bucket_multiple_ = 1;  // Note [Buckets for sharding]
-  bool sharded_ = false;
   // dist::Join
   bool in_join_ = false;
   bool divide_by_group_size_ = false;

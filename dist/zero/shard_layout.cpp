@@ -7,9 +7,9 @@
 namespace ringgrad::dist {
 
 ShardLayout::ShardLayout(const std::vector<BucketInfo>& buckets,
-                         const std::map<std::string, std::pair<int, int64_t>>& params, int world)
-    : pieces_(static_cast<size_t>(world)) {
+                         const std::map<std::string, std::pair<int, int64_t>>& params, int world) {
   RG_CHECK(world >= 1, "dist.ZeroOptimizer", "world size must be >= 1, got ", world);
+  pieces_.resize(static_cast<size_t>(world));
   for (const BucketInfo& bucket : buckets) {
     RG_CHECK(bucket.numel % world == 0, "dist.ZeroOptimizer", "bucket ", bucket.index, " holds ", bucket.numel,
              " elements, not a multiple of the world size ", world, " (Note [Buckets for sharding])");

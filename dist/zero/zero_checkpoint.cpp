@@ -4,15 +4,21 @@
 // Note [Sharded checkpoint files]: a save writes
 //   <dir>/zero-<id>-shard-<r>-of-<N>.ckpt   on rank r: its pieces' state (shard_state_dict) and
 //                                           "zero.save_id / .rank / .world_size / .stage"
-//   <dir>/zero-index.ckpt                   on rank 0, after every shard was written: "zero.save_id",
+//   <dir>/zero-<id>-index.ckpt              on rank 0, after every shard was written: "zero.save_id",
 //                                           "zero.world_size", "shape.<name>" of every parameter in
 //                                           the optimizer's order, "param_groups.<g>.lr / .weight_decay"
+//   <dir>/zero-index.ckpt                   the same index again: the latest complete save
 // <id> is new at each save (drawn on rank 0, broadcast). Every file is written atomically
-// (nn/checkpoint.h), and the index -- the file that makes a set of shards a checkpoint -- last, so a
-// save that fails on any rank, or a crash in the middle, leaves the previous checkpoint readable:
-// its index still names its own shards, which are removed only after the new index is in place.
+// (nn/checkpoint.h) and the indexes last, so a save that fails on any rank, or a crash in the
+// middle, leaves the previous checkpoint readable. The files of the save before the new one are
+// kept too: a training checkpoint written after the shards (the examples record the save id in its
+// metadata) that did not make it to disk still finds the shards it names. Older saves are removed.
+// The folder must be one every rank sees (a shared filesystem): loading reads every shard.
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -34,10 +40,19 @@ std::string shard_path(const std::string& dir, int64_t id, int rank, int world) 
   return (fs::path(dir) / str_cat("zero-", id, "-shard-", rank, "-of-", world, ".ckpt")).string();
 }
 
-bool is_shard_of_another_save(const fs::path& file, int64_t id) {
+std::string index_path(const std::string& dir, std::optional<int64_t> id) {
+  return (fs::path(dir) / (id ? str_cat("zero-", *id, "-index.ckpt") : std::string(kIndexName))).string();
+}
+
+// The save id of a file "zero-<id>-...", or -1 for any other name (the latest index among them).
+int64_t save_id_of(const fs::path& file) {
   const std::string name = file.filename().string();
-  const std::string mine = str_cat("zero-", id, "-shard-");
-  return name.rfind("zero-", 0) == 0 && name.find("-shard-") != std::string::npos && name.rfind(mine, 0) != 0;
+  if (name.rfind("zero-", 0) != 0) return -1;
+  const size_t end = name.find('-', 5);
+  if (end == std::string::npos || end == 5 || end - 5 > 16) return -1;
+  const std::string digits = name.substr(5, end - 5);
+  if (!std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); })) return -1;
+  return std::stoll(digits);
 }
 
 // Every rank learns every rank's error ("" = fine); throws on all of them when any failed.
@@ -46,8 +61,8 @@ void agree_on_success(ProcessGroup& group, const std::string& error, const std::
   std::string failed;
   for (size_t r = 0; r < errors.size(); ++r)
     if (!errors[r].empty()) failed += str_cat("\n  rank ", r, ": ", errors[r]);
-  RG_CHECK(failed.empty(), "dist.ZeroOptimizer.save_sharded", what, " failed (seen by rank ", group.rank(), "/",
-           group.size(), "); the previous checkpoint in the folder, if any, is left as it was:", failed);
+  RG_CHECK(failed.empty(), "dist.ZeroOptimizer", what, " failed (seen by rank ", group.rank(), "/", group.size(), ")",
+           failed);
 }
 
 int64_t entry_int(const nn::StateDict& state, const std::string& key, const std::string& path) {
@@ -77,21 +92,23 @@ nn::StateDict ZeroOptimizer::shard_state_dict() const {
   return out;
 }
 
-void ZeroOptimizer::save_sharded(const std::string& dir) const {
+int64_t ZeroOptimizer::save_sharded(const std::string& dir) const {
   const int N = group_.size(), rank = group_.rank();
+  // Every step below catches what it raises and the ranks agree on it, so that a failure on one
+  // rank is an error on all of them rather than a rank leaving while the others wait.
   std::string error;
   try {
     RG_CHECK(!dir.empty(), "dist.ZeroOptimizer.save_sharded", "the folder name is empty");
     std::error_code ec;
-    fs::create_directories(dir, ec);  // every rank: the folder may be on a rank-local disk
-    RG_CHECK(fs::is_directory(dir), "dist.ZeroOptimizer.save_sharded", "cannot create the folder '", dir, "'",
+    fs::create_directories(dir, ec);
+    RG_CHECK(fs::is_directory(dir, ec), "dist.ZeroOptimizer.save_sharded", "cannot create the folder '", dir, "'",
              ec ? ": " + ec.message() : "");
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     error = e.what();
   }
   agree_on_success(group_, error, str_cat("creating the folder '", dir, "'"));
 
-  // A new id per save, so that new shards never overwrite the ones the current index names.
+  // A new id per save, so that new shards never overwrite the ones an index names.
   Tensor id_tensor = full({1}, 0.0, {.dtype = DType::i64});
   if (rank == 0) {
     std::random_device device;
@@ -109,7 +126,7 @@ void ZeroOptimizer::save_sharded(const std::string& dir) const {
     shard.emplace_back("zero.world_size", scalar_tensor(N, {.dtype = DType::f64}));
     shard.emplace_back("zero.stage", scalar_tensor(options_.stage, {.dtype = DType::f64}));
     nn::save_checkpoint(mine, shard);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     error = e.what();
   }
   try {
@@ -137,12 +154,20 @@ void ZeroOptimizer::save_sharded(const std::string& dir) const {
         index.emplace_back(str_cat("param_groups.", g, ".weight_decay"),
                            scalar_tensor(groups_[g].weight_decay, {.dtype = DType::f64}));
       }
-      nn::save_checkpoint((fs::path(dir) / kIndexName).string(), index);
-      // The new checkpoint is complete: the previous saves' shards can go.
+      // The save the latest index names now stays; older ones go once the new index is in place.
+      const std::string latest = index_path(dir, std::nullopt);
       std::error_code ec;
-      for (const auto& entry : fs::directory_iterator(dir, ec))
-        if (is_shard_of_another_save(entry.path(), id)) fs::remove(entry.path(), ec);
-    } catch (const Error& e) {
+      int64_t previous = -1;
+      if (fs::exists(latest, ec)) previous = entry_int(nn::load_checkpoint(latest), "zero.save_id", latest);
+      nn::save_checkpoint(index_path(dir, id), index);
+      nn::save_checkpoint(latest, index);
+      std::vector<fs::path> stale;
+      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const int64_t of = save_id_of(it->path());
+        if (of >= 0 && of != id && of != previous) stale.push_back(it->path());
+      }
+      for (const fs::path& file : stale) fs::remove(file, ec);
+    } catch (const std::exception& e) {
       error = e.what();
     }
   }
@@ -153,24 +178,46 @@ void ZeroOptimizer::save_sharded(const std::string& dir) const {
     fs::remove(mine, ec);
     throw;
   }
+  return id;
 }
 
-void ZeroOptimizer::load_sharded(const std::string& dir) {
-  optim::load_state_dict_by_name(*this, ddp_.module(), consolidate_sharded(dir));
+void ZeroOptimizer::load_sharded(const std::string& dir, std::optional<int64_t> save_id) {
+  // Collective: a rank whose load failed must not train on while the others stop, so the ranks
+  // agree, and a rank that had loaded puts its state back.
+  const nn::StateDict previous = inner_->state_dict();  // load replaces these tensors, never writes them
+  const std::vector<optim::ParamGroup> previous_groups = groups_;
+  std::string error;
+  try {
+    optim::load_state_dict_by_name(*this, ddp_.module(), consolidate_sharded(dir, save_id));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  try {
+    agree_on_success(group_, error, str_cat("loading the sharded optimizer state from '", dir, "'"));
+  } catch (const Error&) {
+    if (error.empty()) {
+      inner_->load_state_dict(previous);
+      groups_ = previous_groups;
+    }
+    throw;
+  }
 }
 
-nn::StateDict consolidate_sharded(const std::string& dir) {
+nn::StateDict consolidate_sharded(const std::string& dir, std::optional<int64_t> save_id) {
   const char* who = "dist.consolidate_sharded";
-  const std::string index_path = (fs::path(dir) / kIndexName).string();
-  RG_CHECK(fs::is_directory(dir), who, "'", dir, "' is not a folder holding a sharded optimizer checkpoint");
-  RG_CHECK(fs::exists(index_path), who, "'", index_path, "' is missing: '", dir,
-           "' holds no complete sharded optimizer checkpoint (the index is written last)");
-  const nn::StateDict index = nn::load_checkpoint(index_path);
-  RG_CHECK(entry_int(index, "zero.format", index_path) == static_cast<int64_t>(kFormat), who, index_path,
-           ": unknown format ", entry_int(index, "zero.format", index_path));
-  const int64_t id = entry_int(index, "zero.save_id", index_path);
-  const int64_t N = entry_int(index, "zero.world_size", index_path);
-  RG_CHECK(N >= 1 && N <= (1 << 20), who, index_path, ": world size ", N, " is out of range");
+  const std::string index_file = index_path(dir, save_id);
+  std::error_code ec;
+  RG_CHECK(fs::is_directory(dir, ec), who, "'", dir, "' is not a folder holding a sharded optimizer checkpoint");
+  RG_CHECK(fs::exists(index_file, ec), who, "'", index_file, "' is missing: '", dir, "' holds no complete ",
+           save_id ? str_cat("save ", *save_id, " of a ") : std::string(),
+           "sharded optimizer checkpoint (the index is written last)");
+  const nn::StateDict index = nn::load_checkpoint(index_file);
+  RG_CHECK(entry_int(index, "zero.format", index_file) == static_cast<int64_t>(kFormat), who, index_file,
+           ": unknown format ", entry_int(index, "zero.format", index_file));
+  const int64_t id = entry_int(index, "zero.save_id", index_file);
+  RG_CHECK(!save_id || id == *save_id, who, index_file, " describes save ", id, ", not ", save_id.value_or(-1));
+  const int64_t N = entry_int(index, "zero.world_size", index_file);
+  RG_CHECK(N >= 1 && N <= (1 << 20), who, index_file, ": world size ", N, " is out of range");
 
   std::vector<std::pair<std::string, Shape>> params;  // in the optimizer's order
   nn::StateDict out;
@@ -193,11 +240,11 @@ nn::StateDict consolidate_sharded(const std::string& dir) {
   std::map<std::string, std::map<std::string, std::vector<Part>>> state;  // name -> what -> pieces
   for (int64_t r = 0; r < N; ++r) {
     const std::string path = shard_path(dir, id, static_cast<int>(r), static_cast<int>(N));
-    RG_CHECK(fs::exists(path), who, "shard '", path, "' named by '", index_path, "' is missing");
+    RG_CHECK(fs::exists(path, ec), who, "shard '", path, "' named by '", index_file, "' is missing");
     const nn::StateDict shard = nn::load_checkpoint(path);
     RG_CHECK(entry_int(shard, "zero.save_id", path) == id && entry_int(shard, "zero.rank", path) == r &&
                  entry_int(shard, "zero.world_size", path) == N,
-             who, path, ": the shard does not belong to the save that '", index_path, "' describes (save ", id,
+             who, path, ": the shard does not belong to the save that '", index_file, "' describes (save ", id,
              ", rank ", r, " of ", N, ")");
     std::map<std::string, int64_t> offset_of;
     for (const auto& [key, t] : shard) {

@@ -1,5 +1,6 @@
 #include "dist/zero/zero_optimizer.h"
 
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
@@ -33,26 +34,38 @@ std::vector<std::string> names_in_model(const std::vector<Tensor>& params, const
 
 ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups, MakeOptimizer make,
                              ZeroOptions options)
-    : Optimizer(std::move(groups)), ddp_(ddp), group_(ddp.group()), options_(options) {
+    : Optimizer(std::move(groups)), ddp_(ddp), group_(ddp.group()), options_(options), make_(std::move(make)) {
   RG_CHECK(options.stage == 1 || options.stage == 2, "dist.ZeroOptimizer",
            "stage must be 1 (optimizer state) or 2 "
            "(and gradients), got ",
            options.stage, ". Stage 0 is plain DDP with an ordinary optimizer");
-  RG_CHECK(make != nullptr, "dist.ZeroOptimizer", "no function to build the sharded optimizer");
+  RG_CHECK(make_ != nullptr, "dist.ZeroOptimizer", "no function to build the sharded optimizer");
   params_ = parameters();
   names_ = names_in_model(params_, ddp.module());
-  const int N = group_.size(), rank = group_.rank();
+  const int N = group_.size();
 
-  // Step 1: buckets padded to N m elements, their layout fixed.
-  ddp.shard_buckets(N);
+  // Step 1: buckets padded to N m elements, their layout fixed. From here on a failure must give
+  // the DDP model back, or no other optimizer could shard it.
+  ddp.shard_buckets(N, this);
+  try {
+    build_shards();
+  } catch (...) {
+    ddp.release_shard_owner(this);
+    throw;
+  }
+}
+
+void ZeroOptimizer::build_shards() {
+  const int N = group_.size(), rank = group_.rank();
   std::map<std::string, std::pair<int, int64_t>> index_of;
   for (size_t i = 0; i < params_.size(); ++i) index_of[names_[i]] = {static_cast<int>(i), params_[i].numel()};
-  const std::vector<BucketInfo> buckets = ddp.buckets();
+  const std::vector<BucketInfo> buckets = ddp_.buckets();
   layout_ = ShardLayout(buckets, index_of, N);
   size_t in_buckets = 0;
   for (const BucketInfo& b : buckets) in_buckets += b.parameter_names.size();
-  RG_CHECK(in_buckets == params_.size(), "dist.ZeroOptimizer", "the optimizer holds ", params_.size(),
-           " parameters but the DDP model's buckets ", in_buckets, ": it must hold exactly the trainable ones");
+  RG_CHECK(in_buckets == params_.size(), "dist.ZeroOptimizer", "rank ", rank, "/", N, ": the optimizer holds ",
+           params_.size(), " parameters but the DDP model's buckets ", in_buckets,
+           ": it must hold exactly the trainable ones");
   for (const BucketInfo& b : buckets) {
     const Tensor& first = params_[index_of.at(b.parameter_names.at(0)).first];
     bucket_type_.emplace_back(b.dtype, first.device());
@@ -68,36 +81,40 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::Pa
   for (size_t g = 0; g < groups_.size(); ++g)
     for (const ShardPiece& piece : layout_.pieces(rank)) {
       if (group_of.at(params_[piece.param].impl()) != g) continue;
-      pieces_.push_back(flat(piece));
+      // A piece that is a whole parameter keeps its shape, so that its state is shaped as a plain
+      // optimizer's (a 0-dim parameter's moments are 0-dim, not (1)).
+      pieces_.push_back(whole(piece) ? params_[piece.param].detach() : flat(piece));
       piece_of_.push_back(piece);
       piece_groups[g].params.push_back(pieces_.back());
     }
-  inner_ = make(std::move(piece_groups));
-  RG_CHECK(inner_ != nullptr && inner_->parameters().size() == pieces_.size(), "dist.ZeroOptimizer",
-           "the sharded optimizer must be built over exactly the parameter groups it is given");
+  const size_t num_groups = piece_groups.size();
+  inner_ = make_(std::move(piece_groups));
+  RG_CHECK(inner_ != nullptr && inner_->parameters().size() == pieces_.size() &&
+               inner_->param_groups().size() == num_groups,
+           "dist.ZeroOptimizer", "the sharded optimizer must be built over exactly the parameter groups it is given");
 
   if (options_.stage == 2) {
     for (int b = 0; b < layout_.num_buckets(); ++b)
       shard_grads_.push_back(
           zeros({layout_.block_numel(b)}, {.dtype = bucket_type_[b].first, .device = bucket_type_[b].second}));
     // Step 2, stage 2: each bucket's reduction is a reduce-scatter into this rank's block. The hook
-    // holds the blocks, not `this` (DDP may run it after a failed construction of the next one).
+    // holds the blocks, not `this`; the destructor puts DDP's own hook back.
     auto blocks = shard_grads_;
-    ddp.set_comm_hook([blocks](ProcessGroup& group, GradBucket& bucket) -> HookWork {
+    ddp_.set_comm_hook([blocks](ProcessGroup& group, GradBucket& bucket) -> HookWork {
       const Tensor& block = blocks.at(bucket.index);
-      // Note [Average, not sum] in dist/ddp/ddp.h; f16 is divided first as by allreduce_hook.
-      if (bucket.buffer.dtype() == DType::f16 && group.size() > 1) {
-        bucket.buffer.mul_(1.0 / group.size());
-        return {group.reduce_scatter(block, bucket.buffer, ReduceOp::sum), nullptr};
+      // Note [Average, not sum] in dist/ddp/ddp.h. The buffer is left as backward wrote it (a
+      // backward without zero_grad adds to it). Every backend but nccl sums f16 in f32 (Note
+      // [Half-precision accumulation]); nccl sums in f16, so there a copy divided first is reduced.
+      if (bucket.buffer.dtype() == DType::f16 && group.size() > 1 && group.backend() == "nccl") {
+        Tensor divided = bucket.buffer * (1.0 / group.size());
+        return {group.reduce_scatter(block, divided, ReduceOp::sum), [divided] {}};
       }
       return {group.reduce_scatter(block, bucket.buffer, ReduceOp::avg), nullptr};
     });
   }
 }
 
-ZeroOptimizer::~ZeroOptimizer() {
-  if (options_.stage == 2) ddp_.set_comm_hook(CommHook{});  // DDP's AllReduce again
-}
+ZeroOptimizer::~ZeroOptimizer() { ddp_.release_shard_owner(this); }  // DDP's own hook again
 
 std::string ZeroOptimizer::name() const { return str_cat("ZeRO-", options_.stage, "(", inner_->name(), ")"); }
 
@@ -109,6 +126,8 @@ size_t ZeroOptimizer::reduced_gradient_bytes() const {
   return n;
 }
 
+bool ZeroOptimizer::whole(const ShardPiece& piece) const { return piece.numel == params_[piece.param].numel(); }
+
 Tensor ZeroOptimizer::flat(const ShardPiece& piece) const {
   return params_[piece.param].detach().view({-1}).narrow(0, piece.param_offset, piece.numel);
 }
@@ -116,17 +135,23 @@ Tensor ZeroOptimizer::flat(const ShardPiece& piece) const {
 void ZeroOptimizer::set_piece_gradients() {
   for (size_t j = 0; j < pieces_.size(); ++j) {
     const ShardPiece& piece = piece_of_[j];
-    const Tensor g = params_[piece.param].grad();
+    const Tensor& param = params_[piece.param];
+    const Tensor g = param.grad();
     if (!g.defined()) {
       pieces_[j].set_grad(Tensor());
       continue;
     }
     if (options_.stage == 2) {
-      pieces_[j].set_grad(shard_grads_[piece.bucket].narrow(0, piece.block_offset, piece.numel));
-    } else {
-      const Tensor dense = g.is_contiguous() ? g : g.contiguous();
-      pieces_[j].set_grad(dense.view({-1}).narrow(0, piece.param_offset, piece.numel));
+      const Tensor slice = shard_grads_[piece.bucket].narrow(0, piece.block_offset, piece.numel);
+      pieces_[j].set_grad(whole(piece) ? slice.view(param.shape()) : slice);
+      continue;
     }
+    // Stage 1: the averaged .grad, which DDP keeps as a view into its bucket. A .grad replaced by
+    // something else would have the piece updated from a copy that clipping or unscaling never sees.
+    RG_CHECK(g.is_contiguous() && g.dtype() == param.dtype(), "dist.ZeroOptimizer", "rank ", group_.rank(), "/",
+             group_.size(), ": the gradient of '", names_[piece.param], "' is ", g.desc(),
+             "; a sharded optimizer needs the dense gradient of the parameter's dtype that DDP leaves there");
+    pieces_[j].set_grad(whole(piece) ? g : g.view({-1}).narrow(0, piece.param_offset, piece.numel));
   }
 }
 
@@ -216,16 +241,22 @@ nn::StateDict ZeroOptimizer::state_dict() const {
 }
 
 void ZeroOptimizer::load_state_dict(const nn::StateDict& state) {
-  // Entries "<i>.<what>" of parameter i, found once.
+  // Every entry is checked against its parameter on every rank, whichever rank steps it, so that a
+  // malformed state fails everywhere alike.
   std::map<size_t, std::vector<std::pair<std::string, Tensor>>> by_param;
   for (const auto& [key, t] : state) {
     const size_t dot = key.find('.');
     const std::string head = key.substr(0, dot);
-    RG_CHECK(dot != std::string::npos && !head.empty() && std::all_of(head.begin(), head.end(), ::isdigit),
-             "dist.ZeroOptimizer", "state entry '", key, "' is not '<parameter index>.<what>'");
+    RG_CHECK(dot != std::string::npos && !head.empty() && head.size() < 10 &&
+                 std::all_of(head.begin(), head.end(), [](unsigned char c) { return std::isdigit(c); }),
+             "dist.ZeroOptimizer", "rank ", group_.rank(), "/", group_.size(), ": state entry '", key,
+             "' is not '<parameter index>.<what>'");
     const size_t i = std::stoul(head);
-    RG_CHECK(i < params_.size(), "dist.ZeroOptimizer", "state entry '", key, "' is for parameter ", i,
-             ", but the optimizer holds ", params_.size());
+    RG_CHECK(i < params_.size(), "dist.ZeroOptimizer", "rank ", group_.rank(), "/", group_.size(), ": state entry '",
+             key, "' is for parameter ", i, ", but the optimizer holds ", params_.size());
+    RG_CHECK(t.dim() == 0 || t.numel() == params_[i].numel(), "dist.ZeroOptimizer", "rank ", group_.rank(), "/",
+             group_.size(), ": state entry '", key, "' (", names_[i], ") has shape ", shape_str(t.shape()),
+             ", parameter has ", shape_str(params_[i].shape()));
     by_param[i].emplace_back(key.substr(dot + 1), t);
   }
   nn::StateDict pieces_state;
@@ -234,15 +265,13 @@ void ZeroOptimizer::load_state_dict(const nn::StateDict& state) {
     auto it = by_param.find(static_cast<size_t>(piece.param));
     if (it == by_param.end()) continue;  // the sharded optimizer names what is missing
     for (const auto& [what, t] : it->second) {
-      if (t.dim() == 0) {
-        pieces_state.emplace_back(str_cat(j, ".", what), t);
-        continue;
-      }
-      RG_CHECK(t.numel() == params_[piece.param].numel(), "dist.ZeroOptimizer", "state entry '", piece.param, ".", what,
-               "' (", names_[piece.param], ") has shape ", shape_str(t.shape()), ", parameter has ",
-               shape_str(params_[piece.param].shape()));
+      // A whole parameter's entries pass as they are (their shape is the parameter's, or a scalar
+      // such as Adam's step); a cut one's per-element entries are sliced to its range.
+      const bool per_element = t.dim() > 0 && !whole(piece);
       pieces_state.emplace_back(str_cat(j, ".", what),
-                                t.contiguous().view({-1}).narrow(0, piece.param_offset, piece.numel).contiguous());
+                                per_element
+                                    ? t.contiguous().view({-1}).narrow(0, piece.param_offset, piece.numel).contiguous()
+                                    : t);
     }
   }
   inner_->load_state_dict(pieces_state);  // checks every entry before it changes anything

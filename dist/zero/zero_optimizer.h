@@ -14,7 +14,7 @@
 // Memory per rank, Ψ parameters of f16 with Adam (docs/zero.md has this machine's measured bytes):
 //   DDP      2Ψ params + 2Ψ grads + 12Ψ state (f32 master 4, moments 8)   = 16Ψ
 //   stage 1  2Ψ + 2Ψ + 12Ψ/N                                                = (4 + 12/N)Ψ
-//   stage 2  2Ψ + 2Ψ/N reduced gradient + 12Ψ/N                           -> (2 + 14/N)Ψ, see below
+//   stage 2  2Ψ + 2Ψ/N reduced gradient + 12Ψ/N = (2 + 14/N)Ψ, plus 2Ψ here: see below
 //
 // How a step goes (Note [Shards cut across parameters] in dist/zero/shard_layout.h says who owns what):
 //  1. DDP's buckets are padded to a multiple of N elements and their layout fixed (Note [Buckets for
@@ -54,6 +54,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,26 +124,32 @@ class ZeroOptimizer : public optim::Optimizer {
   // This rank's shard as it is saved: "piece.<name>.range" (i64 [offset, numel] in the flattened
   // parameter) and "piece.<name>.<what>" (1-D slices of the state, or scalars such as "step").
   nn::StateDict shard_state_dict() const;
-  // Collective. Writes <dir>/zero-shard-<r>-of-<N>.ckpt on every rank (atomic and checksummed as
-  // every checkpoint file: nn/checkpoint.h), then, once every rank's write succeeded, rank 0 writes
-  // <dir>/zero-index.ckpt (the parameters' names and shapes, the world size, a save id every shard
-  // carries). A failed write on any rank is an error on every rank, naming the rank and the file.
-  void save_sharded(const std::string& dir) const;
-  // Restores the state from save_sharded's files, saved at any world size: the shards are
-  // consolidated and this rank keeps its pieces (resharding). Not collective; reads every shard.
-  void load_sharded(const std::string& dir);
+  // Collective. Writes this rank's shard and, once every rank's write succeeded, rank 0 writes the
+  // index (Note [Sharded checkpoint files] in dist/zero/zero_checkpoint.cpp: atomic, checksummed
+  // files; the previous save stays readable until the next one completes). `dir` must be a folder
+  // every rank sees. A failed write on any rank is an error on every rank, naming the rank and the
+  // file. Returns the save's id, for a training checkpoint to record.
+  int64_t save_sharded(const std::string& dir) const;
+  // Collective. Restores the state from save_sharded's files -- the latest save in `dir`, or the
+  // one with `save_id` -- saved at any world size: the shards are consolidated and this rank keeps
+  // its pieces (resharding). Every rank reads every shard. A failure on any rank is an error on
+  // every rank, and the state is left as it was.
+  void load_sharded(const std::string& dir, std::optional<int64_t> save_id = std::nullopt);
 
  protected:
   void update() override;
 
  private:
+  void build_shards();                         // the constructor's work once DDP's buckets are this optimizer's
   void set_piece_gradients();                  // points each piece's .grad at its gradient for this step
   void gather_parameters();                    // step 4: the allgather of every bucket's updated blocks
-  Tensor flat(const ShardPiece& piece) const;  // the piece's elements in its parameter (a view)
+  Tensor flat(const ShardPiece& piece) const;  // the piece's elements in its parameter (a 1-D view)
+  bool whole(const ShardPiece& piece) const;   // the piece is its whole parameter
 
   DistributedDataParallel& ddp_;
   ProcessGroup& group_;
   ZeroOptions options_;
+  MakeOptimizer make_;
   std::vector<Tensor> params_;                         // parameters(), cached
   std::vector<std::string> names_;                     // the model's name of each
   std::vector<std::pair<DType, Device>> bucket_type_;  // per bucket
@@ -153,11 +160,11 @@ class ZeroOptimizer : public optim::Optimizer {
   std::unique_ptr<optim::Optimizer> inner_;  // steps pieces_
 };
 
-// The full optimizer state of the sharded checkpoint in `dir`, keyed by parameter name as
+// The full optimizer state of the sharded checkpoint in `dir` (its latest save, or save `save_id`), keyed by parameter name as
 // optim::state_dict_by_name writes it ("fc1.weight.exp_avg", "fc1.weight.step",
 // "param_groups.0.lr"), so a plain optimizer can load it with optim::load_state_dict_by_name. Every
 // shard is checked against the index (world size, save id, pieces tiling each parameter exactly);
 // an error names the file.
-nn::StateDict consolidate_sharded(const std::string& dir);
+nn::StateDict consolidate_sharded(const std::string& dir, std::optional<int64_t> save_id = std::nullopt);
 
 }  // namespace ringgrad::dist

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "dist/zero/zero_optimizer.h"
 #include "optim/clip_grad.h"
 #include "optim/optimizer.h"
+#include "optim/training_checkpoint.h"
 
 namespace ringgrad::examples {
 
@@ -35,8 +37,19 @@ inline double clip_gradients(optim::Optimizer& opt, const std::vector<Tensor>& p
   return optim::clip_grad_norm(params, max_norm);
 }
 
-// A sharded optimizer's state lives beside the training checkpoint, in a folder of shards.
+// A sharded optimizer's state lives beside the training checkpoint, in a folder of shards; the
+// checkpoint's metadata "zero_save_id" names the save it goes with.
 inline std::string shard_folder(const std::string& checkpoint) { return checkpoint + ".zero"; }
+
+// The save a loaded training checkpoint names (a checkpoint written without --zero names none:
+// the latest save in the folder is then taken).
+inline std::optional<int64_t> zero_save_id(const optim::TrainingCheckpoint& checkpoint) {
+  auto it = checkpoint.metadata.find("zero_save_id");
+  if (it == checkpoint.metadata.end()) return std::nullopt;
+  const int64_t* id = std::get_if<int64_t>(&it->second);
+  RG_CHECK(id != nullptr, "examples", "the checkpoint's metadata 'zero_save_id' is not an integer");
+  return *id;
+}
 
 // Where this rank's memory goes: Ψ, the bytes per parameter of parameters, gradients and optimizer
 // state, and the allocator's figures around training. Collective (sums over ranks); every rank

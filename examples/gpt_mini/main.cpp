@@ -242,7 +242,7 @@ int run(Config& c, const dist::World& world) {
   if (!c.checkpoint.empty()) checkpoint.check_destination(c.checkpoint);
   if (!c.resume.empty()) {
     log("%s\n", checkpoint.load(c.resume).describe().c_str());
-    if (sharded != nullptr) sharded->load_sharded(examples::shard_folder(c.resume));
+    if (sharded != nullptr) sharded->load_sharded(examples::shard_folder(c.resume), examples::zero_save_id(checkpoint));
     step = next_step;
   }
   log("model: GPT %lld layers, %lld heads, %lld wide, block %lld: %lld parameters, %s on %s\n", (long long)c.n_layer,
@@ -258,8 +258,11 @@ int run(Config& c, const dist::World& world) {
   auto save = [&](int64_t resume_at) {
     if (c.checkpoint.empty()) return;
     next_step = resume_at;
+    // The shards first, their save's id in the checkpoint: a crash between the two leaves a
+    // checkpoint naming shards that are still there (the previous save's are kept).
+    if (sharded != nullptr)
+      checkpoint.metadata["zero_save_id"] = sharded->save_sharded(examples::shard_folder(c.checkpoint));
     checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
-    if (sharded != nullptr) sharded->save_sharded(examples::shard_folder(c.checkpoint));  // every rank its shard
   };
 
   // ---- training ----

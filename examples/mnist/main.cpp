@@ -181,12 +181,15 @@ int run(Config& c, const dist::World& world) {
   if (!c.checkpoint.empty()) checkpoint.check_destination(c.checkpoint);
   if (!c.resume.empty()) {
     log("%s\n", checkpoint.load(c.resume).describe().c_str());
-    if (sharded != nullptr) sharded->load_sharded(examples::shard_folder(c.resume));
+    if (sharded != nullptr) sharded->load_sharded(examples::shard_folder(c.resume), examples::zero_save_id(checkpoint));
   }
   auto save = [&] {
     if (c.checkpoint.empty()) return;
+    // The shards first, their save's id in the checkpoint: a crash between the two leaves a
+    // checkpoint naming shards that are still there (the previous save's are kept).
+    if (sharded != nullptr)
+      checkpoint.metadata["zero_save_id"] = sharded->save_sharded(examples::shard_folder(c.checkpoint));
     checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
-    if (sharded != nullptr) sharded->save_sharded(examples::shard_folder(c.checkpoint));  // every rank its shard
   };
 
   const bool tty = isatty(STDOUT_FILENO) && world.size == 1;

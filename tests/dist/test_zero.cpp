@@ -98,18 +98,20 @@ double kind_wd(const std::string& kind) { return kind == "sgd" ? 1e-3 : kind == 
 // The largest relative difference between the two models' parameters, tensor by tensor:
 // ||a - b|| / ||a|| (L2). Elementwise ratios would blow up at parameters Adam has driven near zero,
 // where one rounding of a sum moves the sign of a tiny update.
+double rel_l2(const rg::Tensor& a, const rg::Tensor& b) {
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  double diff = 0, norm = 0;
+  for (size_t k = 0; k < x.size(); ++k) {
+    diff += (x[k] - y[k]) * (x[k] - y[k]);
+    norm += x[k] * x[k];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
 double max_rel_diff(const nn::Module& a, const nn::Module& b) {
   double worst = 0;
   auto pa = a.named_parameters(), pb = b.named_parameters();
-  for (size_t i = 0; i < pa.size(); ++i) {
-    const std::vector<double> x = pa[i].second.to_vector(), y = pb[i].second.to_vector();
-    double diff = 0, norm = 0;
-    for (size_t k = 0; k < x.size(); ++k) {
-      diff += (x[k] - y[k]) * (x[k] - y[k]);
-      norm += x[k] * x[k];
-    }
-    worst = std::max(worst, std::sqrt(diff / std::max(norm, 1e-30)));
-  }
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, rel_l2(pa[i].second, pb[i].second));
   return worst;
 }
 
@@ -295,7 +297,9 @@ TEST_CASE("zero: an f16 model with a GradScaler skips together when one rank's s
       CHECK(scaler.get_scale() == ref_scaler.get_scale());
     }
     CHECK(skipped == 1);
-    CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+    // DDP's f16 AllReduce divides every term by N in f16 before summing (NCCL sums in f16); stage 2
+    // sums in f32 and divides once, so at N = 3 the two round differently: within f16's precision.
+    CHECK(max_rel_diff(*reference, *model) <= (stage == 2 ? 2e-3 : 1e-6));
   }
 }
 
@@ -358,7 +362,7 @@ TEST_CASE("zero: a sharded checkpoint resumes bit-exactly and consolidates to DD
       auto it = std::find_if(full.begin(), full.end(), [&](const auto& e) { return e.first == key; });
       REQUIRE(it != full.end());
       CHECK(it->second.shape() == t.shape());
-      CHECK(rg::allclose(it->second, t, 1e-6, 1e-9));
+      CHECK(rel_l2(t, it->second) <= 1e-6);
     }
     CHECK_THROWS_WITH_AS(zero->state_dict(), doctest::Contains("save_sharded"), rg::Error);
 
@@ -402,4 +406,104 @@ TEST_CASE("zero: what it refuses, with the reason") {
   CHECK(zero->name() == "ZeRO-1(SGD)");
   CHECK_THROWS_WITH_AS(dist::Join(ddp, dist::JoinOptions{}), doctest::Contains("Join does not support"), rg::Error);
   CHECK_THROWS_WITH_AS(dist::consolidate_sharded("no_such_zero_dir"), doctest::Contains("no_such_zero_dir"), rg::Error);
+}
+
+TEST_CASE("zero: one sharding optimizer per model at a time, and DDP averages again after it") {
+  auto reference = make_mlp(11), model = make_mlp(11);
+  dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets), ddp(model, ring(), kSmallBuckets);
+  {
+    auto zero = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.1}, {.stage = 2});
+    CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.1}, {.stage = 1}),
+                         doctest::Contains("another optimizer already shards"), rg::Error);
+    const Batch b = my_batch(0);
+    rg::cross_entropy(ddp(b.x), b.y).backward();
+    zero->step();
+  }
+  // Its reduce-scatter hook went with it: the plain optimizer below sees averaged gradients.
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1}), opt(model->parameters(), {.lr = 0.1});
+  const Batch b0 = my_batch(0);
+  rg::cross_entropy(ref_ddp(b0.x), b0.y).backward();
+  ref_opt.step();
+  for (int step = 1; step < 4; ++step) {
+    const Batch b = my_batch(step);
+    ref_opt.zero_grad();
+    rg::cross_entropy(ref_ddp(b.x), b.y).backward();
+    ref_opt.step();
+    opt.zero_grad();
+    rg::cross_entropy(ddp(b.x), b.y).backward();
+    opt.step();
+  }
+  CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+  auto again = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.1}, {.stage = 1});
+  CHECK(again->stage() == 1);
+}
+
+TEST_CASE("zero: an f16 stage-2 bucket accumulates over two backwards without zero_grad as DDP's does") {
+  auto reference = make_mlp(12), model = make_mlp(12);
+  reference->to(rg::DType::f16);
+  model->to(rg::DType::f16);
+  dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets), ddp(model, ring(), kSmallBuckets);
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1});
+  auto zero = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.1}, {.stage = 2});
+  for (int k = 0; k < 2; ++k) {  // two synchronising backwards, one step
+    const Batch b = my_batch(k, rg::DType::f16);
+    rg::cross_entropy(ref_ddp(b.x), b.y).backward();
+    rg::cross_entropy(ddp(b.x), b.y).backward();
+  }
+  ref_opt.step();
+  zero->step();
+  CHECK(max_rel_diff(*reference, *model) <= 2e-3);  // f16: see the GradScaler test
+}
+
+// A scalar (0-dim) parameter and a vector one: a whole parameter's state keeps its shape.
+struct WithScalar : nn::Module {
+  rg::Tensor scale, bias;
+  std::shared_ptr<nn::Linear> fc;
+  WithScalar() {
+    rg::manual_seed(13);
+    fc = register_module("fc", std::make_shared<nn::Linear>(20, 5));
+    scale = register_parameter("scale", rg::full({}, 1.5));
+    bias = register_parameter("bias", rg::zeros({5}));
+  }
+  rg::Tensor forward(const rg::Tensor& x) override { return (*fc)(x)*scale + bias; }
+};
+
+TEST_CASE("zero: 0-dim parameters, and a save kept until the next one completes") {
+  const int r = dist::world().rank;
+  const std::string dir = "test_zero_scalar_ckpt";
+  auto reference = std::make_shared<WithScalar>(), model = std::make_shared<WithScalar>();
+  dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets), ddp(model, ring(), kSmallBuckets);
+  optim::Adam ref_opt(reference->parameters(), {.lr = 1e-2});
+  auto zero = dist::ZeroOptimizer::over<optim::Adam>(ddp, optim::AdamOptions{.lr = 1e-2}, {.stage = 2});
+  std::vector<int64_t> ids;
+  for (int step = 0; step < 6; ++step) {
+    const Batch b = my_batch(step);
+    ref_opt.zero_grad();
+    rg::cross_entropy(ref_ddp(b.x), b.y).backward();
+    ref_opt.step();
+    zero->zero_grad();
+    rg::cross_entropy(ddp(b.x), b.y).backward();
+    zero->step();
+    if (step >= 3) ids.push_back(zero->save_sharded(dir));
+  }
+  CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+  const nn::StateDict full = dist::consolidate_sharded(dir);
+  const nn::StateDict expected = optim::state_dict_by_name(ref_opt, *reference);
+  for (const auto& [key, t] : expected) {
+    CAPTURE(key);
+    auto it = std::find_if(full.begin(), full.end(), [&](const auto& e) { return e.first == key; });
+    REQUIRE(it != full.end());
+    CHECK(it->second.shape() == t.shape());  // "scale.exp_avg" is 0-dim, as the plain optimizer's
+    CHECK(rel_l2(t, it->second) <= 1e-6);
+  }
+  // The save before the latest is still there; the one before that is gone.
+  CHECK_NOTHROW(dist::consolidate_sharded(dir, ids[1]));
+  CHECK_THROWS_WITH_AS(dist::consolidate_sharded(dir, ids[0]), doctest::Contains("is missing"), rg::Error);
+  auto fresh = std::make_shared<WithScalar>();
+  dist::DistributedDataParallel fresh_ddp(fresh, ring(), kSmallBuckets);
+  auto fresh_zero = dist::ZeroOptimizer::over<optim::Adam>(fresh_ddp, optim::AdamOptions{.lr = 1e-2}, {.stage = 1});
+  fresh_zero->load_sharded(dir, ids[2]);  // saved at stage 2, loaded at stage 1
+  CHECK(fresh_zero->state_bytes() == zero->state_bytes());
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (r == 0) std::filesystem::remove_all(dir);
 }

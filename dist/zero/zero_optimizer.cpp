@@ -36,9 +36,8 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::Pa
                              ZeroOptions options)
     : Optimizer(std::move(groups)), ddp_(ddp), group_(ddp.group()), options_(options), make_(std::move(make)) {
   RG_CHECK(options.stage == 1 || options.stage == 2, "dist.ZeroOptimizer",
-           "stage must be 1 (optimizer state) or 2 "
-           "(and gradients), got ",
-           options.stage, ". Stage 0 is plain DDP with an ordinary optimizer");
+           "stage must be 1 (optimizer state) or 2 (and gradients), got ", options.stage,
+           ". Stage 0 is plain DDP with an ordinary optimizer");
   RG_CHECK(make_ != nullptr, "dist.ZeroOptimizer", "no function to build the sharded optimizer");
   params_ = parameters();
   names_ = names_in_model(params_, ddp.module());

@@ -16,6 +16,7 @@
 // The folder must be one every rank sees (a shared filesystem): loading reads every shard.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -64,6 +65,11 @@ void agree_on_success(ProcessGroup& group, const std::string& error, const std::
   RG_CHECK(failed.empty(), "dist.ZeroOptimizer", what, " failed (seen by rank ", group.rank(), "/", group.size(), ")",
            failed);
 }
+
+// Sizes read from a file are trusted only up to this many elements (2^50: far beyond any model).
+constexpr double kMaxElements = 1125899906842624.0;
+
+bool is_count(double v, double most) { return std::isfinite(v) && v >= 0 && v <= most && v == std::floor(v); }
 
 int64_t entry_int(const nn::StateDict& state, const std::string& key, const std::string& path) {
   for (const auto& [k, t] : state)
@@ -224,7 +230,14 @@ nn::StateDict consolidate_sharded(const std::string& dir, std::optional<int64_t>
   for (const auto& [key, t] : index) {
     if (key.rfind("shape.", 0) == 0) {
       Shape shape;
-      for (double d : t.to_vector()) shape.push_back(static_cast<int64_t>(d));
+      double numel = 1;
+      for (double d : t.to_vector()) {
+        RG_CHECK(is_count(d, kMaxElements), who, index_file, ": entry '", key, "' holds the dimension ", d);
+        shape.push_back(static_cast<int64_t>(d));
+        numel *= d;
+      }
+      RG_CHECK(t.dim() == 1 && numel <= kMaxElements, who, index_file, ": entry '", key, "' is not a shape of at most ",
+               kMaxElements, " elements");
       params.emplace_back(key.substr(6), shape);
     } else if (key.rfind("param_groups.", 0) == 0) {
       out.emplace_back(key, t);
@@ -251,14 +264,16 @@ nn::StateDict consolidate_sharded(const std::string& dir, std::optional<int64_t>
       if (key.rfind("piece.", 0) != 0 || key.size() < 13 || key.compare(key.size() - 6, 6, ".range") != 0) continue;
       const std::string name = key.substr(6, key.size() - 12);
       const std::vector<double> range = t.to_vector();
-      RG_CHECK(range.size() == 2 && range[0] >= 0 && range[1] > 0, who, path, ": entry '", key,
-               "' is not [offset, numel]");
+      RG_CHECK(range.size() == 2 && is_count(range[0], kMaxElements) && is_count(range[1], kMaxElements) &&
+                   range[1] > 0,
+               who, path, ": entry '", key, "' is not [offset, numel]");
       offset_of[name] = static_cast<int64_t>(range[0]);
       ranges[name].push_back({static_cast<int64_t>(range[0]), static_cast<int64_t>(range[1]), Tensor(), path});
     }
     for (const auto& [key, t] : shard) {
       if (key.rfind("piece.", 0) != 0) continue;
       const size_t last = key.rfind('.');
+      RG_CHECK(last > 6, who, path, ": entry '", key, "' is not 'piece.<name>.<what>'");
       const std::string name = key.substr(6, last - 6), what = key.substr(last + 1);
       if (what == "range") continue;
       auto it = offset_of.find(name);
@@ -277,6 +292,7 @@ nn::StateDict consolidate_sharded(const std::string& dir, std::optional<int64_t>
       RG_CHECK(p.offset == covered, who, p.file, ": the pieces of '", name, "' do not tile it: a piece starts at ",
                p.offset, " where ", covered, " was expected");
       covered += p.numel;
+      RG_CHECK(covered <= numel, who, p.file, ": the pieces of '", name, "' run past its ", numel, " elements");
     }
     RG_CHECK(covered == numel, who, "'", dir, "': the pieces of '", name, "' cover ", covered, " of its ", numel,
              " elements");
@@ -291,16 +307,16 @@ nn::StateDict consolidate_sharded(const std::string& dir, std::optional<int64_t>
         out.emplace_back(name + "." + what, pieces[0].value);
         continue;
       }
-      Tensor whole = empty({numel}, {.dtype = pieces[0].value.dtype()});
-      for (size_t k = 0; k < pieces.size(); ++k) {
-        const int64_t n = parts[k].numel;
-        RG_CHECK(pieces[k].offset == parts[k].offset && pieces[k].numel == n &&
-                     pieces[k].value.dtype() == whole.dtype(),
+      // Checked before the whole is allocated: its size is the index's word, the pieces' the files'.
+      for (size_t k = 0; k < pieces.size(); ++k)
+        RG_CHECK(pieces[k].offset == parts[k].offset && pieces[k].numel == parts[k].numel &&
+                     pieces[k].value.dtype() == pieces[0].value.dtype(),
                  who, pieces[k].file, ": '", name, ".", what, "' at offset ", pieces[k].offset, " holds ",
-                 pieces[k].value.numel(), " ", dtype_name(pieces[k].value.dtype()), " elements, its piece ", n, " ",
-                 dtype_name(whole.dtype()));
-        whole.narrow(0, pieces[k].offset, n).copy_(pieces[k].value.contiguous().view({-1}));
-      }
+                 pieces[k].value.numel(), " ", dtype_name(pieces[k].value.dtype()), " elements, its piece ",
+                 parts[k].numel, " ", dtype_name(pieces[0].value.dtype()));
+      Tensor whole = empty({numel}, {.dtype = pieces[0].value.dtype()});
+      for (const Part& piece : pieces)
+        whole.narrow(0, piece.offset, piece.numel).copy_(piece.value.contiguous().view({-1}));
       out.emplace_back(name + "." + what, whole.view(shape));
     }
   }

@@ -18,6 +18,7 @@
 #include "dist_test_util.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "tests/fuzz/zero_save.h"
 
 namespace nn = ringgrad::nn;
 namespace optim = ringgrad::optim;
@@ -506,4 +507,22 @@ TEST_CASE("zero: 0-dim parameters, and a save kept until the next one completes"
   CHECK(fresh_zero->state_bytes() == zero->state_bytes());
   MPI_Barrier(MPI_COMM_WORLD);
   if (r == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("zero: consolidate_sharded reads the file format as documented (the fuzz target's valid save)") {
+  const std::string dir = rg::str_cat("test_zero_format_", dist::world().rank);
+  rg::fuzz::write_valid_zero_save(dir);
+  const nn::StateDict full = dist::consolidate_sharded(dir);
+  auto entry = [&](const std::string& key) {
+    auto it = std::find_if(full.begin(), full.end(), [&](const auto& e) { return e.first == key; });
+    REQUIRE(it != full.end());
+    return it->second;
+  };
+  CHECK(entry("w.exp_avg").shape() == rg::Shape{2, 3});
+  CHECK(entry("w.exp_avg").to_vector() == std::vector<double>{0, 1, 2, 3, 4, 5});  // rank 0's 4, rank 1's 2
+  CHECK(entry("b.exp_avg").to_vector() == std::vector<double>{0, 1, 2});
+  CHECK(entry("w.step").item() == 3);
+  CHECK(entry("param_groups.0.lr").item() == 1e-3);
+  CHECK(full.size() == 6);
+  std::filesystem::remove_all(dir);
 }

@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "nn/checkpoint.h"
 #include "tests/fuzz/training_setup.h"
+#include "tests/fuzz/zero_save.h"
 
 using namespace ringgrad;
 namespace fs = std::filesystem;
@@ -90,5 +91,15 @@ int main(int argc, char** argv) {
   write(corpus / "training_checkpoint" / "linear-sgd-loader.ckpt", with_mode(0, read(scratch)));
   write(corpus / "training_checkpoint" / "linear-sgd-loader-crc-fixed.ckpt", with_mode(1, read(scratch)));
   fs::remove(scratch);
+
+  // fuzz_zero_checkpoint: mode bit 1 picks the file (0: the index, 2: rank 0's shard), bit 0 the
+  // checksum fix.
+  const fs::path zero = fs::temp_directory_path() / "ringgrad_make_seeds.zero";
+  fuzz::write_valid_zero_save(zero);
+  write(corpus / "zero_checkpoint" / "index.ckpt", with_mode(0, read(zero / fuzz::kZeroIndex)));
+  write(corpus / "zero_checkpoint" / "index-crc-fixed.ckpt", with_mode(1, read(zero / fuzz::kZeroIndex)));
+  write(corpus / "zero_checkpoint" / "shard0.ckpt", with_mode(2, read(zero / fuzz::kZeroShard0)));
+  write(corpus / "zero_checkpoint" / "shard0-crc-fixed.ckpt", with_mode(3, read(zero / fuzz::kZeroShard0)));
+  fs::remove_all(zero);
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 #include <vector>
 
 #include "core/ops.h"
@@ -91,7 +92,8 @@ std::string find_file(const std::string& dir, const std::string& stem) {
           "/usr/share/datasets/fashion-mnist)");
 }
 
-MnistSplit load_split(const std::string& dir, const std::string& prefix, double mean, double std) {
+// A split's images (u8, as read) and labels, checked against each other.
+std::pair<Tensor, Tensor> read_split(const std::string& dir, const std::string& prefix) {
   const std::string image_path = find_file(dir, prefix + "-images-idx3-ubyte");
   const std::string label_path = find_file(dir, prefix + "-labels-idx1-ubyte");
   Tensor images = read_idx(image_path), labels = read_idx(label_path);
@@ -100,7 +102,32 @@ MnistSplit load_split(const std::string& dir, const std::string& prefix, double 
   RG_CHECK(labels.dim() == 1, "load_mnist", label_path, ": labels must have 1 dim, got ", shape_str(labels.shape()));
   RG_CHECK(images.size(0) == labels.size(0), "load_mnist", image_path, " holds ", images.size(0), " images but ",
            label_path, " holds ", labels.size(0), " labels");
-  Tensor x = (images.to(DType::f32) * (1.0 / 255.0) - mean) * (1.0 / std);
+  return {images, labels};
+}
+
+// Mean and standard deviation of pixel / 255 over every pixel, from a histogram of the 256 byte
+// values: one pass over the bytes, exact sums in double (the pixels are bytes, whatever the file).
+std::pair<double, double> pixel_mean_std(const Tensor& images) {
+  RG_CHECK(images.dtype() == DType::u8 && images.is_contiguous(), "load_mnist", "images must be dense bytes, got ",
+           images.desc());
+  std::vector<int64_t> count(256, 0);
+  const uint8_t* p = images.data<uint8_t>();
+  for (int64_t i = 0, n = images.numel(); i < n; ++i) ++count[p[i]];
+  double sum = 0, sum_sq = 0;
+  for (int v = 0; v < 256; ++v) {
+    const double x = v / 255.0;
+    sum += static_cast<double>(count[v]) * x;
+    sum_sq += static_cast<double>(count[v]) * x * x;
+  }
+  const double n = static_cast<double>(std::max<int64_t>(images.numel(), 1));
+  const double mean = sum / n;
+  return {mean, std::sqrt(std::max(0.0, sum_sq / n - mean * mean))};
+}
+
+// (N, 1, H, W) f32: (pixel / 255 - mean) / std, one conversion and one affine pass in place.
+MnistSplit to_split(const Tensor& images, const Tensor& labels, double mean, double std) {
+  Tensor x = images.to(DType::f32);
+  x.mul_(1.0 / (255.0 * std)).add_(-mean / std);
   return {x.unsqueeze(1).contiguous(), labels.to(DType::i64)};
 }
 
@@ -108,14 +135,15 @@ MnistSplit load_split(const std::string& dir, const std::string& prefix, double 
 
 Mnist load_mnist(const std::string& dir, bool normalize) {
   Mnist m;
-  if (normalize) {
-    // Statistics from the training pixels, so any MNIST-format data set works.
-    Tensor raw = read_idx(find_file(dir, "train-images-idx3-ubyte")).to(DType::f32) * (1.0 / 255.0);
-    m.mean = raw.mean().item();
-    m.std = std::sqrt(raw.var({}, false, false).item());
-  }
-  m.train = load_split(dir, "train", m.mean, m.std);
-  m.test = load_split(dir, "t10k", m.mean, m.std);
+  const auto [train_images, train_labels] = read_split(dir, "train");
+  const auto [test_images, test_labels] = read_split(dir, "t10k");
+  // Statistics from the training pixels, so any MNIST-format data set works.
+  if (normalize) std::tie(m.mean, m.std) = pixel_mean_std(train_images);
+  RG_CHECK(m.std > 0, "load_mnist", dir,
+           ": every training pixel has the same value, so there is no spread to "
+           "normalise by");
+  m.train = to_split(train_images, train_labels, m.mean, m.std);
+  m.test = to_split(test_images, test_labels, m.mean, m.std);
   return m;
 }
 

@@ -358,7 +358,9 @@ TEST_CASE("zero: a sharded checkpoint resumes bit-exactly and consolidates to DD
     const nn::StateDict full = dist::consolidate_sharded(dir);
     const nn::StateDict expected = optim::state_dict_by_name(ref_opt, *reference);
     CHECK(full.size() == expected.size());
-    for (const auto& [key, t] : expected) {
+    for (const auto& entry : expected) {
+      const std::string& key = entry.first;  // a plain reference: clang 14 cannot capture a binding
+      const rg::Tensor& t = entry.second;
       CAPTURE(key);
       auto it = std::find_if(full.begin(), full.end(), [&](const auto& e) { return e.first == key; });
       REQUIRE(it != full.end());
@@ -490,7 +492,9 @@ TEST_CASE("zero: 0-dim parameters, and a save kept until the next one completes"
   CHECK(max_rel_diff(*reference, *model) <= 1e-6);
   const nn::StateDict full = dist::consolidate_sharded(dir);
   const nn::StateDict expected = optim::state_dict_by_name(ref_opt, *reference);
-  for (const auto& [key, t] : expected) {
+  for (const auto& entry : expected) {
+    const std::string& key = entry.first;  // a plain reference: clang 14 cannot capture a binding
+    const rg::Tensor& t = entry.second;
     CAPTURE(key);
     auto it = std::find_if(full.begin(), full.end(), [&](const auto& e) { return e.first == key; });
     REQUIRE(it != full.end());

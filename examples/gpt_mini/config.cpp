@@ -51,12 +51,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--backend", c.backend, "process group backend: auto, ring, tree, mpi, hierarchical, nccl")
       ->check(CLI::IsMember({"auto", "ring", "tree", "mpi", "hierarchical", "nccl"}));
   app.add_option("--bucket-mb", c.bucket_mb, "DDP bucket size cap in MiB")->check(flags::finite_in(0, 1 << 20, true));
-  app.add_option("--zero", c.zero,
-                 "ZeRO stage: 0 plain DDP, 1 optimizer state sharded across ranks, 2 gradients too (docs/zero.md)")
-      ->check(flags::int_in(0, 2));
-  app.add_flag("--memory-report", c.memory_report,
-               "after training, print the bytes per parameter of parameters, gradients and optimizer state, and "
-               "the allocator's peak");
+  flags::add_zero_flags(app, c.zero, c.memory_report);
 }
 
 void finish(Config& c) {

@@ -51,12 +51,7 @@ void add_flags(CLI::App& app, Config& c) {
       ->check(flags::int_in(0, INT64_MAX));
   app.add_option("--trace", c.trace, "write a Chrome trace (all ranks) of the last epoch's first steps here")
       ->check(flags::non_empty);
-  app.add_option("--zero", c.zero,
-                 "ZeRO stage: 0 plain DDP, 1 optimizer state sharded across ranks, 2 gradients too (docs/zero.md)")
-      ->check(flags::int_in(0, 2));
-  app.add_flag("--memory-report", c.memory_report,
-               "after training, print the bytes per parameter of parameters, gradients and optimizer state, and "
-               "the allocator's peak");
+  flags::add_zero_flags(app, c.zero, c.memory_report);
   app.add_option("--simulate-network", c.simulate_network,
                  "model a slower network 'GBPS,LATENCY_US' (e.g. 0.5,100) to watch overlap on one machine");
 }

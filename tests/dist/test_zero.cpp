@@ -18,6 +18,7 @@
 #include "dist_test_util.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "rel_l2.h"
 #include "tests/fuzz/zero_save.h"
 
 namespace nn = ringgrad::nn;
@@ -99,17 +100,7 @@ double kind_wd(const std::string& kind) { return kind == "sgd" ? 1e-3 : kind == 
 // The largest relative difference between the two models' parameters, tensor by tensor:
 // ||a - b|| / ||a|| (L2). Elementwise ratios would blow up at parameters Adam has driven near zero,
 // where one rounding of a sum moves the sign of a tiny update.
-double rel_l2(const rg::Tensor& a, const rg::Tensor& b) {
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  double diff = 0, norm = 0;
-  for (size_t k = 0; k < x.size(); ++k) {
-    diff += (x[k] - y[k]) * (x[k] - y[k]);
-    norm += x[k] * x[k];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
-double max_rel_diff(const nn::Module& a, const nn::Module& b) {
+double max_rel_l2(const nn::Module& a, const nn::Module& b) {
   double worst = 0;
   auto pa = a.named_parameters(), pb = b.named_parameters();
   for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, rel_l2(pa[i].second, pb[i].second));
@@ -151,7 +142,7 @@ TEST_CASE("zero: stages 1 and 2 == DDP with the same optimizer after 20 steps (S
         rg::cross_entropy(ddp(b.x), b.y).backward();
         zero.step();
       }
-      const double diff = max_rel_diff(*reference, *model);
+      const double diff = max_rel_l2(*reference, *model);
       CHECK(diff <= 1e-6);
       if (stage == 1) CHECK(diff == 0);  // the same reduction, the same elementwise update
     }
@@ -196,7 +187,7 @@ TEST_CASE("zero: unused parameters (find_unused_parameters) step as DDP steps th
       rg::cross_entropy(ddp(b.x), b.y).backward();
       zero->step();
     }
-    CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+    CHECK(max_rel_l2(*reference, *model) <= 1e-6);
     // AdamW's decay moved the unused head although it never had a gradient of its own.
     WithUnused initial(4);
     CHECK_FALSE(rg::equal(initial.unused->parameters()[0], model->unused->parameters()[0]));
@@ -229,7 +220,7 @@ TEST_CASE("zero: no_sync accumulation reduces once per step and matches DDP") {
       ref_opt.step();
       zero->step();
     }
-    CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+    CHECK(max_rel_l2(*reference, *model) <= 1e-6);
     CHECK(ddp.stats().bucket_reductions == 20 * static_cast<int64_t>(ddp.buckets().size()));
   }
 }
@@ -257,7 +248,7 @@ TEST_CASE("zero: clip_grad_norm uses the global norm, as clip_grad_norm over the
       clipped += ref_norm > 0.3;
     }
     CHECK(clipped > 5);  // the clipping really acted
-    CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+    CHECK(max_rel_l2(*reference, *model) <= 1e-6);
   }
 }
 
@@ -300,7 +291,7 @@ TEST_CASE("zero: an f16 model with a GradScaler skips together when one rank's s
     CHECK(skipped == 1);
     // DDP's f16 AllReduce divides every term by N in f16 before summing (NCCL sums in f16); stage 2
     // sums in f32 and divides once, so at N = 3 the two round differently: within f16's precision.
-    CHECK(max_rel_diff(*reference, *model) <= (stage == 2 ? 2e-3 : 1e-6));
+    CHECK(max_rel_l2(*reference, *model) <= (stage == 2 ? 2e-3 : 1e-6));
   }
 }
 
@@ -325,7 +316,7 @@ TEST_CASE("zero: bf16 parameters step through f32 master pieces as DDP's Adam do
     CHECK(model->parameters()[0].dtype() == rg::DType::bf16);
     // The state is f32 master weights and moments for this rank's pieces: 12 bytes per element.
     CHECK(zero->state_bytes() == static_cast<size_t>(12 * zero->layout().owned_numel(dist::world().rank)));
-    CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+    CHECK(max_rel_l2(*reference, *model) <= 1e-6);
   }
 }
 
@@ -379,7 +370,7 @@ TEST_CASE("zero: a sharded checkpoint resumes bit-exactly and consolidates to DD
                                                 {.stage = stage});
     resumed_zero->load_sharded(dir);
     train(resumed_ddp, *resumed_zero, 6, 12);
-    CHECK(max_rel_diff(*model, *resumed) == 0);
+    CHECK(max_rel_l2(*model, *resumed) == 0);
 
     // A plain optimizer loads the consolidated state too.
     auto plain_model = make_mlp(9);
@@ -436,7 +427,7 @@ TEST_CASE("zero: one sharding optimizer per model at a time, and DDP averages ag
     rg::cross_entropy(ddp(b.x), b.y).backward();
     opt.step();
   }
-  CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+  CHECK(max_rel_l2(*reference, *model) <= 1e-6);
   auto again = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.1}, {.stage = 1});
   CHECK(again->stage() == 1);
 }
@@ -455,7 +446,7 @@ TEST_CASE("zero: an f16 stage-2 bucket accumulates over two backwards without ze
   }
   ref_opt.step();
   zero->step();
-  CHECK(max_rel_diff(*reference, *model) <= 2e-3);  // f16: see the GradScaler test
+  CHECK(max_rel_l2(*reference, *model) <= 2e-3);  // f16: see the GradScaler test
 }
 
 // A scalar (0-dim) parameter and a vector one: a whole parameter's state keeps its shape.
@@ -489,7 +480,7 @@ TEST_CASE("zero: 0-dim parameters, and a save kept until the next one completes"
     zero->step();
     if (step >= 3) ids.push_back(zero->save_sharded(dir));
   }
-  CHECK(max_rel_diff(*reference, *model) <= 1e-6);
+  CHECK(max_rel_l2(*reference, *model) <= 1e-6);
   const nn::StateDict full = dist::consolidate_sharded(dir);
   const nn::StateDict expected = optim::state_dict_by_name(ref_opt, *reference);
   for (const auto& entry : expected) {

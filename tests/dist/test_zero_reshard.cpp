@@ -19,6 +19,7 @@
 #include "nn/checkpoint.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "rel_l2.h"
 
 namespace rg = ringgrad;
 namespace dist = ringgrad::dist;
@@ -81,16 +82,6 @@ int train(const std::string& dir, int from, int to) {
   return 0;
 }
 
-double rel_diff(const rg::Tensor& a, const rg::Tensor& b) {
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  double diff = 0, norm = 0;
-  for (size_t k = 0; k < x.size(); ++k) {
-    diff += (x[k] - y[k]) * (x[k] - y[k]);
-    norm += x[k] * x[k];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
 int check(const std::string& dir, int steps) {
   auto reference = make_mlp();
   optim::AdamW opt(reference->parameters(), kAdamW);
@@ -105,7 +96,7 @@ int check(const std::string& dir, int steps) {
   const nn::StateDict saved = nn::load_checkpoint(dir + "/model.ckpt");
   for (const auto& [name, t] : reference->named_parameters())
     for (const auto& [key, s] : saved)
-      if (key == name) worst_param = std::max(worst_param, rel_diff(t, s));
+      if (key == name) worst_param = std::max(worst_param, rel_l2(t, s));
   const nn::StateDict full = dist::consolidate_sharded(dir);
   const nn::StateDict expected = optim::state_dict_by_name(opt, *reference);
   size_t matched = 0;
@@ -117,7 +108,7 @@ int check(const std::string& dir, int steps) {
           std::printf("FAIL: %s has another shape\n", key.c_str());
           return 1;
         }
-        worst_state = std::max(worst_state, rel_diff(t, s));
+        worst_state = std::max(worst_state, rel_l2(t, s));
       }
   std::printf(
       "after %d steps at N = 2, 3, 1 against one process: parameters %.3g, optimizer state %.3g "

@@ -37,7 +37,9 @@ class Optimizer {
   // Runs the step checks (below), then this optimizer's update.
   void step();
   virtual std::string name() const = 0;
-  void zero_grad(bool set_to_none = true);
+  // Every parameter's .grad set to none (or zeroed). Virtual: an optimizer that holds gradients of
+  // its own (dist::ZeroOptimizer's reduced blocks) clears those too.
+  virtual void zero_grad(bool set_to_none = true);
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }

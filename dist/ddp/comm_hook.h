@@ -27,13 +27,13 @@ struct HookWork {
 };
 
 // A communication hook reduces one bucket across the ranks of the group: once its Work completed
-// and `then` ran, bucket.buffer must hold the gradient averaged over ranks -- unless the hook
-// reduces into storage of its own for an optimizer that reads it there (dist::ZeroOptimizer's
-// stage 2 reduce-scatters into each rank's block and leaves the buffer as backward left it). Either
-// way the buffer must still hold what backward accumulated or its average, since a backward without
-// zero_grad() adds to it. It is called on the
-// thread running backward, in bucket index order on every rank; it must issue the same collectives
-// on every rank.
+// and `then` ran, bucket.buffer must hold the gradient averaged over ranks, since the parameters'
+// .grad are views into it and a backward without zero_grad() adds to it. The exception is a hook
+// that reduces into storage of its own for an optimizer that reads it there: dist::ZeroOptimizer's
+// stage 2 reduce-scatters into each rank's block, where it accumulates, and DDP frees the buffer
+// once reduced (Note [Gradient buffers released after the reduction] in dist/ddp/reducer.h). It is
+// called on the thread running backward, in bucket index order on every rank; it must issue the
+// same collectives on every rank.
 using CommHook = std::function<HookWork(ProcessGroup& group, GradBucket& bucket)>;
 
 // The default: AllReduce-average. f16 buckets are divided by N first and then summed, so that a

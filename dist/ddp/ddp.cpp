@@ -207,14 +207,14 @@ DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
 DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.reducer_->set_require_sync(previous_); }
 
 void DistributedDataParallel::set_comm_hook(CommHook hook) { reducer_->set_comm_hook(std::move(hook)); }
-void DistributedDataParallel::shard_buckets(int parts, const void* owner) {
+void DistributedDataParallel::shard_buckets(int parts, const void* owner, bool release_gradients) {
   RG_CHECK(join_ == nullptr, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
            ": the buckets cannot be sharded inside a dist::Join");
   RG_CHECK(shard_owner_ == nullptr, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
            ": another optimizer already shards this model's buckets (a dist::ZeroOptimizer is alive); destroy it "
            "before building the next one");
   RG_CHECK(owner != nullptr, "dist.DistributedDataParallel", "shard_buckets needs an owner");
-  reducer_->shard_buckets(parts);
+  reducer_->shard_buckets(parts, release_gradients);
   shard_owner_ = owner;
 }
 
@@ -222,6 +222,7 @@ void DistributedDataParallel::release_shard_owner(const void* owner) {
   if (owner == nullptr || owner != shard_owner_) return;
   shard_owner_ = nullptr;
   reducer_->set_comm_hook(options_.comm_hook);
+  reducer_->keep_gradients();
 }
 const DDPStats& DistributedDataParallel::stats() const { return reducer_->stats(); }
 void DistributedDataParallel::reset_stats() { reducer_->reset_stats(); }

@@ -123,10 +123,14 @@ class DistributedDataParallel {
   // every bucket to a multiple of `parts` elements and fixes the bucket layout from now on (Note
   // [Buckets for sharding] in dist/ddp/reducer.h). `owner` names that optimizer: while it is
   // registered, a second one is refused (two would each step the same blocks, and the last one's
-  // communication hook would win). Collective; not during a backward.
-  void shard_buckets(int parts, const void* owner);
-  // The owner lets go (its destructor): the communication hook is DDPOptions::comm_hook again. The
-  // buckets stay padded, which changes nothing for an ordinary optimizer.
+  // communication hook would win). With `release_gradients` (an optimizer that keeps only its block
+  // of the reduced gradient), the buffers exist only from a backward's first gradient until its
+  // reductions completed, and .grad is none after a synchronising backward (Note [Gradient buffers
+  // released after the reduction]). Collective; not during a backward.
+  void shard_buckets(int parts, const void* owner, bool release_gradients = false);
+  // The owner lets go (its destructor): the communication hook is DDPOptions::comm_hook again, and
+  // the buffers persist again from the next backward. The buckets stay padded, which changes
+  // nothing for an ordinary optimizer.
   void release_shard_owner(const void* owner);
   // Whether an optimizer shards the buckets now.
   bool buckets_sharded() const { return shard_owner_ != nullptr; }

@@ -62,6 +62,10 @@ struct BucketInfo {
   std::vector<std::string> parameter_names;
   // Reduced in place in memory every rank maps (ProcessGroup::reduces_in_place), not over messages.
   bool in_shared_memory = false;
+  // The buffer lives from step to step -- false when a sharding optimizer has it allocated for each
+  // backward and freed once reduced (Note [Gradient buffers released after the reduction],
+  // dist/ddp/reducer.h).
+  bool persistent = true;
 };
 
 }  // namespace ringgrad::dist

@@ -45,8 +45,6 @@ Reducer::~Reducer() {
 
 void Reducer::build_buckets(const std::vector<int>& order) {
   const double MiB = 1024.0 * 1024.0;
-  // Gradients keep their values: an old buffer stays alive through its views until they are
-  // re-attached to the new one at the end.
   std::vector<std::vector<int>> members;
   std::vector<DType> dtypes;
   std::vector<Device> devices;
@@ -81,45 +79,93 @@ void Reducer::build_buckets(const std::vector<int>& order) {
   // dist/shm/reduction_buffer.h) -- one such buffer per dtype rather than per bucket, since each
   // costs two small collectives.
   using Key = std::pair<DType, std::string>;  // (dtype, device)
-  std::vector<Key> keys(members.size());
-  std::vector<int64_t> numels(members.size()), starts(members.size());
-  std::map<Key, int64_t> arena_numel;  // elements so far, per key
+  std::map<Key, int> arena_of;
+  std::vector<Arena> arenas;
+  std::vector<Bucket> buckets(members.size());
   for (size_t b = 0; b < members.size(); ++b) {
-    for (int idx : members[b]) numels[b] += params_[idx].tensor.numel();
-    const Key& key = keys[b] = std::make_pair(dtypes[b], devices[b].str());
-    numels[b] =
-        (numels[b] + bucket_multiple_ - 1) / bucket_multiple_ * bucket_multiple_;  // Note [Buckets for sharding]
+    Bucket& bucket = buckets[b];
+    for (int idx : members[b]) bucket.numel += params_[idx].tensor.numel();
+    bucket.numel =
+        (bucket.numel + bucket_multiple_ - 1) / bucket_multiple_ * bucket_multiple_;  // Note [Buckets for sharding]
+    bucket.dtype = dtypes[b];
+    bucket.device = devices[b];
+    const Key key = std::make_pair(dtypes[b], devices[b].str());
+    if (!arena_of.count(key)) {
+      arena_of[key] = static_cast<int>(arenas.size());
+      arenas.push_back(Arena{0, dtypes[b], devices[b]});
+    }
+    bucket.arena = arena_of[key];
     const int64_t line = std::max<int64_t>(1, 64 / static_cast<int64_t>(dtype_size(dtypes[b])));
-    int64_t& used = arena_numel[key];
-    starts[b] = (used + line - 1) / line * line;
-    used = starts[b] + numels[b];
-  }
-  // Allocated in the order of each key's first bucket, the same on every rank -- and before any
-  // bucket or parameter changes, so that a collective failing here leaves the old buckets intact.
-  std::map<Key, Tensor> arenas;
-  for (size_t b = 0; b < members.size(); ++b)
-    if (!arenas.count(keys[b]))
-      arenas.emplace(keys[b], group_->new_reduction_buffer(arena_numel[keys[b]], dtypes[b], devices[b]));
-  buckets_.assign(members.size(), Bucket{});
-  for (size_t b = 0; b < members.size(); ++b) {
-    Bucket& bucket = buckets_[b];
+    int64_t& used = arenas[bucket.arena].numel;
+    bucket.start = (used + line - 1) / line * line;
+    used = bucket.start + bucket.numel;
     bucket.grad.index = static_cast<int>(b);
     bucket.params = members[b];
+    for (int idx : members[b]) bucket.grad.parameter_names.push_back(params_[idx].name);
+  }
+  // Allocated before any bucket or parameter changes, so that a collective failing here leaves the
+  // old buckets intact.
+  const std::vector<Tensor> buffers = release_after_sync_ ? std::vector<Tensor>{} : new_arenas(arenas);
+  buckets_ = std::move(buckets);
+  for (size_t b = 0; b < members.size(); ++b) {
     int64_t offset = 0;
     for (int idx : members[b]) {
       params_[idx].bucket = static_cast<int>(b);
       params_[idx].offset = offset;
       offset += params_[idx].tensor.numel();
-      bucket.grad.parameter_names.push_back(params_[idx].name);
     }
-    bucket.grad.buffer = arenas.at(keys[b]).narrow(0, starts[b], numels[b]);
+  }
+  if (release_after_sync_) {
+    // Note [Gradient buffers released after the reduction]: nothing allocated until a backward; a
+    // gradient that exists now stays as it is, and is copied into its slot then.
+    for (Param& p : params_) autograd::set_grad_destination(p.tensor, Tensor());
+    return;
+  }
+  attach_buffers(buffers);  // gradients keep their values: each old one is copied into its new slot
+}
+
+std::vector<Tensor> Reducer::new_arenas(const std::vector<Arena>& arenas) const {
+  std::vector<Tensor> out;  // in the order of each arena's first bucket, the same on every rank
+  for (const Arena& a : arenas) out.push_back(group_->new_reduction_buffer(a.numel, a.dtype, a.device));
+  return out;
+}
+
+void Reducer::attach_buffers(const std::vector<Tensor>& arenas) {
+  for (Bucket& bucket : buckets_) {
+    bucket.grad.buffer = arenas.at(bucket.arena).narrow(0, bucket.start, bucket.numel);
+    int64_t used = 0;
+    for (int idx : bucket.params) used += params_[idx].tensor.numel();
+    // The padding takes part in the reductions and must stay zero (Note [Buckets for sharding]).
+    if (used < bucket.numel) bucket.grad.buffer.narrow(0, used, bucket.numel - used).zero_();
   }
   for (Param& p : params_) {
-    attach_view(p);  // copies each old value into the new buffer
-    // After zero_grad(set_to_none), backward writes the gradient straight into the slot where it
-    // can (Note [Gradient destinations], autograd/accumulate_grad.h) instead of attach_view copying it.
+    // A gradient that exists is copied into its slot; one that does not is written there by the
+    // next backward (Note [Gradient destinations], autograd/accumulate_grad.h), or copied there by
+    // on_gradient_ready (attach_view), or zeroed if it never comes (mark_unused_parameters).
+    if (p.tensor.grad().defined()) attach_view(p);
     autograd::set_grad_destination(p.tensor, slot(p));
   }
+}
+
+void Reducer::allocate_bucket(int index) {
+  Bucket& bucket = buckets_[index];
+  bucket.grad.buffer = empty({bucket.numel}, {.dtype = bucket.dtype, .device = bucket.device});
+  int64_t used = 0;
+  for (int idx : bucket.params) used += params_[idx].tensor.numel();
+  if (used < bucket.numel) bucket.grad.buffer.narrow(0, used, bucket.numel - used).zero_();  // the padding
+  for (int idx : bucket.params) {
+    Param& p = params_[idx];
+    if (p.tensor.grad().defined()) attach_view(p);
+    autograd::set_grad_destination(p.tensor, slot(p));
+  }
+}
+
+void Reducer::release_buffers() {
+  for (Param& p : params_) {
+    p.tensor.set_grad(Tensor());
+    autograd::set_grad_destination(p.tensor, Tensor());
+  }
+  for (Bucket& b : buckets_) b.grad.buffer = Tensor();
 }
 
 Tensor Reducer::slot(const Param& p) const {
@@ -173,6 +219,9 @@ void Reducer::on_gradient_ready(int index) {
     for (Param& p : params_) p.ready = false;
   }
   Param& p = params_[index];
+  // Note [Gradient buffers released after the reduction]: the bucket's first gradient was computed
+  // into memory of its own; attach_view below copies it in.
+  if (!buckets_[p.bucket].grad.buffer.defined()) allocate_bucket(p.bucket);
   attach_view(p);  // no-op when backward accumulated into the view, as it normally does
   if (!sync_this_backward_) return;
   if (options_.rebuild_buckets && !rebuilt_) observed_order_.push_back(index);
@@ -219,6 +268,7 @@ void Reducer::mark_unused_parameters() {
   }
   for (int i : unused) {
     Param& p = params_[i];
+    if (!buckets_[p.bucket].grad.buffer.defined()) allocate_bucket(p.bucket);
     attach_view(p);  // zero unless earlier no_sync backwards accumulated into it
     p.ready = true;
     --buckets_[p.bucket].pending;
@@ -238,7 +288,8 @@ void Reducer::finish_backward() {
     // the GPU: Note [Waiting on the device] in dist/work.h.
     b.work.work->wait_on_device();
     if (b.work.then) b.work.then();
-    step.buckets.push_back({b.work.work, b.grad.index, b.grad.buffer.nbytes(), b.params.size()});
+    step.buckets.push_back({b.work.work, b.grad.index, b.grad.buffer.nbytes(), b.params.size(),
+                            release_after_sync_ ? b.grad.buffer : Tensor()});
   }
   // Note [Join's divisor] in dist/ddp/join.h: the hook divided by the group's size, but only
   // contributing_ranks_ ranks added gradients (the others added zeros).
@@ -246,6 +297,7 @@ void Reducer::finish_backward() {
     const double factor = static_cast<double>(group_->size()) / contributing_ranks_;
     for (Bucket& b : buckets_) b.grad.buffer.mul_(factor);
   }
+  if (release_after_sync_) release_buffers();
   step.host_done_us = trace_clock_us();
   unrecorded_.push_back(std::move(step));
   record_finished_steps(/*block=*/false);
@@ -253,6 +305,8 @@ void Reducer::finish_backward() {
 }
 
 void Reducer::shadow_backward() {
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (!buckets_[b].grad.buffer.defined()) allocate_bucket(static_cast<int>(b));
   std::vector<HookWork> works;
   for (Bucket& b : buckets_) {
     b.grad.buffer.zero_();  // this rank's contribution: nothing
@@ -326,7 +380,7 @@ void Reducer::rebuild_buckets_from_observed_order() {
   build_buckets(agreed);
 }
 
-void Reducer::shard_buckets(int parts) {
+void Reducer::shard_buckets(int parts, bool release_gradients) {
   RG_CHECK(parts >= 1, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
            ": shard_buckets: parts must be >= 1, got ", parts);
   RG_CHECK(!in_backward_, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
@@ -334,6 +388,7 @@ void Reducer::shard_buckets(int parts) {
   std::vector<int> order;  // the current layout, bucket by bucket
   for (const Bucket& b : buckets_) order.insert(order.end(), b.params.begin(), b.params.end());
   bucket_multiple_ = parts;
+  release_after_sync_ = release_gradients;
   rebuilt_ = true;  // the layout is final
   observed_order_.clear();
   build_buckets(order);
@@ -342,8 +397,8 @@ void Reducer::shard_buckets(int parts) {
 std::vector<BucketInfo> Reducer::buckets() const {
   std::vector<BucketInfo> out;
   for (const Bucket& b : buckets_)
-    out.push_back(BucketInfo{b.grad.index, b.grad.buffer.dtype(), b.grad.buffer.numel(), b.grad.parameter_names,
-                             group_->reduces_in_place(b.grad.buffer)});
+    out.push_back(BucketInfo{b.grad.index, b.dtype, b.numel, b.grad.parameter_names,
+                             b.grad.buffer.defined() && group_->reduces_in_place(b.grad.buffer), !release_after_sync_});
   return out;
 }
 

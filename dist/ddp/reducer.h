@@ -33,6 +33,17 @@
 // optimizer state laid on them, follow the bucket layout, so the layout stops changing: no rebuild
 // from the observed order after that point.
 //
+// Note [Gradient buffers released after the reduction]: an optimizer that keeps only its block of
+// the reduced gradient (ZeRO stage 2) has no use for the full-size buckets between steps, so it may
+// ask for them to be released: each bucket's buffer is then allocated at the bucket's first gradient
+// (plain memory, not shared: the reduce-scatter does not sum in place) and freed once that backward's
+// reductions completed, leaving every .grad none. What persists per rank is the reduced blocks, 1/N
+// of the gradient. Allocating bucket by bucket, rather than all at the backward's first gradient,
+// keeps the later buckets out of the memory peak, which is early in backward, when the forward's
+// activations are still alive. A no_sync backward keeps its buffers -- they hold the accumulated sums the next
+// synchronising backward reduces. The hook must therefore reduce into storage of its own and add to
+// it (a backward without zero_grad() adds to the gradient, as DDP's does).
+//
 // Note [no_sync]: whether a backward communicates is decided when its first gradient arrives, from
 // the guard in force then. A non-synchronising backward only accumulates into the bucket views;
 // the next synchronising one reduces the accumulated sums, so K micro-batches cost one reduction
@@ -96,8 +107,13 @@ class Reducer {
   }
   std::vector<BucketInfo> buckets() const;
   // Note [Buckets for sharding]: pads every bucket to a multiple of `parts` elements and keeps the
-  // layout from now on. Collective (the buckets are rebuilt).
-  void shard_buckets(int parts);
+  // layout from now on; with `release_gradients`, Note [Gradient buffers released after the
+  // reduction]. Collective (the buckets are rebuilt).
+  void shard_buckets(int parts, bool release_gradients);
+  // Back to persistent buffers (the sharding optimizer is gone). Released ones are allocated at
+  // their next gradient, in plain memory: allocating shared memory is collective, which a
+  // destructor must not be.
+  void keep_gradients() { release_after_sync_ = false; }
   std::vector<TraceEvent> trace_events() {
     record_finished_steps(/*block=*/true);  // the last steps' bucket events, on nccl
     return events_;
@@ -113,16 +129,35 @@ class Reducer {
     bool ready = false;  // this backward
     int hook_handle = -1;
   };
+  struct Arena {  // one buffer the buckets of a (dtype, device) are views of
+    int64_t numel;
+    DType dtype;
+    Device device;
+  };
   struct Bucket {
-    GradBucket grad;  // index, buffer, names
+    GradBucket grad;  // index, buffer (undefined while released), names
     std::vector<int> params;
-    int pending = 0;  // parameters not yet ready in this backward
+    int64_t numel = 0;  // the buffer's, padding included
+    DType dtype = DType::f32;
+    Device device;
+    int arena = 0;      // which arena it lies in (when not released),
+    int64_t start = 0;  // from which element
+    int pending = 0;    // parameters not yet ready in this backward
     bool launched = false;
     HookWork work;
   };
 
   // Note [Bucket assignment]: `order` lists parameter indices, expected-ready first.
   void build_buckets(const std::vector<int>& order);
+  // One tensor per arena, from ProcessGroup::new_reduction_buffer (collective).
+  std::vector<Tensor> new_arenas(const std::vector<Arena>& arenas) const;
+  // Points each bucket's buffer and each parameter's gradient destination into `arenas`; a gradient
+  // that exists is copied into its slot.
+  void attach_buffers(const std::vector<Tensor>& arenas);
+  // Note [Gradient buffers released after the reduction]: a buffer of its own for one bucket, at its
+  // first gradient; and every .grad none, the buffers freed, once reduced.
+  void allocate_bucket(int index);
+  void release_buffers();
   Tensor slot(const Param& p) const;  // p's view into its bucket, shaped like p
   bool is_bucket_view(const Param& p) const;
   void attach_view(Param& p);  // keeps the current gradient's value (zero when none)
@@ -139,6 +174,7 @@ class Reducer {
       std::shared_ptr<Work> work;
       int index;
       size_t bytes, parameters;
+      Tensor buffer;  // a released buffer lives until its reduction completed (a device may still read it)
     };
     std::vector<Reduction> buckets;
   };
@@ -157,7 +193,8 @@ class Reducer {
   bool gradients_unsynchronised_ = false;
   int next_to_launch_ = 0;
   bool rebuilt_ = false;
-  int64_t bucket_multiple_ = 1;  // Note [Buckets for sharding]
+  int64_t bucket_multiple_ = 1;      // Note [Buckets for sharding]
+  bool release_after_sync_ = false;  // Note [Gradient buffers released after the reduction]
   // dist::Join
   bool in_join_ = false;
   bool divide_by_group_size_ = false;

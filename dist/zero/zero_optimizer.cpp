@@ -45,7 +45,9 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::Pa
 
   // Step 1: buckets padded to N m elements, their layout fixed. From here on a failure must give
   // the DDP model back, or no other optimizer could shard it.
-  ddp.shard_buckets(N, this);
+  // Stage 2 keeps only this rank's reduced block, so the full-size buffers are released between
+  // steps (Note [Gradient buffers released after the reduction], dist/ddp/reducer.h).
+  ddp.shard_buckets(N, this, /*release_gradients=*/options.stage == 2);
   try {
     build_shards();
   } catch (...) {
@@ -93,22 +95,32 @@ void ZeroOptimizer::build_shards() {
            "dist.ZeroOptimizer", "the sharded optimizer must be built over exactly the parameter groups it is given");
 
   if (options_.stage == 2) {
-    for (int b = 0; b < layout_.num_buckets(); ++b)
-      shard_grads_.push_back(
+    reduced_ = std::make_shared<ReducedGradients>();
+    for (int b = 0; b < layout_.num_buckets(); ++b) {
+      reduced_->blocks.push_back(
           zeros({layout_.block_numel(b)}, {.dtype = bucket_type_[b].first, .device = bucket_type_[b].second}));
-    // Step 2, stage 2: each bucket's reduction is a reduce-scatter into this rank's block. The hook
-    // holds the blocks, not `this`; the destructor puts DDP's own hook back.
-    auto blocks = shard_grads_;
-    ddp_.set_comm_hook([blocks](ProcessGroup& group, GradBucket& bucket) -> HookWork {
-      const Tensor& block = blocks.at(bucket.index);
-      // Note [Average, not sum] in dist/ddp/ddp.h. The buffer is left as backward wrote it (a
-      // backward without zero_grad adds to it). Every backend but nccl sums f16 in f32 (Note
+      reduced_->holds.push_back(false);
+    }
+    // Step 2, stage 2: each bucket's reduction is a reduce-scatter into this rank's block, or added
+    // to it when the block holds an earlier backward's gradient of the same step. The hook shares
+    // the blocks, not `this`; the destructor puts DDP's own hook back.
+    ddp_.set_comm_hook([reduced = reduced_](ProcessGroup& group, GradBucket& bucket) -> HookWork {
+      if (reduced->consumed) reduced->clear();  // Note [A step consumes the reduced gradient]
+      Tensor block = reduced->blocks.at(bucket.index);
+      const bool add = reduced->holds.at(bucket.index);
+      reduced->holds[bucket.index] = true;
+      const Tensor out = add ? empty_like(block) : block;
+      std::function<void()> then;
+      if (add) then = [block, out]() mutable { block.add_(out); };
+      // Note [Average, not sum] in dist/ddp/ddp.h. Every backend but nccl sums f16 in f32 (Note
       // [Half-precision accumulation]); nccl sums in f16, so there a copy divided first is reduced.
       if (bucket.buffer.dtype() == DType::f16 && group.size() > 1 && group.backend() == "nccl") {
         Tensor divided = bucket.buffer * (1.0 / group.size());
-        return {group.reduce_scatter(block, divided, ReduceOp::sum), [divided] {}};
+        return {group.reduce_scatter(out, divided, ReduceOp::sum), [divided, then] {
+                  if (then) then();
+                }};
       }
-      return {group.reduce_scatter(block, bucket.buffer, ReduceOp::avg), nullptr};
+      return {group.reduce_scatter(out, bucket.buffer, ReduceOp::avg), then};
     });
   }
 }
@@ -121,8 +133,26 @@ size_t ZeroOptimizer::state_bytes() const { return inner_->state_bytes(); }
 
 size_t ZeroOptimizer::reduced_gradient_bytes() const {
   size_t n = 0;
-  for (const Tensor& block : shard_grads_) n += block.nbytes();
+  if (reduced_)
+    for (const Tensor& block : reduced_->blocks) n += block.nbytes();
   return n;
+}
+
+void ZeroOptimizer::ReducedGradients::clear() {
+  std::fill(holds.begin(), holds.end(), false);
+  consumed = false;
+}
+
+void ZeroOptimizer::zero_grad(bool set_to_none) {
+  Optimizer::zero_grad(set_to_none);
+  if (!reduced_) return;
+  if (set_to_none) {
+    reduced_->clear();
+    return;
+  }
+  for (size_t b = 0; b < reduced_->blocks.size(); ++b)
+    if (reduced_->holds[b]) reduced_->blocks[b].zero_();
+  reduced_->consumed = false;
 }
 
 bool ZeroOptimizer::whole(const ShardPiece& piece) const { return piece.numel == params_[piece.param].numel(); }
@@ -135,14 +165,18 @@ void ZeroOptimizer::set_piece_gradients() {
   for (size_t j = 0; j < pieces_.size(); ++j) {
     const ShardPiece& piece = piece_of_[j];
     const Tensor& param = params_[piece.param];
+    if (options_.stage == 2) {  // .grad is none: the buffers were released after the reduction
+      if (!reduced_->holds[piece.bucket]) {
+        pieces_[j].set_grad(Tensor());
+        continue;
+      }
+      const Tensor slice = reduced_->blocks[piece.bucket].narrow(0, piece.block_offset, piece.numel);
+      pieces_[j].set_grad(whole(piece) ? slice.view(param.shape()) : slice);
+      continue;
+    }
     const Tensor g = param.grad();
     if (!g.defined()) {
       pieces_[j].set_grad(Tensor());
-      continue;
-    }
-    if (options_.stage == 2) {
-      const Tensor slice = shard_grads_[piece.bucket].narrow(0, piece.block_offset, piece.numel);
-      pieces_[j].set_grad(whole(piece) ? slice.view(param.shape()) : slice);
       continue;
     }
     // Stage 1: the averaged .grad, which DDP keeps as a view into its bucket. A .grad replaced by
@@ -164,6 +198,9 @@ std::vector<Tensor> ZeroOptimizer::step_gradients() {
 }
 
 bool ZeroOptimizer::agree_on_found_inf(bool found) {
+  // The GradScaler asks once per step, whether it then steps or skips: either way this step's
+  // gradient is spent (Note [A step consumes the reduced gradient]).
+  if (reduced_) reduced_->consumed = true;
   if (group_.size() == 1) return found;
   Tensor flag = full({1}, found ? 1.0 : 0.0, {.dtype = DType::i32});
   group_.allreduce(flag, ReduceOp::max)->wait();
@@ -196,6 +233,7 @@ void ZeroOptimizer::update() {
     inner_->param_groups()[g].weight_decay = groups_[g].weight_decay;
   }
   inner_->step();
+  if (reduced_) reduced_->consumed = true;
   gather_parameters();
 }
 

@@ -14,7 +14,8 @@
 // Memory per rank, Ψ parameters of f16 with Adam (docs/zero.md has this machine's measured bytes):
 //   DDP      2Ψ params + 2Ψ grads + 12Ψ state (f32 master 4, moments 8)   = 16Ψ
 //   stage 1  2Ψ + 2Ψ + 12Ψ/N                                                = (4 + 12/N)Ψ
-//   stage 2  2Ψ + 2Ψ/N reduced gradient + 12Ψ/N = (2 + 14/N)Ψ, plus 2Ψ here: see below
+//   stage 2  2Ψ + 2Ψ/N reduced gradient + 12Ψ/N                             = (2 + 14/N)Ψ
+//            between steps; during a backward the full-size buckets exist too (see Contracts)
 //
 // How a step goes (Note [Shards cut across parameters] in dist/zero/shard_layout.h says who owns what):
 //  1. DDP's buckets are padded to a multiple of N elements and their layout fixed (Note [Buckets for
@@ -43,10 +44,19 @@
 //  - step() is collective: every rank must call it, also when its GradScaler skips (it does when any
 //    rank overflowed: agree_on_found_inf). dist::Join is not supported (a rank out of data takes no
 //    step); keep the batch counts even.
-//  - Stage 2: after backward a parameter's .grad holds this rank's local gradient (unaveraged; an f16
-//    bucket divided by N), not the average: read gradients through clip_grad_norm / step_gradients().
-//    The full-size bucket buffers still receive backward's gradients, so the gradient bytes saved
-//    are the reduced copy's; docs/zero.md measures what that is and is not.
+//  - Stage 2: backward's gradients go into full-size bucket buffers, as DDP's do, which are freed
+//    once the bucket is reduce-scattered; after a synchronising backward every .grad is none (Note
+//    [Gradient buffers released after the reduction], dist/ddp/reducer.h). Read gradients through
+//    clip_grad_norm / step_gradients(). Under no_sync the buffers stay, holding the accumulated sums.
+//
+// Note [A step consumes the reduced gradient]: at stage 2 the averaged gradient lives in this
+// optimizer (its blocks), not in the parameters' .grad, so a model's zero_grad() cannot reach it.
+// As in DeepSpeed's ZeRO, a step spends it: after step() -- or a step the GradScaler skipped (it
+// asks agree_on_found_inf every step) -- the next backward starts a new gradient, whether or not
+// zero_grad() ran. Before that, backwards add up (two backwards, one step: the sum, as with DDP),
+// and this optimizer's zero_grad() clears it. So training loops that zero through the model or
+// through the optimizer both work; one that meant to carry gradients across steps (DDP without any
+// zero_grad) would not, and is not supported.
 //  - The optimizer state is sharded, so state_dict() is refused: save_sharded() writes each rank's
 //    shard and an index, consolidate_sharded() reads them back as one full state (the layout a plain
 //    optimizer's state_dict_by_name writes), and load_sharded() restores at any world size.
@@ -115,6 +125,9 @@ class ZeroOptimizer : public optim::Optimizer {
   // norm before clipping. Collective: each rank sums its pieces' squares, one AllReduce adds them.
   double clip_grad_norm(double max_norm);
 
+  // Also clears the reduced gradient blocks at stage 2 (Note [A step consumes the reduced gradient]).
+  void zero_grad(bool set_to_none = true) override;
+
   // Refused: the state is sharded (save_sharded, consolidate_sharded).
   nn::StateDict state_dict() const override;
   // A full optimizer state, keyed by parameter index as Optimizer::state_dict writes it (or by name
@@ -154,9 +167,16 @@ class ZeroOptimizer : public optim::Optimizer {
   std::vector<std::string> names_;                     // the model's name of each
   std::vector<std::pair<DType, Device>> bucket_type_;  // per bucket
   ShardLayout layout_;
-  std::vector<Tensor> pieces_;               // this rank's pieces: flat views into the parameters,
-  std::vector<ShardPiece> piece_of_;         // in the inner optimizer's order (group by group)
-  std::vector<Tensor> shard_grads_;          // stage 2: per bucket, this rank's reduced block (m)
+  std::vector<Tensor> pieces_;        // this rank's pieces: flat views into the parameters,
+  std::vector<ShardPiece> piece_of_;  // in the inner optimizer's order (group by group)
+  // Stage 2: per bucket, this rank's reduced block (m), shared with the communication hook.
+  struct ReducedGradients {
+    std::vector<Tensor> blocks;
+    std::vector<bool> holds;  // the block holds a gradient (else the next reduction overwrites it)
+    bool consumed = false;    // Note [A step consumes the reduced gradient]
+    void clear();
+  };
+  std::shared_ptr<ReducedGradients> reduced_;
   std::unique_ptr<optim::Optimizer> inner_;  // steps pieces_
 };
 

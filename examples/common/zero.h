@@ -65,10 +65,11 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
       param_bytes += p.nbytes();
     }
   size_t bucket_bytes = 0;
-  bool shared = false;
+  bool shared = false, persistent = true;
   for (const dist::BucketInfo& b : ddp.buckets()) {
     bucket_bytes += static_cast<size_t>(b.numel) * dtype_size(b.dtype);
     shared |= b.in_shared_memory;
+    persistent &= b.persistent;
   }
   dist::ZeroOptimizer* zero = as_sharded(opt);
   const size_t reduced = zero != nullptr ? zero->reduced_gradient_bytes() : 0;
@@ -84,18 +85,22 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
   auto line = [&](const char* what, double bytes, const std::string& note) {
     return str_cat("  ", what, mib(bytes), "  ", per_param(bytes), note.empty() ? "" : " (" + note + ")", "\n");
   };
-  const double model_state = static_cast<double>(param_bytes + bucket_bytes + reduced + state);
+  // Between steps: stage 2's buckets exist only from a backward's first gradient until reduced.
+  const double model_state = static_cast<double>(param_bytes + (persistent ? bucket_bytes : 0) + reduced + state);
   std::string out =
       str_cat("memory report (rank ", ddp.group().rank(), " of ", N, ", ", opt.name(), "): Ψ = ", psi, " parameters\n");
   out += line("parameters        ", param_bytes, "");
   out += line("gradients         ", bucket_bytes,
-              shared ? "DDP buckets, in shared memory: outside the allocator's count" : "DDP buckets");
+              !persistent ? "DDP buckets, only during a backward: freed once reduce-scattered"
+              : shared    ? "DDP buckets, in shared memory: outside the allocator's count"
+                          : "DDP buckets");
   if (zero != nullptr && zero->stage() == 2)
     out += line("reduced gradient  ", reduced, "this rank's reduce-scattered blocks");
   out += line("optimizer state   ", state,
               zero != nullptr ? str_cat("1/", N, " of the ", per_param(all_state.item()), " all ranks hold together")
                               : "every rank holds a whole copy");
-  out += line("model state       ", model_state, "the sum of the above");
+  out += line("model state       ", model_state,
+              persistent ? "the sum of the above" : "the sum of the above, less the buckets: between steps");
   out += str_cat("  allocator         ", mib(allocated_before),
                  " allocated when training began (data, parameters, optimizer state); peak during training ",
                  mib(stats.peak_allocated), ", ",

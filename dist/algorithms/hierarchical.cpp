@@ -5,9 +5,24 @@
 //   2. AllReduce among the leaders, one per node                 the pipelined ring (ring_pipeline.h)
 //   3. broadcast inside each node from its leader                MPI_Ibcast on the node communicator
 //
-// Why: inside a node ranks share memory (or NVLink); between nodes there is one slower network.
-// A flat ring over all N ranks crosses the network with 2(N-1)/N of the data per rank; here only
-// leaders talk across nodes, so inter-node traffic falls by the number of ranks per node.
+// Why: inside a node ranks share memory (or NVLink); between nodes there is a slower network. What
+// the two levels save is inter-node latency, far more than inter-node bytes. Take M nodes of k
+// ranks, N = M k, numbered node by node, and S the tensor's bytes. A flat ring over all N ranks
+// crosses the network on only M of its links, each carrying 2(N-1)/N S, in 2(N-1) steps that each
+// wait on the slowest link, an inter-node one. The leaders' ring (stage 2) also crosses it on M
+// links, each carrying 2(M-1)/M S, in 2(M-1) steps. So the bytes per inter-node link fall by less
+// than a factor of 2 whatever k (nearly 2 at M = 2, hardly at all across many nodes), while the
+// steps that wait on the network fall from 2(N-1) to 2(M-1), at least k times fewer. For f16 / bf16
+// the leaders' ring carries f32 in every step (stage 1 already summed in f32): 4(M-1)/M S per link,
+// against the flat ring's (3N-4)/N S (Note [Each chunk is reduced once] in ring_pipeline.h) -- with
+// 4 nodes or more, more bytes than the flat ring, not fewer.
+//
+// The price: only the leader talks across nodes, so where every rank has a network interface of its
+// own (one per GPU on most GPU servers) the other k-1 per node stay idle; and the three stages run
+// one after the other over the whole tensor. Keeping every interface busy takes another shape:
+// reduce-scatter within the node, an AllReduce across nodes of each local rank's 1/k share with its
+// peers of the same local rank (k rings of M ranks, 2(M-1)/M S/k per interface), then an all-gather
+// within the node -- Horovod's hierarchical AllReduce. This file does not do that.
 //
 // Arithmetic: stages 1 and 2 run in the accumulation type (f32 for f16 / bf16, Note
 // [Half-precision accumulation]); each leader divides once for AVG by the world size and rounds

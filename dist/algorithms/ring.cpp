@@ -2,7 +2,8 @@
 // all-gather and a pipelined chain broadcast, all over MPI point-to-point (MPI_Isend / MPI_Irecv).
 // Backend "ring" runs all four (dist/backends/ring.cpp).
 //
-// The ring is bandwidth-optimal: each rank sends 2(N-1)/N of the data for an AllReduce whatever N.
+// The ring is bandwidth-optimal: each rank sends 2(N-1)/N of the data for an AllReduce whatever N
+// (f16 / bf16: (3N-4)/N of their bytes, the partial sums travelling as f32; ring_pipeline.h).
 // Its cost is 2(N-1) message latencies, which is why small tensors want the tree (tree.cpp) and why
 // backend "auto" switches between the two (dist/backends/auto.cpp).
 #include <mpi.h>

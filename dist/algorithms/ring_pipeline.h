@@ -10,7 +10,10 @@
 //   all-gather (AllReduce only), step g = 0 .. N-2: send chunk (r + 1 - g), receive chunk (r - g)
 //     into place.
 //
-// Each rank sends N-1 chunks per phase: 2(N-1)/N of the data for an AllReduce, whatever N.
+// Each rank sends N-1 chunks per phase: 2(N-1)/N of the data for an AllReduce, whatever N -- in
+// bytes when T is its own accumulation type. For f16 / bf16 the partial sums of steps 1 .. N-2
+// travel as f32 (Note [Each chunk is reduced once]): 1 + 2(N-2) + (N-1) = 3N-4 chunks' worth of
+// T, (3N-4)/N of the tensor's bytes (N >= 2), 1.43x the 2(N-1)/N at N = 8.
 //
 // Note [Ring pipelining]: a chunk travels as segments (RingTuning::segment_bytes), and the chunk a
 // rank sends at step g is the one it received at step g-1. So segment j can be forwarded as soon as

@@ -23,9 +23,14 @@
 //     returns, every rank holds the same averaged gradients, so the optimizer steps stay in lockstep.
 //
 // Note [Average, not sum]: each rank's loss is a mean over its B examples, so the mean over ranks
-// of their gradients is the gradient of the mean loss over all N·B examples -- exactly one
-// process training with batch N·B. Summing would give N times that: the same as multiplying the
-// learning rate by N behind the user's back.
+// of their gradients is the gradient of the mean loss over all N·B examples -- exactly one process
+// training with batch N·B. Summing would silently give N times that. Under SGD it multiplies the
+// learning rate by N (and divides weight decay, added to the gradient, by N). Under Adam / AdamW
+// the constant factor cancels out of m / (sqrt(v) + eps), so the damage is smaller but real: eps
+// acts N times smaller; clipping to a fixed max norm acts on the mean gradient as if the max norm
+// were N times smaller, so it clips more steps, and harder, and Adam does not cancel a rescaling
+// that varies from step to step; and Adam's L2 weight decay (added to the gradient, unlike AdamW's
+// decoupled decay) weighs N times less against the gradient.
 //
 // dist/ddp/ is data parallelism on top of a ProcessGroup: this file (the public entry), options.h
 // (what DDP is configured with and reports), comm_hook.h (the hook types and the built-in hooks),

@@ -32,6 +32,10 @@ struct DDPOptions {
   // Record trace events: forward / backward nodes on a "compute" row, each bucket's reduction on
   // the group's communication row (trace_events(), write_trace()).
   bool trace = false;
+  // Narrate this many synchronising backwards on stderr, from rank 0 (the ranks run the same step):
+  // each gradient as it becomes ready, its bucket, the bucket's launch and its reduction
+  // (dist/ddp/explain.h). RINGGRAD_EXPLAIN=n in the environment sets it too (any other value: 1).
+  int explain_steps = 0;
 };
 
 // Where the time of one optimizer step went, on this rank. A step ends with a synchronising

@@ -1,6 +1,7 @@
 #include "dist/ddp/reducer.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
@@ -29,6 +30,10 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, std::
   std::vector<int> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(order.size() - 1 - i);
   build_buckets(order);
+  explain_left_ = options.explain_steps;
+  if (const char* e = std::getenv("RINGGRAD_EXPLAIN"); e != nullptr && *e != '\0' && std::string(e) != "0")
+    explain_left_ = std::max(explain_left_, std::max(1, std::atoi(e)));
+  if (group_->rank() != 0) explain_left_ = 0;  // rank 0 speaks for the ranks: they run the same step
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].hook_handle = params_[i].tensor.register_post_accumulate_grad_hook(
         [this, i](Tensor&) { on_gradient_ready(static_cast<int>(i)); });
@@ -217,6 +222,8 @@ void Reducer::on_gradient_ready(int index) {
       b.work = HookWork{};
     }
     for (Param& p : params_) p.ready = false;
+    if (sync_this_backward_) ++synced_backwards_;
+    if (sync_this_backward_ && explain_left_ > 0) begin_narration();
   }
   Param& p = params_[index];
   // Note [Gradient buffers released after the reduction]: the bucket's first gradient was computed
@@ -226,17 +233,37 @@ void Reducer::on_gradient_ready(int index) {
   if (!sync_this_backward_) return;
   if (options_.rebuild_buckets && !rebuilt_) observed_order_.push_back(index);
   p.ready = true;
-  if (--buckets_[p.bucket].pending == 0) launch_ready_buckets();
+  const int still_to_come = --buckets_[p.bucket].pending;
+  if (narrator_)
+    narrator_->gradient_ready(p.name, shape_str(p.tensor.shape()), p.bucket, p.offset, p.tensor.numel(), still_to_come);
+  if (still_to_come == 0) {
+    launch_ready_buckets();
+    if (narrator_ && p.bucket >= next_to_launch_) narrator_->bucket_waits(p.bucket, next_to_launch_);
+  }
+}
+
+void Reducer::begin_narration() {
+  narrator_ = std::make_unique<StepNarrator>(group_->rank(), group_->size(), synced_backwards_);
+  std::vector<std::string> lines;
+  for (const Bucket& b : buckets_) {
+    std::string names;
+    for (const std::string& n : b.grad.parameter_names) names += n + " ";
+    lines.push_back(
+        str_cat(names, "(", b.numel, " ", dtype_name(b.dtype), ", ", b.numel * dtype_size(b.dtype), " bytes)"));
+  }
+  narrator_->begin(lines);
 }
 
 // Note [Buckets launch in index order].
 void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < static_cast<int>(buckets_.size()) && buckets_[next_to_launch_].pending == 0) {
     Bucket& b = buckets_[next_to_launch_++];
+    const double launch_us = narrator_ ? trace_clock_us() : 0;
     b.work = hook_ ? hook_(*group_, b.grad) : allreduce_hook(*group_, b.grad);
     RG_CHECK(b.work.work != nullptr, "dist.DistributedDataParallel",
              "the communication hook returned no Work for bucket ", b.grad.index);
     b.launched = true;
+    if (narrator_) narrator_->bucket_launched(b.grad.index, b.grad.buffer.nbytes(), launch_us);
     ++stats_.bucket_reductions;
     stats_.bytes_reduced += static_cast<int64_t>(b.grad.buffer.nbytes());
   }
@@ -268,6 +295,7 @@ void Reducer::mark_unused_parameters() {
   }
   for (int i : unused) {
     Param& p = params_[i];
+    if (narrator_) narrator_->unused(p.name, p.bucket);
     if (!buckets_[p.bucket].grad.buffer.defined()) allocate_bucket(p.bucket);
     attach_view(p);  // zero unless earlier no_sync backwards accumulated into it
     p.ready = true;
@@ -283,6 +311,7 @@ void Reducer::finish_backward() {
   SyncedStep step{trace_clock_us(), step_start_us_, 0, {}};
   step_start_us_ = -1;
   mark_unused_parameters();
+  if (narrator_) narrator_->backward_computed(buckets_.size());
   for (Bucket& b : buckets_) {
     // Throws the timeout's diagnosis if a rank never joined. GPU reductions (nccl) are waited for by
     // the GPU: Note [Waiting on the device] in dist/work.h.
@@ -299,6 +328,13 @@ void Reducer::finish_backward() {
   }
   if (release_after_sync_) release_buffers();
   step.host_done_us = trace_clock_us();
+  if (narrator_) {
+    for (const auto& r : step.buckets)
+      if (r.work->is_completed()) narrator_->reduced(r.index, r.work->start_us(), r.work->end_us());
+    narrator_->done((step.host_done_us - step.backward_end_us) * 1e-3);
+    narrator_.reset();
+    --explain_left_;
+  }
   unrecorded_.push_back(std::move(step));
   record_finished_steps(/*block=*/false);
   if (options_.rebuild_buckets && !rebuilt_) rebuild_buckets_from_observed_order();

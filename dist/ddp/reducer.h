@@ -58,6 +58,7 @@
 #include "core/tensor.h"
 #include "core/trace.h"
 #include "dist/ddp/comm_hook.h"
+#include "dist/ddp/explain.h"
 #include "dist/ddp/options.h"
 #include "dist/process_group.h"
 
@@ -201,6 +202,13 @@ class Reducer {
   bool announced_sync_ = true;
   int contributing_ranks_ = 0;
   std::vector<int> observed_order_;  // first synchronising backward, hook order
+
+  // RINGGRAD_EXPLAIN (DDPOptions::explain_steps): synchronising backwards still to narrate, and the
+  // narrator of the one running.
+  int explain_left_ = 0;
+  int synced_backwards_ = 0;
+  std::unique_ptr<StepNarrator> narrator_;
+  void begin_narration();
 
   // Step timing (trace_clock_us).
   double step_start_us_ = -1;

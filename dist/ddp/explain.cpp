@@ -60,8 +60,8 @@ void StepNarrator::backward_computed(size_t reductions) {
 }
 
 void StepNarrator::reduced(int bucket, double start_us, double end_us) {
-  say(str_cat("  bucket ", bucket, " reduced on the communication thread, ", offset(start_us), " -> ",
-              offset(end_us), ": its parameters' .grad hold the average over ", world_, " rank(s)"));
+  say(str_cat("  bucket ", bucket, " reduced on the communication thread, ", offset(start_us), " -> ", offset(end_us),
+              ": its parameters' .grad hold the average over ", world_, " rank(s)"));
 }
 
 void StepNarrator::done(double exposed_ms) {

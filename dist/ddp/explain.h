@@ -26,9 +26,9 @@ class StepNarrator {
   void begin(const std::vector<std::string>& bucket_lines);  // one line per bucket
   void gradient_ready(const std::string& name, const std::string& shape, int bucket, int64_t offset, int64_t numel,
                       int still_to_come);
-  void bucket_waits(int bucket, int blocker);  // complete, but a lower index has not launched
+  void bucket_waits(int bucket, int blocker);                        // complete, but a lower index has not launched
   void bucket_launched(int bucket, size_t bytes, double launch_us);  // when the hook was called
-  void unused(const std::string& name, int bucket);  // find_unused_parameters: reduced as zeros
+  void unused(const std::string& name, int bucket);                  // find_unused_parameters: reduced as zeros
   void backward_computed(size_t reductions);
   void reduced(int bucket, double start_us, double end_us);  // trace_clock_us of the reduction
   void done(double exposed_ms);

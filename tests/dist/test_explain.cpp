@@ -48,9 +48,9 @@ TEST_CASE("explain: one step narrated in the order the Reducer acts, from rank 0
       std::make_shared<nn::Linear>(16, 12), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(12, 8),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 4)});
   // Small buckets, so that the step has several; no rebuild, so that the layout stays as narrated.
-  dist::DistributedDataParallel ddp(model, dist::new_group("ring", test_options()),
-                                    {.bucket_cap_mb = 0.0004, .first_bucket_mb = 0.0002, .rebuild_buckets = false,
-                                     .explain_steps = 1});
+  dist::DistributedDataParallel ddp(
+      model, dist::new_group("ring", test_options()),
+      {.bucket_cap_mb = 0.0004, .first_bucket_mb = 0.0002, .rebuild_buckets = false, .explain_steps = 1});
   rg::Generator gen(11 + r);
   const rg::Tensor x = rg::randn({5, 16}, gen);
   const rg::Tensor y = rg::from_vector(std::vector<int64_t>{0, 1, 2, 3, 0}, {5}, {.dtype = rg::DType::i64});

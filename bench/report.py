@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""report: the table, JSON and chart of one bench/run.sh run (issue 7, ../shared/WORKLOADS.md).
+"""report: the table, JSON and chart of one bench/run.sh run (../shared/WORKLOADS.md).
 
     /usr/bin/python3 bench/report.py [DIR] [--publish]        # DIR: bench/run.sh's --out, default bench/results
 

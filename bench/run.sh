@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark suite: ringgrad against PyTorch on the workloads of ../shared/WORKLOADS.md (issue 7),
+# The benchmark suite: ringgrad against PyTorch on the workloads of ../shared/WORKLOADS.md,
 # side by side in one run, then one table, a JSON file and a chart (bench/report.py).
 #
 #   bench/run.sh [--quick | --smoke] [--rounds N] [--out DIR] [--only w1,w2,w3,w4] [--publish]

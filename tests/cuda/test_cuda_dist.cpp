@@ -1,4 +1,4 @@
-// GPU tensors through the MPI process groups and DDP (issue 8), under mpirun -np 2 with both ranks
+// GPU tensors through the MPI process groups and DDP, under mpirun -np 2 with both ranks
 // sharing one GPU: the collectives stage CUDA tensors through host memory (Note [CUDA tensors through
 // host staging] in dist/staging.h), so the results must be the CPU's exactly; DDP on the GPU must
 // match one CPU process trained on the global batch.

@@ -1,4 +1,4 @@
-// The layers' kernels on CUDA against the CPU (issue 8): softmax and cross-entropy, layer_norm,
+// The layers' kernels on CUDA against the CPU: softmax and cross-entropy, layer_norm,
 // causal attention (dropout included), embedding / gather / one_hot, conv2d and max_pool2d, the fused
 // SGD / Adam updates, GradScaler, and a whole GPT-mini and CNN training step. Every case runs the
 // same op on CPU and GPU tensors holding the same values -- forward and, through autograd, backward --

@@ -54,6 +54,18 @@ size_t Adam::state_bytes() const {
   return n;
 }
 
+std::vector<std::pair<std::string, size_t>> Adam::state_bytes_by_kind() const {
+  size_t master = 0, moments = 0;
+  for (const State& s : state_) {
+    if (s.master.defined()) master += s.master.nbytes();
+    moments += s.exp_avg.nbytes() + s.exp_avg_sq.nbytes();
+  }
+  std::vector<std::pair<std::string, size_t>> out;
+  if (master > 0) out.emplace_back("master weights", master);
+  if (moments > 0) out.emplace_back("moments", moments);
+  return out;
+}
+
 nn::StateDict Adam::state_dict() const {
   nn::StateDict out;
   for (size_t i = 0; i < state_.size(); ++i) {

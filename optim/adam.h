@@ -32,6 +32,7 @@ class Adam : public Optimizer {
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
   std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
   size_t state_bytes() const override;
+  std::vector<std::pair<std::string, size_t>> state_bytes_by_kind() const override;
   nn::StateDict state_dict() const override;
   void load_state_dict(const nn::StateDict& state) override;
 

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -59,6 +60,9 @@ class Optimizer {
 
   // Bytes of optimizer state (master weights, moments, momentum buffers) held now.
   virtual size_t state_bytes() const = 0;
+  // state_bytes() by kind, for memory reports: {"master weights", bytes}, {"moments", bytes}, ...
+  // (kinds with no bytes left out). The parts add up to state_bytes().
+  virtual std::vector<std::pair<std::string, size_t>> state_bytes_by_kind() const { return {{"state", state_bytes()}}; }
   // State as named tensors ("3.exp_avg" = parameter 3's first moment; scalars as 0-dim f64), and back.
   virtual nn::StateDict state_dict() const = 0;
   virtual void load_state_dict(const nn::StateDict& state) = 0;

@@ -48,6 +48,18 @@ size_t SGD::state_bytes() const {
   return n;
 }
 
+std::vector<std::pair<std::string, size_t>> SGD::state_bytes_by_kind() const {
+  size_t master = 0, momentum = 0;
+  for (const State& s : state_) {
+    if (s.master.defined()) master += s.master.nbytes();
+    if (s.momentum.defined()) momentum += s.momentum.nbytes();
+  }
+  std::vector<std::pair<std::string, size_t>> out;
+  if (master > 0) out.emplace_back("master weights", master);
+  if (momentum > 0) out.emplace_back("momentum", momentum);
+  return out;
+}
+
 nn::StateDict SGD::state_dict() const {
   nn::StateDict out;
   for (size_t i = 0; i < state_.size(); ++i) {

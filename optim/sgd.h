@@ -24,6 +24,7 @@ class SGD : public Optimizer {
   SGD(std::vector<ParamGroup> groups, SGDOptions options);
   std::string name() const override { return "SGD"; }
   size_t state_bytes() const override;
+  std::vector<std::pair<std::string, size_t>> state_bytes_by_kind() const override;
   nn::StateDict state_dict() const override;
   void load_state_dict(const nn::StateDict& state) override;
 

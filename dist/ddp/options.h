@@ -34,7 +34,7 @@ struct DDPOptions {
   bool trace = false;
   // Narrate this many synchronising backwards on stderr, from rank 0 (the ranks run the same step):
   // each gradient as it becomes ready, its bucket, the bucket's launch and its reduction
-  // (dist/ddp/explain.h). RINGGRAD_EXPLAIN=n in the environment sets it too (any other value: 1).
+  // (dist/ddp/explain.h). RINGGRAD_EXPLAIN=n in the environment sets it too.
   int explain_steps = 0;
 };
 

@@ -1,12 +1,12 @@
 #include "dist/ddp/reducer.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
 
 #include "autograd/engine.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -31,8 +31,8 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, std::
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(order.size() - 1 - i);
   build_buckets(order);
   explain_left_ = options.explain_steps;
-  if (const char* e = std::getenv("RINGGRAD_EXPLAIN"); e != nullptr && *e != '\0' && std::string(e) != "0")
-    explain_left_ = std::max(explain_left_, std::max(1, std::atoi(e)));
+  const auto explain = env::integer("RINGGRAD_EXPLAIN", "dist.DistributedDataParallel", 0, 1000000);
+  explain_left_ = std::max<int>(explain_left_, static_cast<int>(explain.value_or(0)));
   if (group_->rank() != 0) explain_left_ = 0;  // rank 0 speaks for the ranks: they run the same step
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].hook_handle = params_[i].tensor.register_post_accumulate_grad_hook(

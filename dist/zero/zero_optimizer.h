@@ -111,6 +111,9 @@ class ZeroOptimizer : public optim::Optimizer {
 
   // This rank's optimizer state: about 1/N of a replica's (Note [Shards cut across parameters]).
   size_t state_bytes() const override;
+  std::vector<std::pair<std::string, size_t>> state_bytes_by_kind() const override {
+    return inner_->state_bytes_by_kind();
+  }
   // Stage 2: the bytes of this rank's reduced gradient blocks (0 at stage 1).
   size_t reduced_gradient_bytes() const;
 

@@ -5,7 +5,7 @@
 //
 // Backends are the process-group backends by name, plus the peer "MPI_Allreduce": the MPI
 // library's blocking MPI_Allreduce on MPI_COMM_WORLD called straight from this thread -- no
-// communication thread, no Work -- the figure the "0.9x of MPI_Allreduce" compares with.
+// communication thread, no Work -- the figure docs/benchmarks.md compares the backends with.
 // (MPI has no f16 type: for f16 the peer is skipped.) --segment sets the ring's segment size.
 // "auto/shared" is backend auto on a tensor from new_reduction_buffer, as DDP's buckets are: on one
 // machine it is summed in place across the ranks' buffers (Note [Shared gradient buffers]).

@@ -99,6 +99,11 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
   out += line("optimizer state   ", state,
               zero != nullptr ? str_cat("1/", N, " of the ", per_param(all_state.item()), " all ranks hold together")
                               : "every rank holds a whole copy");
+  for (const auto& [kind, bytes] : opt.state_bytes_by_kind()) {  // e.g. f16 Adam: master weights 4, moments 8
+    std::string label = "  " + kind;
+    label.resize(std::max<size_t>(label.size(), 18), ' ');
+    out += line(label.c_str(), static_cast<double>(bytes), "");
+  }
   out += line("model state       ", model_state,
               persistent ? "the sum of the above" : "the sum of the above, less the buckets: between steps");
   out += str_cat("  allocator         ", mib(allocated_before),

@@ -1,4 +1,4 @@
-// Exercise: a ring AllReduce in a few dozen lines (docs/learn/06-ring-tree-hierarchical.md).
+// Exercise: a ring AllReduce in a few dozen lines (docs/learn/07-ring-tree-hierarchical.md).
 #pragma once
 
 #include <mpi.h>

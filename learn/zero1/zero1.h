@@ -1,4 +1,4 @@
-// Exercise: ZeRO stage 1 from two collectives, reduce_scatter and allgather (docs/learn/14-zero.md).
+// Exercise: ZeRO stage 1 from two collectives, reduce_scatter and allgather (docs/learn/12-zero.md).
 #pragma once
 
 #include <vector>

@@ -144,6 +144,27 @@ TEST_CASE("Module::to(dtype) on parameters an optimizer holds is an error naming
   CHECK(opt.state_bytes() == 12 * static_cast<size_t>(fc.parameter_count()));
 }
 
+TEST_CASE("state_bytes_by_kind: f16 Adam holds 4 bytes of master weight and 8 of moments per parameter") {
+  nn::Linear fc(30, 20);
+  const size_t psi = static_cast<size_t>(fc.parameter_count());
+  using Kinds = std::vector<std::pair<std::string, size_t>>;
+  {
+    optim::Adam opt(fc.parameters(), {.lr = 1e-3});  // f32: no master copy
+    CHECK(opt.state_bytes_by_kind() == Kinds{{"moments", 8 * psi}});
+    optim::SGD sgd(fc.parameters(), {.lr = 0.1, .momentum = 0.9});
+    CHECK(sgd.state_bytes_by_kind() == Kinds{{"momentum", 4 * psi}});
+    optim::SGD plain(fc.parameters(), {.lr = 0.1});
+    CHECK(plain.state_bytes_by_kind().empty());
+    CHECK(plain.state_bytes() == 0);
+  }
+  fc.to(DType::f16);
+  optim::Adam opt(fc.parameters(), {.lr = 1e-3});
+  CHECK(opt.state_bytes_by_kind() == Kinds{{"master weights", 4 * psi}, {"moments", 8 * psi}});
+  size_t sum = 0;
+  for (const auto& [kind, bytes] : opt.state_bytes_by_kind()) sum += bytes;
+  CHECK(sum == opt.state_bytes());
+}
+
 TEST_CASE("GradScaler skips the step and backs off on inf, grows after the interval") {
   Tensor p = param_from(kInit);
   optim::SGD opt({p}, {.lr = 0.1});

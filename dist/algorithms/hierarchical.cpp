@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include "dist/algorithms/algorithms.h"
+#include "dist/algorithms/network_model.h"
 #include "dist/algorithms/ring_pipeline.h"
 
 namespace ringgrad::dist::detail {
@@ -61,6 +62,7 @@ class HierarchicalAllreduce : public PendingOp {
       return;
     }
     const bool leader = topo_.node_rank == 0;
+    pay_for_node_tree(topo_.node_size, static_cast<size_t>(n_) * sizeof(Acc));  // Note [A price per message]
     RG_MPI_CHECK(MPI_Ireduce(leader ? MPI_IN_PLACE : work_, leader ? work_ : nullptr, static_cast<int>(n_),
                              mpi_type<Acc>(), mpi_op(op_), 0, topo_.node, &request_));
     stage_ = Stage::node_reduce;
@@ -128,6 +130,7 @@ class HierarchicalAllreduce : public PendingOp {
       stage_ = Stage::done;
       return;
     }
+    pay_for_node_tree(topo_.node_size, static_cast<size_t>(n_) * sizeof(T));  // Note [A price per message]
     RG_MPI_CHECK(MPI_Ibcast(data_, static_cast<int>(n_ * sizeof(T)), MPI_BYTE, 0, topo_.node, &request_));
     stage_ = Stage::node_broadcast;
   }

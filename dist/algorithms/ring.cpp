@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "dist/algorithms/algorithms.h"
+#include "dist/algorithms/network_model.h"
 #include "dist/algorithms/ring_pipeline.h"
 
 namespace ringgrad::dist::detail {
@@ -30,6 +31,9 @@ class RingStep {
   void post(const void* send, size_t scount, void* recv, size_t rcount, MPI_Datatype type, int left, int right, int tag,
             MPI_Comm comm) {
     RG_MPI_CHECK(MPI_Irecv(recv, checked_int(rcount, "dist.ring"), type, left, tag, comm, &requests_[0]));
+    int type_bytes = 0;
+    RG_MPI_CHECK(MPI_Type_size(type, &type_bytes));
+    pay_for_message(comm, right, scount * static_cast<size_t>(type_bytes));  // Note [A price per message]
     RG_MPI_CHECK(MPI_Isend(send, checked_int(scount, "dist.ring"), type, right, tag, comm, &requests_[1]));
     posted_ = true;
   }
@@ -142,6 +146,7 @@ class ChainBroadcast : public PendingOp {
   int piece_bytes(size_t k) const { return static_cast<int>(std::min(kPiece, bytes_ - k * kPiece)); }
   void forward(size_t k) {
     sends_.push_back(MPI_REQUEST_NULL);
+    pay_for_message(comm_, next_, static_cast<size_t>(piece_bytes(k)));  // Note [A price per message]
     RG_MPI_CHECK(MPI_Isend(data_ + k * kPiece, piece_bytes(k), MPI_BYTE, next_, tag_, comm_, &sends_.back()));
   }
 

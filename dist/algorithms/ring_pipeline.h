@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "dist/algorithms/algorithms.h"
+#include "dist/algorithms/network_model.h"
 #include "dist/mpi_check.h"
 
 namespace ringgrad::dist::detail {
@@ -170,6 +171,8 @@ class RingPipeline : public PendingOp {
   void post_send(size_t i) {
     const Unit& u = sends_[i];
     const int right = mod(ch_.rank + 1);
+    const bool partial_sums = u.reduce_scatter && u.step != 0;  // travel as Acc, the rest as T
+    pay_for_message(ch_.comm, right, u.count * (partial_sums ? sizeof(Acc) : sizeof(T)));  // Note [A price per message]
     if (u.reduce_scatter && u.step == 0)  // this rank's own input, as T (Note [Each chunk is reduced once])
       RG_MPI_CHECK(MPI_Isend(input_ + u.begin, static_cast<int>(u.count * sizeof(T)), MPI_BYTE, right, ch_.tag,
                              ch_.comm, &send_requests_[i]));

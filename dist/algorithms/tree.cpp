@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "dist/algorithms/algorithms.h"
+#include "dist/algorithms/network_model.h"
 #include "dist/algorithms/reduce_kernels.h"
 #include "dist/mpi_check.h"
 #include "dist/shm/slots.h"
@@ -103,6 +104,8 @@ class TreeAllreduce : public PendingOp {
                                 ? std::max<int64_t>(1, static_cast<int64_t>(kEagerPieceBytes / sizeof(Acc)))
                                 : std::max<int64_t>(n_, 1);
       requests_.clear();
+      // Note [A price per message]: one exchange per step, whatever its eager pieces.
+      if (s.send_to >= 0) pay_for_message(comm_, s.send_to, static_cast<size_t>(bytes));
       for (int64_t at = 0; at < n_ || (at == 0 && n_ == 0); at += piece) {
         const int count = static_cast<int>(std::min(piece, n_ - at));  // n checked against INT_MAX at submission
         if (s.recv_from >= 0) {

@@ -9,6 +9,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/storage.h"
+#include "dist/algorithms/network_model.h"
 #include "dist/algorithms/reduce_kernels.h"
 #include "dist/mpi_check.h"
 #include "dist/mpi_comms.h"
@@ -44,6 +45,14 @@ void MpiGroupBase::use_shared_memory(const GroupOptions& options) {
       env_error = std::current_exception();
       mine = -1;
     }
+  }
+  // Under the per-message network model shared memory would bypass the modelled links (Note [A
+  // price per message] in dist/algorithms/network_model.h).
+  try {
+    if (mine == 1 && network_model()) mine = 0;
+  } catch (const Error&) {
+    if (!env_error) env_error = std::current_exception();
+    mine = -1;
   }
   int all = 0;
   RG_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm_));

@@ -424,9 +424,11 @@ def describe_run(settings, ceilings, failed, allreduce):
     memcpy = ceilings["memcpy_gbs"]
     elapsed = int(settings.get("elapsed_s", 0))
     head = [
-        f"bench/run.sh{'' if mode == 'full' else ' --' + mode}, {settings.get('started', '?')}, commit "
+        # The published page names the code (commit) and the machine, not the day it ran: docs are
+        # organised by concept, and the JSON beside it keeps the start time.
+        f"bench/run.sh{'' if mode == 'full' else ' --' + mode} at commit "
         f"{settings.get('commit', '?')}, {settings.get('cpu', '?')} × {settings.get('cores', '?')} cores, "
-        f"PyTorch {settings.get('torch', '?')}, took {elapsed // 60}m {elapsed % 60}s.",
+        f"PyTorch {settings.get('torch', '?')}, {elapsed // 60} min {elapsed % 60} s.",
         f"Rounds: {rounds}. Warm-up + timed steps per run: {steps or '—'}."
         + (f" W4: {settings.get('w4_sizes')}." if "w4" in ran else ""),
         "Ceilings, best of the run's start and end: FMA peak "
@@ -604,7 +606,7 @@ def main(argv):
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
 
     chart = out / "benchmarks.png"
-    title = f"ringgrad vs PyTorch, bench/run.sh {settings.get('mode', '')} {settings.get('started', '')}"
+    title = f"ringgrad vs PyTorch, bench/run.sh {settings.get('mode', '')} at {settings.get('commit', '')}"
     drew = draw_chart(rows, ceilings, title, chart)
     print(f"\nreport: wrote {out / 'results.json'}, {out / 'table.md'}" + (f", {chart}" if drew else ""))
     if "--publish" in argv:

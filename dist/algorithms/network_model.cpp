@@ -83,10 +83,4 @@ void pay_for_message(MPI_Comm comm, int peer, size_t bytes) {
   hold_for((same_node ? model->intra : model->inter).seconds(bytes));
 }
 
-void pay_for_node_tree(int node_size, size_t bytes) {
-  const auto& model = network_model();
-  if (!model || node_size <= 1) return;
-  hold_for(std::ceil(std::log2(node_size)) * model->intra.seconds(bytes));
-}
-
 }  // namespace ringgrad::dist::detail

@@ -16,8 +16,8 @@
 //
 // What it charges, per algorithm: the ring (dist/algorithms/ring_pipeline.h) each segment it sends;
 // the tree (tree.cpp) each step's exchange, once whatever its eager pieces; hierarchical
-// (hierarchical.cpp) its leaders' ring as the ring, and its in-node reduce and broadcast, which MPI
-// runs, as a binomial tree of ceil(log2 k) intra-node messages of the whole tensor each. The
+// (hierarchical.cpp) its leaders' ring as the ring, and each message of its in-node binomial trees
+// (ceil(log2 k) of the whole tensor on the way in, as many on the way out). The
 // shared-memory paths (slots, in-place reduction buffers) send no messages, so a group built under
 // the model does not use them (dist/backends/mpi_group.cpp).
 //
@@ -54,7 +54,5 @@ NetworkModel parse_network_model(const std::string& text, const char* what);
 // Note [A price per message]: holds the calling thread for the price of sending `bytes` from this
 // rank to rank `peer` of `comm`. Nothing without a model.
 void pay_for_message(MPI_Comm comm, int peer, size_t bytes);
-// The in-node binomial tree of a reduce or broadcast of `bytes` over `node_size` ranks (hierarchical).
-void pay_for_node_tree(int node_size, size_t bytes);
 
 }  // namespace ringgrad::dist::detail

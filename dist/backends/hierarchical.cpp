@@ -1,4 +1,4 @@
-// Backend "hierarchical": AllReduce within each node to its leader, the ring among the leaders,
+// Backend "hierarchical": a reduce within each node to its leader, the ring among the leaders,
 // then a broadcast within each node (dist/algorithms/hierarchical.cpp). Broadcast, all-gather and
 // reduce-scatter are MPI's over the whole group (MpiGroupBase defaults).
 //

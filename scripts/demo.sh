@@ -22,4 +22,10 @@ ranks=${RANKS:-2}
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 echo
 echo "==== mpirun -np $ranks build/examples/mnist --model mlp --epochs 1 $*"
+if [ "$ranks" -gt 1 ]; then
+  # The default backend, auto, sums DDP's buckets in place in memory both ranks map: on one machine
+  # no ring runs at all. Say so, and how to see one (docs/learn/07-ring-tree-hierarchical.md).
+  echo "(backend auto: on one machine the gradient buckets are summed in shared memory, no messages;"
+  echo " add --backend ring to reduce them with the ring AllReduce instead, RINGGRAD_EXPLAIN=1 to watch a step)"
+fi
 exec mpirun -np "$ranks" --oversubscribe build/examples/mnist --model mlp --epochs 1 "$@"

@@ -160,6 +160,13 @@ class Tensor {
   Tensor& add_(double value);
   Tensor& mul_(double value);
   Tensor& clamp_(double lo, double hi);
+  // Copies this tensor's elements into `place` (same shape, dtype and device: usually a view of a
+  // larger buffer) and makes this tensor -- every handle of it, with its autograd identity, .grad
+  // and hooks -- a view of place's storage from then on: PyTorch's `p.data = place.copy_(p)`, for
+  // code that lays parameters out in one flat buffer (dist::ZeroOptimizer, Note [Parameters in
+  // shared memory]). Views of this tensor taken before keep the old storage, so take it before
+  // anything holds one (an optimizer's pieces, a graph awaiting backward).
+  void move_into(const Tensor& place);
 
   // ---- math (differentiable; see core/ops.h) --------------------------------------------------
   Tensor sum(const Shape& dims = {}, bool keepdim = false) const;  // {} = all dims

@@ -200,13 +200,22 @@ std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& i
            " must be (N, *input.shape) = ", shape_str(expected), " ", dtype_name(input.dtype()), " for input ",
            input.desc(), " (rank ", rank_, "/", size_, ")");
   checked_count("dist.allgather", static_cast<int64_t>(output.nbytes()), rank_);
-  // See Note [CUDA tensors through host staging].
-  const Tensor host_in = staging_.in("dist.allgather", input), host_out = staging_.out("dist.allgather", output);
   auto detail = [](const OpInfo::Operands& o) { return o.a.desc(); };
-  return submit_collective({.name = "allgather", .detail = detail, .operands = {.a = input}, .bytes = input.nbytes()},
-                           [this, output, host_in, host_out](int tag) {
-                             return Staging::staged(start_allgather(host_out, host_in, tag), output, host_out);
-                           });
+  const OpInfo info{.name = "allgather", .detail = detail, .operands = {.a = input}, .bytes = input.nbytes()};
+  // Note [Allgather in a shared buffer]
+  if (std::shared_ptr<Work> work = allgather_in_place(info, output, input)) return work;
+  // In place (input is output's block of this rank, as PyTorch's all_gather_into_tensor allows)
+  // anywhere else: MPI and the algorithms take distinct buffers, so the block travels as a copy.
+  const auto* in_begin = static_cast<const std::byte*>(input.raw_data());
+  const auto* out_begin = static_cast<const std::byte*>(output.raw_data());
+  const bool overlaps = input.numel() > 0 && input.device() == output.device() &&
+                        in_begin < out_begin + output.nbytes() && out_begin < in_begin + input.nbytes();
+  const Tensor source = overlaps ? input.clone() : input;
+  // See Note [CUDA tensors through host staging].
+  const Tensor host_in = staging_.in("dist.allgather", source), host_out = staging_.out("dist.allgather", output);
+  return submit_collective(info, [this, output, host_in, host_out](int tag) {
+    return Staging::staged(start_allgather(host_out, host_in, tag), output, host_out);
+  });
 }
 
 std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {

@@ -90,6 +90,12 @@ class GroupBase : public ProcessGroup {
     (void)info, (void)t, (void)op;
     return nullptr;
   }
+  // ... and the Work of an allgather whose output lies in such a buffer, with input its block of
+  // this rank (Note [Allgather in a shared buffer]), else null.
+  virtual std::shared_ptr<Work> allgather_in_place(const OpInfo& info, const Tensor& output, const Tensor& input) {
+    (void)info, (void)output, (void)input;
+    return nullptr;
+  }
 
   // Derived destructors call this first: queued ops still call start_* above.
   void shutdown() { comm_thread_->shutdown(); }

@@ -122,6 +122,10 @@ class ProcessGroup {
   // t: any shape; every rank's t becomes root's t.
   virtual std::shared_ptr<Work> broadcast(const Tensor& t, int root) = 0;
   // input: S (any shape), output: (N, *S) of input's dtype; output[r] becomes rank r's input.
+  // input may be output[rank] itself (in place). In place inside a buffer from new_reduction_buffer
+  // that is shared memory, the blocks are copied between the ranks' buffers with no message (Note
+  // [Allgather in a shared buffer] in dist/shm/reduction_buffer.h); every rank must then call it in
+  // place on its own buffer, as for an AllReduce there.
   virtual std::shared_ptr<Work> allgather(const Tensor& output, const Tensor& input) = 0;
   // input: N * m elements (e.g. (N, *S)), output: m elements of input's dtype. Rank r's output
   // becomes op over all ranks of block r of input (elements [r m, (r + 1) m)); input is unchanged.

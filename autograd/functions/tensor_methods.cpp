@@ -127,6 +127,18 @@ Tensor& Tensor::mul_(double value) {
   native::unary_(UnaryOp::affine, *this, {value, 0.0});
   return *this;
 }
+void Tensor::move_into(const Tensor& place) {
+  RG_CHECK(place.defined() && place.shape() == shape() && place.dtype() == dtype() && place.device() == device(),
+           "move_into", "the new place ", place.defined() ? place.desc() : std::string("(undefined)"),
+           " must have the shape, dtype and device of ", desc());
+  if (place.storage() == storage() && place.offset() == offset() && place.strides() == strides()) return;
+  native::copy_(place, *this);  // not through copy_: moving a parameter is not an update autograd should refuse
+  TensorImpl& self = *checked();
+  self.storage = place.storage();
+  self.strides = place.strides();
+  self.offset = place.offset();
+}
+
 Tensor& Tensor::clamp_(double lo, double hi) {
   check_inplace("clamp_", *this);
   native::unary_(UnaryOp::clamp, *this, {lo, hi});

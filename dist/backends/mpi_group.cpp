@@ -87,6 +87,17 @@ std::shared_ptr<Work> MpiGroupBase::allreduce_in_place(const OpInfo& info, const
                            [shared = std::move(shared), t, op](int tag) { return shared->allreduce(t, op, tag); });
 }
 
+std::shared_ptr<Work> MpiGroupBase::allgather_in_place(const OpInfo& info, const Tensor& output, const Tensor& input) {
+  if (input.numel() == 0) return nullptr;
+  // Only the in-place form: the block this rank contributes already sits where every rank reads it.
+  const auto* block = static_cast<const std::byte*>(output.raw_data()) + static_cast<size_t>(rank_) * input.nbytes();
+  if (input.raw_data() != block) return nullptr;
+  std::shared_ptr<SharedBuffer> shared = shared_buffer_of(output);
+  if (shared == nullptr) return nullptr;
+  const Tensor flat = output.view({-1});
+  return submit_collective(info, [shared = std::move(shared), flat](int tag) { return shared->allgather(flat, tag); });
+}
+
 std::shared_ptr<SharedBuffer> MpiGroupBase::shared_buffer_of(const Tensor& t) const {
   if (!any_shared_buffers_.load(std::memory_order_relaxed) || !t.device().is_cpu()) return nullptr;
   std::lock_guard<std::mutex> lock(shared_buffers_mutex_);

@@ -46,6 +46,7 @@ class MpiGroupBase : public GroupBase {
   // memory allowed).
   Tensor new_in_place_buffer(int64_t numel, DType dtype, Device device) override;
   std::shared_ptr<Work> allreduce_in_place(const OpInfo& info, const Tensor& t, ReduceOp op) override;
+  std::shared_ptr<Work> allgather_in_place(const OpInfo& info, const Tensor& output, const Tensor& input) override;
 
   Channel channel(int tag) const { return Channel{comm_, rank_, size_, tag}; }
   // Maps shared_slots_ when options (or RINGGRAD_DIST_SHM) allow and every rank is on this machine.

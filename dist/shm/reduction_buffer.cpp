@@ -146,17 +146,20 @@ namespace {
 std::atomic_ref<uint64_t> counter(uint64_t& c) { return std::atomic_ref<uint64_t>(c); }
 }  // namespace
 
-// One op of Note [Shared gradient buffers]. t: (n) viewed flat, inside this rank's buffer.
-template <class T>
-class InPlaceAllreduce final : public PendingOp {
-  using Acc = compute_t<T>;
+// The OpHeader's `op` of an allgather: no ReduceOp has this value.
+constexpr int32_t kGatherOp = -1;
 
+// One op of Note [Shared gradient buffers]: the arrival, the headers' check, the claimed chunks and
+// the completion. What a chunk's work is -- a sum, or the owner's block copied -- is the subclass's.
+// t: (n) viewed flat, inside this rank's buffer.
+class InPlaceOp : public PendingOp {
  public:
-  InPlaceAllreduce(std::shared_ptr<SharedBuffer> buffer, const Tensor& t, ReduceOp op, int tag)
+  InPlaceOp(std::shared_ptr<SharedBuffer> buffer, const Tensor& t, int32_t op, int tag)
       : buffer_(std::move(buffer)),
         tensor_(t),
         op_(op),
         n_(t.numel()),
+        element_size_(static_cast<int64_t>(t.element_size())),
         offset_(static_cast<uint64_t>(static_cast<std::byte*>(t.raw_data()) - buffer_->mine())),
         s_(buffer_->ops_ + 1),
         first_chunk_(buffer_->chunks_before_),
@@ -166,35 +169,42 @@ class InPlaceAllreduce final : public PendingOp {
     RG_CHECK(buffer_->finished_ == buffer_->ops_, "dist.allreduce", "shared-buffer op ", s_, " started before op ",
              buffer_->ops_, " finished (rank ", buffer_->rank_, ")");
     buffer_->ops_ = s_;
-    for (int r = 0; r < buffer_->size_; ++r) copies_.push_back(reinterpret_cast<T*>(buffer_->region_of(r) + offset_));
+    for (int r = 0; r < buffer_->size_; ++r) copies_.push_back(buffer_->region_of(r) + offset_);
     SharedBuffer::Control& mine = buffer_->control_of(buffer_->rank_);
-    mine.header[s_ % 2] = OpHeader{.tag = tag,
-                                   .offset = offset_,
-                                   .numel = n_,
-                                   .dtype = static_cast<int32_t>(t.dtype()),
-                                   .op = static_cast<int32_t>(op)};
+    mine.header[s_ % 2] =
+        OpHeader{.tag = tag, .offset = offset_, .numel = n_, .dtype = static_cast<int32_t>(t.dtype()), .op = op};
     counter(mine.arrived).store(s_, std::memory_order_release);
   }
 
-  bool poll() override {
-    if (!reduced_) {
+  bool poll() final {
+    if (!worked_) {
       for (; waiting_for_ < buffer_->size_; ++waiting_for_)
         if (counter(buffer_->control_of(waiting_for_).arrived).load(std::memory_order_acquire) < s_) return false;
       check_headers();
-      reduce_unclaimed_chunks();
-      reduced_ = true;
+      work_on_unclaimed_chunks();
+      worked_ = true;
     }
-    // Until every chunk is reduced, a peer may still be reading or writing my buffer.
+    // Until every chunk is done, a peer may still be reading or writing my buffer.
     if (counter(buffer_->completed().value).load(std::memory_order_acquire) < end_chunk_) return false;
     buffer_->chunks_before_ = end_chunk_;
     buffer_->finished_ = s_;
     return true;
   }
 
+ protected:
+  // Elements [lo, hi) of the op, in every rank's copy (copies_[r]: the tensor's first byte there).
+  virtual void work(int64_t lo, int64_t hi) = 0;
+
+  int size() const { return buffer_->size_; }
+  int32_t op() const { return op_; }
+  int64_t numel() const { return n_; }
+  const std::vector<std::byte*>& copies() const { return copies_; }
+
  private:
   static std::string describe(const OpHeader& h) {
-    return str_cat("tag ", h.tag, ", ", dtype_name(static_cast<DType>(h.dtype)), " ",
-                   reduce_op_name(static_cast<ReduceOp>(h.op)), ", ", h.numel, " elements at byte ", h.offset);
+    const std::string what = h.op == kGatherOp ? std::string("allgather") : reduce_op_name(static_cast<ReduceOp>(h.op));
+    return str_cat("tag ", h.tag, ", ", dtype_name(static_cast<DType>(h.dtype)), " ", what, ", ", h.numel,
+                   " elements at byte ", h.offset);
   }
 
   void check_headers() const {
@@ -203,8 +213,8 @@ class InPlaceAllreduce final : public PendingOp {
       const OpHeader& theirs = buffer_->control_of(r).header[s_ % 2];
       RG_CHECK(theirs.tag == mine.tag && theirs.offset == mine.offset && theirs.numel == mine.numel &&
                    theirs.dtype == mine.dtype && theirs.op == mine.op,
-               "dist.allreduce", "rank ", r, " is at another collective (", describe(theirs), ") than rank ",
-               buffer_->rank_, " (", describe(mine),
+               op_ == kGatherOp ? "dist.allgather" : "dist.allreduce", "rank ", r, " is at another collective (",
+               describe(theirs), ") than rank ", buffer_->rank_, " (", describe(mine),
                ") on a shared reduction buffer: every rank must issue the "
                "same collectives in the same order, on the same view of its buffer (Note [Collective order] in "
                "dist/process_group.h)");
@@ -213,16 +223,16 @@ class InPlaceAllreduce final : public PendingOp {
 
   // The op's elements in chunks of whole cache lines of the buffer (regions start on a page, so
   // the same lines in every copy), so no two ranks write one line, even for a view that starts
-  // inside a line: chunk k starts k * kChunkElems elements after the line the view starts in,
+  // inside a line: chunk k starts k * chunk_elems() elements after the line the view starts in,
   // `before` elements of which precede the view.
-  static constexpr int64_t kChunkElems = static_cast<int64_t>(kChunkBytes / sizeof(T));
-  int64_t before() const { return static_cast<int64_t>(offset_ / sizeof(T)) % static_cast<int64_t>(kLine / sizeof(T)); }
-  uint64_t chunks() const { return static_cast<uint64_t>((n_ + before() + kChunkElems - 1) / kChunkElems); }
+  int64_t chunk_elems() const { return static_cast<int64_t>(kChunkBytes) / element_size_; }
+  int64_t before() const { return static_cast<int64_t>(offset_ % kLine) / element_size_; }
+  uint64_t chunks() const { return static_cast<uint64_t>((n_ + before() + chunk_elems() - 1) / chunk_elems()); }
 
-  // Claims chunks until none is left, reducing each: the rank that arrives first waits, so the rank
-  // that arrives last -- the one the step waits for -- starts reducing at once and does whatever
-  // the others have not claimed by then, rather than wait for a sleeping peer to do its share.
-  void reduce_unclaimed_chunks() {
+  // Claims chunks until none is left, working on each: the rank that arrives first waits, so the
+  // rank that arrives last -- the one the step waits for -- starts at once and does whatever the
+  // others have not claimed by then, rather than wait for a sleeping peer to do its share.
+  void work_on_unclaimed_chunks() {
     std::atomic_ref<uint64_t> claimed(buffer_->claimed().value);
     uint64_t next = claimed.load(std::memory_order_relaxed);
     while (next < end_chunk_) {
@@ -230,23 +240,47 @@ class InPlaceAllreduce final : public PendingOp {
       // starts from on every rank).
       if (!claimed.compare_exchange_weak(next, next + 1, std::memory_order_relaxed)) continue;
       const int64_t k = static_cast<int64_t>(next - first_chunk_);
-      reduce(std::max<int64_t>(0, k * kChunkElems - before()), std::min(n_, (k + 1) * kChunkElems - before()));
+      work(std::max<int64_t>(0, k * chunk_elems() - before()), std::min(n_, (k + 1) * chunk_elems() - before()));
       // Release: this chunk's writes into every copy happen before a rank sees it counted.
       counter(buffer_->completed().value).fetch_add(1, std::memory_order_release);
       next = claimed.load(std::memory_order_relaxed);
     }
   }
 
-  // Elements [lo, hi) of every copy, block by block.
-  void reduce(int64_t lo, int64_t hi) {
-    const int N = buffer_->size_;
+  std::shared_ptr<SharedBuffer> buffer_;  // keeps the mapping alive
+  Tensor tensor_;                         // and the caller's view of it
+  int32_t op_;                            // a ReduceOp, or kGatherOp
+  int64_t n_;
+  int64_t element_size_;
+  uint64_t offset_;
+  uint64_t s_;
+  uint64_t first_chunk_, end_chunk_;  // this op's chunks in the segment's counts: [first, end)
+  std::vector<std::byte*> copies_;    // the tensor's place in every rank's buffer, rank order
+  bool worked_ = false;               // I have claimed my last chunk
+  int waiting_for_ = 0;               // ranks below this one have arrived
+};
+
+// An AllReduce: each element becomes op over every rank's copy, written into every copy.
+template <class T>
+class InPlaceAllreduce final : public InPlaceOp {
+  using Acc = compute_t<T>;
+
+ public:
+  InPlaceAllreduce(std::shared_ptr<SharedBuffer> buffer, const Tensor& t, ReduceOp op, int tag)
+      : InPlaceOp(std::move(buffer), t, static_cast<int32_t>(op), tag), reduce_op_(op) {}
+
+ private:
+  T* copy(int q) const { return reinterpret_cast<T*>(copies()[q]); }
+
+  void work(int64_t lo, int64_t hi) override {
+    const int N = size();
     if constexpr (std::is_same_v<T, float>) {
       // DDP's case, 2 ranks and f32 sums or averages: one pass, no block round trip (the same
       // arithmetic as the blocks below: one addition, then the division by N).
-      if (N == 2 && (op_ == ReduceOp::sum || op_ == ReduceOp::avg)) {
-        float* a = copies_[0];
-        float* b = copies_[1];
-        if (op_ == ReduceOp::avg)
+      if (N == 2 && (reduce_op_ == ReduceOp::sum || reduce_op_ == ReduceOp::avg)) {
+        float* a = copy(0);
+        float* b = copy(1);
+        if (reduce_op_ == ReduceOp::avg)
           for (int64_t i = lo; i < hi; ++i) a[i] = b[i] = (a[i] + b[i]) / 2.0f;
         else
           for (int64_t i = lo; i < hi; ++i) a[i] = b[i] = a[i] + b[i];
@@ -257,22 +291,39 @@ class InPlaceAllreduce final : public PendingOp {
     for (int64_t i = lo; i < hi; i += kBlockElems) {
       const int64_t m = std::min(kBlockElems, hi - i);
       // In rank order, as Note [Shared-memory AllReduce] sums: the bits do not depend on who sums.
-      combine_into(sum, copies_[0] + i, N > 1 ? copies_[1] + i : nullptr, m, op_);
-      for (int q = 2; q < N; ++q) combine_into(sum, sum, copies_[q] + i, m, op_);
-      for (int q = 0; q < N; ++q) finish_into(copies_[q] + i, sum, m, op_, N);
+      combine_into(sum, copy(0) + i, N > 1 ? copy(1) + i : nullptr, m, reduce_op_);
+      for (int q = 2; q < N; ++q) combine_into(sum, sum, copy(q) + i, m, reduce_op_);
+      for (int q = 0; q < N; ++q) finish_into(copy(q) + i, sum, m, reduce_op_, N);
     }
   }
 
-  std::shared_ptr<SharedBuffer> buffer_;  // keeps the mapping alive
-  Tensor tensor_;                         // and the caller's view of it
-  ReduceOp op_;
-  int64_t n_;
-  uint64_t offset_;
-  uint64_t s_;
-  uint64_t first_chunk_, end_chunk_;  // this op's chunks in the segment's counts: [first, end)
-  std::vector<T*> copies_;            // the tensor's place in every rank's buffer, rank order
-  bool reduced_ = false;              // I have claimed my last chunk
-  int waiting_for_ = 0;               // ranks below this one have arrived
+  ReduceOp reduce_op_;
+};
+
+// An allgather in place (Note [Allgather in a shared buffer]): the tensor is N blocks of m
+// elements, block q written by rank q before the op; each element of block q is copied from rank
+// q's copy into every other rank's.
+class InPlaceAllgather final : public InPlaceOp {
+ public:
+  InPlaceAllgather(std::shared_ptr<SharedBuffer> buffer, const Tensor& t, int tag)
+      : InPlaceOp(std::move(buffer), t, kGatherOp, tag), block_(t.numel() / size()), element_size_(t.element_size()) {}
+
+ private:
+  void work(int64_t lo, int64_t hi) override {
+    const int N = size();
+    for (int64_t i = lo; i < hi;) {
+      const int q = static_cast<int>(i / block_);  // the owner of element i
+      const int64_t end = std::min(hi, (q + 1) * block_);
+      const std::byte* from = copies()[q] + i * static_cast<int64_t>(element_size_);
+      const size_t bytes = static_cast<size_t>(end - i) * element_size_;
+      for (int r = 0; r < N; ++r)
+        if (r != q) std::memcpy(copies()[r] + i * static_cast<int64_t>(element_size_), from, bytes);
+      i = end;
+    }
+  }
+
+  int64_t block_;  // m
+  size_t element_size_;
 };
 
 std::unique_ptr<PendingOp> SharedBuffer::allreduce(const Tensor& t, ReduceOp op, int tag) {
@@ -284,6 +335,12 @@ std::unique_ptr<PendingOp> SharedBuffer::allreduce(const Tensor& t, ReduceOp op,
       return std::make_unique<InPlaceAllreduce<T>>(shared_from_this(), t, op, tag);
     }
   });
+}
+
+std::unique_ptr<PendingOp> SharedBuffer::allgather(const Tensor& t, int tag) {
+  RG_CHECK(t.numel() % size_ == 0, "dist.allgather", "a shared buffer's view of ", t.numel(), " elements is not ",
+           size_, " equal blocks (rank ", rank_, ")");
+  return std::make_unique<InPlaceAllgather>(shared_from_this(), t, tag);
 }
 
 }  // namespace ringgrad::dist::detail

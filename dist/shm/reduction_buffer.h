@@ -51,6 +51,15 @@
 // (a view into it included). Every rank must then pass its own buffer's tensor at the same offset:
 // a rank that passes an ordinary tensor instead waits in MPI while the others wait here, and both
 // end in the timeout. The buffers come from a collective call, so SPMD code gets this right.
+//
+// Note [Allgather in a shared buffer]: the same op, with a copy where the AllReduce sums. The view
+// is N blocks of m elements, and before the op each rank has written its own block (rank q, block
+// q) into its own buffer -- ZeRO's updated parameter shards, in the parameters' own storage (Note
+// [Parameters in shared memory], dist/zero/zero_optimizer.h). Whoever claims a chunk copies each
+// element from its owner's buffer into every other rank's: N - 1 copies per element, shared by the
+// ranks, and no staging block, no gathered (N, m) tensor, no message. The same arrival and
+// completion counts make it safe: an owner's block is final when it arrives, and nobody writes its
+// buffer again before every chunk is complete.
 #pragma once
 
 #include <cstddef>
@@ -81,6 +90,9 @@ class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
   // t: inside mine(), reduced in place over every rank's buffer. `tag` is the collective's tag (the
   // same on every rank). Call only from the thread that runs the group's ops, one op at a time.
   std::unique_ptr<PendingOp> allreduce(const Tensor& t, ReduceOp op, int tag);
+  // t: N blocks of m elements inside mine(), this rank's block (rank r: block r) written before the
+  // call; every rank's t ends up holding every rank's block (Note [Allgather in a shared buffer]).
+  std::unique_ptr<PendingOp> allgather(const Tensor& t, int tag);
 
  private:
   struct Control;
@@ -102,8 +114,7 @@ class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
   uint64_t ops_ = 0;            // ops started on this segment: the s of the Note
   uint64_t finished_ = 0;       // of which finished (the last one's s)
   uint64_t chunks_before_ = 0;  // chunks of the finished ops: where the next op's claims start
-  template <class T>
-  friend class InPlaceAllreduce;
+  friend class InPlaceOp;
 };
 
 }  // namespace ringgrad::dist::detail

@@ -71,6 +71,8 @@ void ZeroOptimizer::build_shards() {
     const Tensor& first = params_[index_of.at(b.parameter_names.at(0)).first];
     bucket_type_.emplace_back(b.dtype, first.device());
   }
+  // Before any view of a parameter is taken: the pieces below are views of wherever they live.
+  place_parameters_in_shared_memory();
 
   // This rank's pieces, grouped as their parameters are.
   std::map<const TensorImpl*, size_t> group_of;
@@ -153,6 +155,41 @@ void ZeroOptimizer::zero_grad(bool set_to_none) {
   for (size_t b = 0; b < reduced_->blocks.size(); ++b)
     if (reduced_->holds[b]) reduced_->blocks[b].zero_();
   reduced_->consumed = false;
+}
+
+// Note [Parameters in shared memory] in dist/zero/zero_optimizer.h.
+void ZeroOptimizer::place_parameters_in_shared_memory() {
+  const int N = group_.size();
+  if (N == 1) return;
+  // Every rank decides alike: the parameters' shapes, dtypes and devices are the same everywhere.
+  for (size_t b = 0; b < bucket_type_.size(); ++b)
+    if (!bucket_type_[b].second.is_cpu()) return;
+  for (const Tensor& p : params_)
+    if (!p.is_contiguous()) return;
+  // Where each parameter starts in its bucket: any piece of it tells, from its owner's block.
+  std::vector<int64_t> start(params_.size(), -1);
+  for (int r = 0; r < N; ++r)
+    for (const ShardPiece& piece : layout_.pieces(r))
+      start[piece.param] = r * layout_.block_numel(piece.bucket) + piece.block_offset - piece.param_offset;
+  std::vector<int> bucket_of(params_.size(), -1);
+  for (int r = 0; r < N; ++r)
+    for (const ShardPiece& piece : layout_.pieces(r)) bucket_of[piece.param] = piece.bucket;
+
+  std::vector<Tensor> arenas;
+  for (int b = 0; b < layout_.num_buckets(); ++b) {
+    // Collective, in bucket order on every rank; null on every rank if any rank could not map it.
+    Tensor arena = group_.new_reduction_buffer(N * layout_.block_numel(b), bucket_type_[b].first, Device::cpu());
+    if (!group_.reduces_in_place(arena)) return;  // the ordinary allgather, through copies
+    arenas.push_back(arena);
+  }
+  NoGradGuard no_grad;
+  for (Tensor& arena : arenas) arena.zero_();  // the padding stays zero: no piece covers it
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (start[i] < 0) continue;  // no elements, so no piece
+    Tensor& p = params_[i];
+    p.move_into(arenas[bucket_of[i]].narrow(0, start[i], p.numel()).view(p.shape()));
+  }
+  param_arenas_ = std::move(arenas);
 }
 
 bool ZeroOptimizer::whole(const ShardPiece& piece) const { return piece.numel == params_[piece.param].numel(); }
@@ -241,6 +278,18 @@ void ZeroOptimizer::gather_parameters() {
   const int N = group_.size(), rank = group_.rank();
   if (N == 1) return;  // every piece is this rank's
   NoGradGuard no_grad;
+  if (!param_arenas_.empty()) {
+    // Each bucket's parameters are one (N, m) view of shared memory, this rank's block updated in
+    // place: the allgather copies between the ranks' buffers, nothing into or out of them.
+    std::vector<std::shared_ptr<Work>> works;
+    for (int b = 0; b < layout_.num_buckets(); ++b) {
+      const int64_t m = layout_.block_numel(b);
+      const Tensor& arena = param_arenas_[b];
+      works.push_back(group_.allgather(arena.view({N, m}), arena.narrow(0, rank * m, m)));
+    }
+    for (const auto& work : works) work->wait();
+    return;
+  }
   std::vector<Tensor> gathered(layout_.num_buckets());
   std::vector<std::shared_ptr<Work>> works;
   for (int b = 0; b < layout_.num_buckets(); ++b) {

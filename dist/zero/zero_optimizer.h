@@ -29,7 +29,9 @@
 //     only. The updates are elementwise, so each element gets exactly the update a DDP replica gives
 //     it.
 //  4. Each bucket's updated blocks are all-gathered in the parameters' dtype, so every replica holds
-//     every parameter again before the next forward.
+//     every parameter again before the next forward. On one machine the parameters themselves live
+//     in shared memory and the allgather copies between the ranks' buffers (Note [Parameters in
+//     shared memory]); elsewhere each block travels through a staging copy.
 //
 // Why a wrapper rather than DDPOptions::zero_stage: sharding changes what the *optimizer* holds and
 // when it talks to the other ranks (the step ends with an allgather), while DDP only needs its
@@ -57,6 +59,24 @@
 // and this optimizer's zero_grad() clears it. So training loops that zero through the model or
 // through the optimizer both work; one that meant to carry gradients across steps (DDP without any
 // zero_grad) would not, and is not supported.
+// Note [Parameters in shared memory]: the allgather ends every step, after the last bucket's
+// reduction, so nothing overlaps it; over messages it costs a copy of this rank's pieces into a
+// block, the exchange, and a copy of every other rank's pieces out of the (N, m) result -- on
+// gpt_mini at 2 ranks about a sixth of a step. When the group can reduce in shared memory
+// (ProcessGroup::reduces_in_place: backends "auto" and "tree" with every rank on one machine, CPU
+// tensors), the constructor moves each bucket's parameters into one buffer from
+// new_reduction_buffer, laid out as the bucket is (Tensor::move_into: every handle of a parameter,
+// the model's included, then points into it). Rank r's pieces are then block r of that buffer
+// already, the inner optimizer updates them there, and the allgather in place (Note [Allgather in
+// a shared buffer], dist/shm/reduction_buffer.h) copies each block into every other rank's buffer:
+// no staging block, no gathered tensor, no copy out. The padding at the end of the last block is
+// zero and nothing writes it. What a user sees: a parameter's storage changes once, at
+// construction, so a view of a parameter taken before it (a tensor holding `weight.view(...)`)
+// keeps the old elements and no longer follows training -- take views after building the
+// optimizer, as with PyTorch's FSDP, which flattens parameters the same way. Shared memory is not
+// counted by the allocator's statistics (docs/zero.md adds it back). Parameters that are not all
+// contiguous, CUDA buckets, one rank, or a group without shared memory keep the ordinary path.
+//
 //  - The optimizer state is sharded, so state_dict() is refused: save_sharded() writes each rank's
 //    shard and an index, consolidate_sharded() reads them back as one full state (the layout a plain
 //    optimizer's state_dict_by_name writes), and load_sharded() restores at any world size.
@@ -158,6 +178,7 @@ class ZeroOptimizer : public optim::Optimizer {
  private:
   void build_shards();                         // the constructor's work once DDP's buckets are this optimizer's
   void set_piece_gradients();                  // points each piece's .grad at its gradient for this step
+  void place_parameters_in_shared_memory();    // Note [Parameters in shared memory]
   void gather_parameters();                    // step 4: the allgather of every bucket's updated blocks
   Tensor flat(const ShardPiece& piece) const;  // the piece's elements in its parameter (a 1-D view)
   bool whole(const ShardPiece& piece) const;   // the piece is its whole parameter
@@ -180,6 +201,8 @@ class ZeroOptimizer : public optim::Optimizer {
     void clear();
   };
   std::shared_ptr<ReducedGradients> reduced_;
+  // Per bucket, the shared memory its parameters live in (N m elements), or none.
+  std::vector<Tensor> param_arenas_;
   std::unique_ptr<optim::Optimizer> inner_;  // steps pieces_
 };
 

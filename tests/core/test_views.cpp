@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/engine.h"
 #include "test_util.h"
 
 using namespace ringgrad;
@@ -459,6 +460,33 @@ TEST_CASE("clone copies into new storage and to(cpu) returns self") {
   CHECK_VALUES(x, Shape({2, 3}), iota(6), 0, 0);
   CHECK(x.to(Device::cpu()).is_same(x));
   CHECK(x.device() == Device::cpu());
+}
+
+TEST_CASE("move_into: every handle of the tensor then lives in the new place, with its gradient and identity") {
+  Tensor p = make(iota(6), {2, 3});
+  p.requires_grad_();
+  Tensor handle = p;  // another handle of the same tensor, as a module's registry holds one
+  Tensor old_view = p.detach().view({-1});
+  Tensor arena = make(std::vector<double>(10, -1.0), {10});
+  p.move_into(arena.narrow(0, 2, 6).view({2, 3}));
+  CHECK(shares_storage(handle, arena));
+  CHECK(handle.is_same(p));
+  CHECK(p.requires_grad());
+  CHECK_VALUES(arena, Shape({10}), (std::vector<double>{-1, -1, 0, 1, 2, 3, 4, 5, -1, -1}), 0, 0);
+  // Writes through the parameter land in the arena; a view taken before keeps the old elements.
+  {
+    NoGradGuard no_grad;
+    p.add_(10.0);
+  }
+  CHECK_VALUES(arena, Shape({10}), (std::vector<double>{-1, -1, 10, 11, 12, 13, 14, 15, -1, -1}), 0, 0);
+  CHECK_VALUES(old_view, Shape({6}), iota(6), 0, 0);
+  // Autograd still treats it as the same leaf: the gradient of sum(p * p) is 2p.
+  (p * p).sum().backward();
+  CHECK_VALUES(handle.grad(), Shape({2, 3}), (std::vector<double>{20, 22, 24, 26, 28, 30}), 0, 0);
+  // The place must match: shape, dtype, device.
+  CHECK_THROWS_WITH_AS(p.move_into(arena.narrow(0, 0, 5)), doctest::Contains("move_into"), Error);
+  CHECK_THROWS_WITH_AS(p.move_into(zeros({2, 3}, {.dtype = DType::f64})), doctest::Contains("must have the shape"),
+                       Error);
 }
 
 TEST_CASE("0-dim tensors broadcast against any shape") {

@@ -253,6 +253,58 @@ TEST_CASE("allgather: every backend x dtype x size") {
   }
 }
 
+TEST_CASE("allgather in place: input is output's block of this rank, in an ordinary tensor and a reduction buffer") {
+  // As PyTorch's all_gather_into_tensor allows. In a buffer from new_reduction_buffer on "tree" and
+  // "auto" the ranks copy between their buffers (Note [Allgather in a shared buffer]); anywhere
+  // else the block travels as a copy. Other ranks' blocks start as a sentinel in every rank's copy.
+  const int N = dist::world().size, r = dist::world().rank;
+  for (const auto& backend : kBackends) {
+    auto pg = make_group(backend);
+    for (rg::DType dt : {rg::DType::f32, rg::DType::f16, rg::DType::f64, rg::DType::i64})
+      for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{1001}, int64_t{16385}, int64_t{1} << 18})
+        for (bool buffer : {false, true}) {
+          if (m > 100000 && dt != rg::DType::f32) continue;
+          CAPTURE(backend);
+          const std::string dtype = rg::dtype_name(dt);
+          CAPTURE(dtype);
+          CAPTURE(m);
+          CAPTURE(buffer);
+          rg::Tensor flat = buffer ? pg->new_reduction_buffer(N * m, dt) : rg::zeros({N * m}, {.dtype = dt});
+          flat.fill_(-3.0);
+          flat.narrow(0, r * m, m).copy_(filled(m, dt, [&](int64_t i) { return (r + 1) + (i % 5); }));
+          pg->allgather(flat.view({N, m}), flat.narrow(0, r * m, m))->wait();
+          CHECK(mismatch(flat, [&](int64_t j) { return (j / m + 1) + (j % m) % 5; }) == "");
+        }
+  }
+}
+
+TEST_CASE("allgather in a shared buffer: a rank on another view fails every rank at once") {
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  dist::GroupOptions options = test_options();
+  options.shared_memory = true;
+  auto pg = dist::new_group("auto", options);
+  const int64_t m = 1 << 16;
+  rg::Tensor flat = pg->new_reduction_buffer(N * m + 1, rg::DType::f32);
+  REQUIRE(pg->reduces_in_place(flat));
+  // The last rank's view starts one element further in: the headers disagree, which only the
+  // shared-buffer path sees, so a failure within seconds (not the 60 s timeout) shows it took it.
+  const rg::Tensor mine = flat.narrow(0, r == N - 1 ? 1 : 0, N * m);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pg->allgather(mine.view({N, m}), mine.narrow(0, r * m, m))->wait();
+    FAIL("the mismatch went unnoticed");
+  } catch (const rg::Error& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("dist.allgather") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("f32 allgather, " + std::to_string(N * m) + " elements at byte 0") != std::string::npos,
+                  what);
+    CHECK_MESSAGE(what.find("f32 allgather, " + std::to_string(N * m) + " elements at byte 4") != std::string::npos,
+                  what);
+  }
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
+}
+
 TEST_CASE("many outstanding async ops complete in submission order") {
   const int r = dist::world().rank;
   for (const auto& backend : kBackends) {
@@ -631,7 +683,9 @@ TEST_CASE("new_reduction_buffer on shared memory: identical rank-order sums ever
   CHECK(mismatch(t, [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
 }
 
-TEST_CASE("new_reduction_buffer on shared memory: 300 ops of any size and place, whichever rank is late or busy") {
+TEST_CASE(
+    "new_reduction_buffer on shared memory: 300 AllReduces and allgathers of any size and place, whichever rank is "
+    "late or busy") {
   // Note [Shared gradient buffers]: the ranks claim the chunks of an op between them, so how much
   // each rank reduces depends on who arrives when -- and each op's chunks are counted from where the
   // previous op's ended. Random sizes, view offsets, dtypes and ops (the same on every rank, from
@@ -654,8 +708,13 @@ TEST_CASE("new_reduction_buffer on shared memory: 300 ops of any size and place,
   for (int op_index = 0; op_index < 300; ++op_index) {
     const rg::DType dt = below(2) == 0 ? rg::DType::f32 : rg::DType::f64;
     const dist::ReduceOp op = kOps[static_cast<size_t>(below(4))];
+    // One op in four an allgather in place (Note [Allgather in a shared buffer]): its chunks are
+    // counted on the same segment as the AllReduces'.
+    const bool gather = below(4) == 0;
     // Mostly below one 32 KiB chunk or a few; now and then many.
-    const int64_t n = 1 + (below(8) == 0 ? below(capacity - 1000) : below(40000));
+    int64_t n = 1 + (below(8) == 0 ? below(capacity - 1000) : below(40000));
+    if (gather) n = N * (1 + n / N);
+    const int64_t m = n / N;  // a gather's block
     const int64_t offset = below(capacity - n + 1);
     const int late = static_cast<int>(below(N));
     const auto late_by = std::chrono::microseconds(below(2000));
@@ -665,19 +724,22 @@ TEST_CASE("new_reduction_buffer on shared memory: 300 ops of any size and place,
     CAPTURE(offset);
     const std::string dtype = rg::dtype_name(dt);
     CAPTURE(dtype);
-    const std::string reduce = dist::reduce_op_name(op);
+    const std::string reduce = gather ? std::string("allgather") : dist::reduce_op_name(op);
     CAPTURE(reduce);
 
     rg::Tensor& buffer = buffers[dt];
     // -1 outside the view: a sentinel no reduction of (r + 1) + (i % 7) produces.
     buffer.fill_(-1.0);
     rg::Tensor view = buffer.narrow(0, offset, n);
-    view.copy_(filled(n, dt, [&](int64_t i) { return (r + 1) + (i % 7); }));
+    if (gather)  // this rank's block; the others' blocks -2 until gathered
+      view.copy_(filled(n, dt, [&](int64_t i) { return i / m == r ? (r + 1) + (i % m) % 7 : -2.0; }));
+    else view.copy_(filled(n, dt, [&](int64_t i) { return (r + 1) + (i % 7); }));
     if (r == late) std::this_thread::sleep_for(late_by);
-    auto work = pg->allreduce(view, op);
+    auto work = gather ? pg->allgather(view.view({N, m}), view.narrow(0, r * m, m)) : pg->allreduce(view, op);
     if (r != late && !others_block) std::this_thread::sleep_for(late_by);  // busy, not waiting
     work->wait();
-    REQUIRE(mismatch(view, [&](int64_t i) { return expected_reduce(op, dt, i); }) == "");
+    if (gather) REQUIRE(mismatch(view, [&](int64_t i) { return (i / m + 1) + (i % m) % 7; }) == "");
+    else REQUIRE(mismatch(view, [&](int64_t i) { return expected_reduce(op, dt, i); }) == "");
     const std::vector<double> all = buffer.to_vector();
     int64_t touched = 0;
     for (int64_t i = 0; i < capacity; ++i) touched += (i < offset || i >= offset + n) && all[i] != -1.0;

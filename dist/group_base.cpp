@@ -230,15 +230,16 @@ std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tens
   auto detail = [](const OpInfo::Operands& o) {
     return str_cat(reduce_op_name(static_cast<ReduceOp>(o.x)), ", ", o.a.desc(), " -> ", o.b.desc());
   };
-  return submit_collective({.name = "reduce_scatter",
-                            .detail = detail,
-                            .operands = {.a = input, .b = output, .x = static_cast<int>(op)},
-                            .bytes = input.nbytes()},
-                           [this, output, host_in = staging_.in("dist.reduce_scatter", input),
-                            host_out = staging_.out("dist.reduce_scatter", output), op](int tag) {
-                             // See Note [CUDA tensors through host staging].
-                             return Staging::staged(start_reduce_scatter(host_out, host_in, op, tag), output, host_out);
-                           });
+  OpInfo info{.name = "reduce_scatter",
+              .detail = detail,
+              .operands = {.a = input, .b = output, .x = static_cast<int>(op)},
+              .bytes = input.nbytes()};
+  if (std::shared_ptr<Work> work = reduce_scatter_staged(info, output, input, op)) return work;
+  return submit_collective(std::move(info), [this, output, host_in = staging_.in("dist.reduce_scatter", input),
+                                             host_out = staging_.out("dist.reduce_scatter", output), op](int tag) {
+    // See Note [CUDA tensors through host staging].
+    return Staging::staged(start_reduce_scatter(host_out, host_in, op, tag), output, host_out);
+  });
 }
 
 std::shared_ptr<Work> GroupBase::barrier() {

@@ -97,6 +97,14 @@ class GroupBase : public ProcessGroup {
     return nullptr;
   }
 
+  // ... and the Work of a reduce-scatter through a reserved staging buffer (Note [Reduce-scatter
+  // through a shared buffer]), else null.
+  virtual std::shared_ptr<Work> reduce_scatter_staged(const OpInfo& info, const Tensor& output, const Tensor& input,
+                                                      ReduceOp op) {
+    (void)info, (void)output, (void)input, (void)op;
+    return nullptr;
+  }
+
   // Derived destructors call this first: queued ops still call start_* above.
   void shutdown() { comm_thread_->shutdown(); }
   // After shutdown(): whether an op failed or timed out, so that MPI may still be working on the

@@ -146,6 +146,16 @@ class ProcessGroup {
   // is an ordinary tensor. Either way it behaves like one. Collective: every rank calls it with the
   // same arguments in the same order, and reduces its own buffer where the others reduce theirs.
   virtual Tensor new_reduction_buffer(int64_t numel, DType dtype, Device device = Device::cpu());
+  // Collective, with the same `bytes` on every rank: lets reduce_scatter of CPU inputs up to
+  // `bytes` go through a buffer every rank of the machine maps instead of messages (Note
+  // [Reduce-scatter through a shared buffer] in dist/shm/reduction_buffer.h; "tree" and "auto" on
+  // one machine, unless shared memory is switched off). Costs `bytes` of shared memory per rank,
+  // for the group's life; a larger reservation replaces a smaller one. Returns whether the path is
+  // taken (false on every rank elsewhere).
+  virtual bool reserve_reduce_scatter_staging(int64_t bytes) {
+    (void)bytes;
+    return false;
+  }
   // Whether an AllReduce of t on this group sums it in place across the ranks' shared buffers
   // (t lies in one from new_reduction_buffer that is shared memory), rather than over messages.
   virtual bool reduces_in_place(const Tensor& t) const {

@@ -98,6 +98,30 @@ std::shared_ptr<Work> MpiGroupBase::allgather_in_place(const OpInfo& info, const
   return submit_collective(info, [shared = std::move(shared), flat](int tag) { return shared->allgather(flat, tag); });
 }
 
+bool MpiGroupBase::reserve_reduce_scatter_staging(int64_t bytes) {
+  RG_CHECK(bytes >= 0, "dist.reserve_reduce_scatter_staging", "bytes must be >= 0, got ", bytes, " (rank ", rank_, "/",
+           size_, ")");
+  // Every rank takes the same branch: shared_slots_ and scatter_staging_ are alike everywhere.
+  if (shared_slots_ == nullptr || bytes == 0) return false;
+  if (scatter_staging_ != nullptr && scatter_staging_->bytes() >= static_cast<size_t>(bytes)) return true;
+  std::shared_ptr<SharedBuffer> staging = SharedBuffer::create(*this, static_cast<size_t>(bytes));
+  if (staging == nullptr) return false;
+  // A queued reduce-scatter keeps the old segment alive through its own reference.
+  scatter_staging_ = std::move(staging);
+  return true;
+}
+
+std::shared_ptr<Work> MpiGroupBase::reduce_scatter_staged(const OpInfo& info, const Tensor& output, const Tensor& input,
+                                                          ReduceOp op) {
+  // The same branch on every rank for the same arguments (what a correct program passes).
+  if (scatter_staging_ == nullptr || !input.device().is_cpu() || input.numel() == 0 || !output.is_contiguous() ||
+      input.nbytes() > scatter_staging_->bytes())
+    return nullptr;
+  return submit_collective(info, [staging = scatter_staging_, output = output.view({-1}), input, op](int tag) {
+    return staging->reduce_scatter(output, input, op, tag);
+  });
+}
+
 std::shared_ptr<SharedBuffer> MpiGroupBase::shared_buffer_of(const Tensor& t) const {
   if (!any_shared_buffers_.load(std::memory_order_relaxed) || !t.device().is_cpu()) return nullptr;
   std::lock_guard<std::mutex> lock(shared_buffers_mutex_);

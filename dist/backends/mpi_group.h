@@ -47,6 +47,9 @@ class MpiGroupBase : public GroupBase {
   Tensor new_in_place_buffer(int64_t numel, DType dtype, Device device) override;
   std::shared_ptr<Work> allreduce_in_place(const OpInfo& info, const Tensor& t, ReduceOp op) override;
   std::shared_ptr<Work> allgather_in_place(const OpInfo& info, const Tensor& output, const Tensor& input) override;
+  bool reserve_reduce_scatter_staging(int64_t bytes) override;
+  std::shared_ptr<Work> reduce_scatter_staged(const OpInfo& info, const Tensor& output, const Tensor& input,
+                                              ReduceOp op) override;
 
   Channel channel(int tag) const { return Channel{comm_, rank_, size_, tag}; }
   // Maps shared_slots_ when options (or RINGGRAD_DIST_SHM) allow and every rank is on this machine.
@@ -66,6 +69,9 @@ class MpiGroupBase : public GroupBase {
   mutable std::mutex shared_buffers_mutex_;
   std::vector<std::weak_ptr<SharedBuffer>> shared_buffers_;
   std::atomic<bool> any_shared_buffers_{false};  // lets every other AllReduce skip the lock
+  // Note [Reduce-scatter through a shared buffer]: set by reserve_reduce_scatter_staging, on every
+  // rank or none; replaced only by a collective call.
+  std::shared_ptr<SharedBuffer> scatter_staging_;
 };
 
 }  // namespace ringgrad::dist::detail

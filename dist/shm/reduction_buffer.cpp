@@ -146,8 +146,10 @@ namespace {
 std::atomic_ref<uint64_t> counter(uint64_t& c) { return std::atomic_ref<uint64_t>(c); }
 }  // namespace
 
-// The OpHeader's `op` of an allgather: no ReduceOp has this value.
+// The OpHeader's `op` of an allgather, and of a reduce-scatter (kScatterOps + its ReduceOp): no
+// ReduceOp has these values.
 constexpr int32_t kGatherOp = -1;
+constexpr int32_t kScatterOps = 16;
 
 // One op of Note [Shared gradient buffers]: the arrival, the headers' check, the claimed chunks and
 // the completion. What a chunk's work is -- a sum, or the owner's block copied -- is the subclass's.
@@ -176,7 +178,7 @@ class InPlaceOp : public PendingOp {
     counter(mine.arrived).store(s_, std::memory_order_release);
   }
 
-  bool poll() final {
+  bool poll() override {
     if (!worked_) {
       for (; waiting_for_ < buffer_->size_; ++waiting_for_)
         if (counter(buffer_->control_of(waiting_for_).arrived).load(std::memory_order_acquire) < s_) return false;
@@ -196,13 +198,17 @@ class InPlaceOp : public PendingOp {
   virtual void work(int64_t lo, int64_t hi) = 0;
 
   int size() const { return buffer_->size_; }
+  int rank() const { return buffer_->rank_; }
   int32_t op() const { return op_; }
   int64_t numel() const { return n_; }
   const std::vector<std::byte*>& copies() const { return copies_; }
 
  private:
   static std::string describe(const OpHeader& h) {
-    const std::string what = h.op == kGatherOp ? std::string("allgather") : reduce_op_name(static_cast<ReduceOp>(h.op));
+    const std::string what = h.op == kGatherOp     ? std::string("allgather")
+                             : h.op >= kScatterOps ? std::string("reduce-scatter ") +
+                                                         reduce_op_name(static_cast<ReduceOp>(h.op - kScatterOps))
+                                                   : reduce_op_name(static_cast<ReduceOp>(h.op));
     return str_cat("tag ", h.tag, ", ", dtype_name(static_cast<DType>(h.dtype)), " ", what, ", ", h.numel,
                    " elements at byte ", h.offset);
   }
@@ -213,8 +219,11 @@ class InPlaceOp : public PendingOp {
       const OpHeader& theirs = buffer_->control_of(r).header[s_ % 2];
       RG_CHECK(theirs.tag == mine.tag && theirs.offset == mine.offset && theirs.numel == mine.numel &&
                    theirs.dtype == mine.dtype && theirs.op == mine.op,
-               op_ == kGatherOp ? "dist.allgather" : "dist.allreduce", "rank ", r, " is at another collective (",
-               describe(theirs), ") than rank ", buffer_->rank_, " (", describe(mine),
+               op_ == kGatherOp     ? "dist.allgather"
+               : op_ >= kScatterOps ? "dist.reduce_scatter"
+                                    : "dist.allreduce",
+               "rank ", r, " is at another collective (", describe(theirs), ") than rank ", buffer_->rank_, " (",
+               describe(mine),
                ") on a shared reduction buffer: every rank must issue the "
                "same collectives in the same order, on the same view of its buffer (Note [Collective order] in "
                "dist/process_group.h)");
@@ -260,11 +269,27 @@ class InPlaceOp : public PendingOp {
   int waiting_for_ = 0;               // ranks below this one have arrived
 };
 
+// Elements [lo, hi) of every rank's copy (copies[q]: the tensor's first byte in rank q's buffer)
+// reduced with op in rank order, as Note [Shared-memory AllReduce] sums, so the bits do not depend
+// on who sums; the result written into every copy, or into copy `only` alone (>= 0).
+template <class T>
+void reduce_range(const std::vector<std::byte*>& copies, int64_t lo, int64_t hi, ReduceOp op, int only) {
+  using Acc = compute_t<T>;
+  const int N = static_cast<int>(copies.size());
+  auto copy = [&](int q) { return reinterpret_cast<T*>(copies[q]); };
+  alignas(64) Acc sum[kBlockElems];
+  for (int64_t i = lo; i < hi; i += kBlockElems) {
+    const int64_t m = std::min(kBlockElems, hi - i);
+    combine_into(sum, copy(0) + i, N > 1 ? copy(1) + i : nullptr, m, op);
+    for (int q = 2; q < N; ++q) combine_into(sum, sum, copy(q) + i, m, op);
+    for (int q = 0; q < N; ++q)
+      if (only < 0 || q == only) finish_into(copy(q) + i, sum, m, op, N);
+  }
+}
+
 // An AllReduce: each element becomes op over every rank's copy, written into every copy.
 template <class T>
 class InPlaceAllreduce final : public InPlaceOp {
-  using Acc = compute_t<T>;
-
  public:
   InPlaceAllreduce(std::shared_ptr<SharedBuffer> buffer, const Tensor& t, ReduceOp op, int tag)
       : InPlaceOp(std::move(buffer), t, static_cast<int32_t>(op), tag), reduce_op_(op) {}
@@ -287,16 +312,46 @@ class InPlaceAllreduce final : public InPlaceOp {
         return;
       }
     }
-    alignas(64) Acc sum[kBlockElems];
-    for (int64_t i = lo; i < hi; i += kBlockElems) {
-      const int64_t m = std::min(kBlockElems, hi - i);
-      // In rank order, as Note [Shared-memory AllReduce] sums: the bits do not depend on who sums.
-      combine_into(sum, copy(0) + i, N > 1 ? copy(1) + i : nullptr, m, reduce_op_);
-      for (int q = 2; q < N; ++q) combine_into(sum, sum, copy(q) + i, m, reduce_op_);
-      for (int q = 0; q < N; ++q) finish_into(copy(q) + i, sum, m, reduce_op_, N);
+    reduce_range<T>(copies(), lo, hi, reduce_op_, /*only=*/-1);
+  }
+
+  ReduceOp reduce_op_;
+};
+
+// A reduce-scatter through this rank's buffer as staging (Note [Reduce-scatter through a shared
+// buffer]): the input was copied into it before the op; each element is reduced over every rank's
+// copy and written into its owner's copy alone, from which the owner copies its block out.
+template <class T>
+class StagedReduceScatter final : public InPlaceOp {
+ public:
+  StagedReduceScatter(std::shared_ptr<SharedBuffer> buffer, const Tensor& staged, const Tensor& output, ReduceOp op,
+                      int tag)
+      : InPlaceOp(std::move(buffer), staged, kScatterOps + static_cast<int32_t>(op), tag),
+        staged_(staged),
+        output_(output),
+        block_(output.numel()),
+        reduce_op_(op) {}
+
+  bool poll() override {
+    if (!InPlaceOp::poll()) return false;
+    // Every chunk is done, so my block is final; nobody writes my buffer before I arrive again.
+    output_.copy_(staged_.narrow(0, rank() * block_, block_));
+    return true;
+  }
+
+ private:
+  void work(int64_t lo, int64_t hi) override {
+    for (int64_t i = lo; i < hi;) {
+      const int q = static_cast<int>(i / block_);  // the owner of element i
+      const int64_t end = std::min(hi, (q + 1) * block_);
+      reduce_range<T>(copies(), i, end, reduce_op_, q);
+      i = end;
     }
   }
 
+  Tensor staged_;  // (N m) in this rank's buffer
+  Tensor output_;  // (m)
+  int64_t block_;
   ReduceOp reduce_op_;
 };
 
@@ -333,6 +388,26 @@ std::unique_ptr<PendingOp> SharedBuffer::allreduce(const Tensor& t, ReduceOp op,
       RG_FAIL("dist.allreduce", "u8 is not supported");  // rejected at submission already
     } else {
       return std::make_unique<InPlaceAllreduce<T>>(shared_from_this(), t, op, tag);
+    }
+  });
+}
+
+std::unique_ptr<PendingOp> SharedBuffer::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                        int tag) {
+  RG_CHECK(input.nbytes() <= bytes_ && input.numel() == output.numel() * size_, "dist.reduce_scatter", "input ",
+           input.desc(), " does not fit the ", bytes_, "-byte staging buffer as ", size_, " blocks of ", output.desc(),
+           " (rank ", rank_, ")");
+  // Safe to write: the previous op on this segment is complete on every rank, and no rank touches
+  // this buffer in the next one before this rank has arrived (after the copy).
+  auto storage = std::make_shared<Storage>(mine(), bytes_, Device::cpu(), [self = shared_from_this()](void*) {});
+  const Tensor staged = make_view(storage, {input.numel()}, {1}, 0, input.dtype());
+  Tensor(staged).copy_(input.contiguous().view({-1}));
+  return dispatch_dtype(input.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
+    using T = decltype(zero);
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      RG_FAIL("dist.reduce_scatter", "u8 is not supported");  // rejected at submission already
+    } else {
+      return std::make_unique<StagedReduceScatter<T>>(shared_from_this(), staged, output, op, tag);
     }
   });
 }

@@ -60,6 +60,19 @@
 // ranks, and no staging block, no gathered (N, m) tensor, no message. The same arrival and
 // completion counts make it safe: an owner's block is final when it arrives, and nobody writes its
 // buffer again before every chunk is complete.
+//
+// Note [Reduce-scatter through a shared buffer]: ZeRO's stage 2 reduce-scatters each gradient
+// bucket, and keeps only this rank's block of the result: the full-size bucket is freed after
+// (Note [Gradient buffers released after the reduction], dist/ddp/reducer.h), so it cannot be a
+// buffer every rank maps for good. One segment per group serves as staging instead, as large as
+// the largest input (ProcessGroup::reserve_reduce_scatter_staging): when the op starts, on the
+// communication thread, the rank copies its input into its buffer and arrives; then the op is the
+// AllReduce's, except that whoever claims a chunk writes the reduced elements only into the copy
+// of the rank that owns them, and at the end each rank copies its own block out. The previous op
+// on the segment is complete on every rank before the next starts, so one staging buffer serves
+// every bucket in turn. Against a ring over messages: one copy of the input into memory every rank
+// reads, no kernel copy, no message, the reduction shared out by claims -- and the memory of one
+// bucket, not of the whole gradient.
 #pragma once
 
 #include <cstddef>
@@ -93,6 +106,9 @@ class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
   // t: N blocks of m elements inside mine(), this rank's block (rank r: block r) written before the
   // call; every rank's t ends up holding every rank's block (Note [Allgather in a shared buffer]).
   std::unique_ptr<PendingOp> allgather(const Tensor& t, int tag);
+  // input: N m elements of any memory, output: (m) contiguous. mine() is the staging: the input is
+  // copied into it and reduced there (Note [Reduce-scatter through a shared buffer]).
+  std::unique_ptr<PendingOp> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, int tag);
 
  private:
   struct Control;

@@ -97,6 +97,15 @@ void ZeroOptimizer::build_shards() {
            "dist.ZeroOptimizer", "the sharded optimizer must be built over exactly the parameter groups it is given");
 
   if (options_.stage == 2) {
+    // On one machine each bucket's reduce-scatter goes through one shared staging buffer, sized for
+    // the largest bucket (Note [Reduce-scatter through a shared buffer], dist/shm/reduction_buffer.h).
+    int64_t largest = 0;
+    bool on_cpu = true;
+    for (int b = 0; b < layout_.num_buckets(); ++b) {
+      largest = std::max(largest, N * layout_.block_numel(b) * static_cast<int64_t>(dtype_size(bucket_type_[b].first)));
+      on_cpu = on_cpu && bucket_type_[b].second.is_cpu();
+    }
+    if (on_cpu && N > 1) group_.reserve_reduce_scatter_staging(largest);
     reduced_ = std::make_shared<ReducedGradients>();
     for (int b = 0; b < layout_.num_buckets(); ++b) {
       reduced_->blocks.push_back(

@@ -433,30 +433,64 @@ TEST_CASE("RINGGRAD_DIST_SHM malformed on one rank fails group creation on every
   CHECK(t.to_vector()[0] == dist::world().size);
 }
 
-TEST_CASE("reduce_scatter: every backend x op x dtype x size") {
+TEST_CASE("reduce_scatter: every backend x op x dtype x size, without and with a staging reservation") {
+  // The second pass reserves staging for blocks of up to 1001 f64 elements: on "tree" and "auto"
+  // on one machine those go through shared memory (Note [Reduce-scatter through a shared buffer]),
+  // larger ones still over messages; elsewhere the reservation is refused and nothing changes.
   const int N = dist::world().size, r = dist::world().rank;
   for (const auto& backend : kBackends) {
     auto pg = make_group(backend);
-    for (rg::DType dt : kDtypes)
-      for (dist::ReduceOp op : kOps)
-        for (int64_t m : {int64_t{0}, int64_t{1}, int64_t{N - 1}, int64_t{1001}, int64_t{1} << 18}) {
-          if (m > 100000 && op != dist::ReduceOp::sum) continue;
-          CAPTURE(backend);
-          const std::string dtype = rg::dtype_name(dt);
-          CAPTURE(dtype);
-          const std::string reduce = dist::reduce_op_name(op);
-          CAPTURE(reduce);
-          CAPTURE(m);
-          // input (N, m): element j of the flat input is (r + 1) + (j % 7), so rank q's output
-          // element i is the closed form at j = q m + i.
-          rg::Tensor input = filled(N * m, dt, [&](int64_t j) { return (r + 1) + (j % 7); }).view({N, m});
-          rg::Tensor before = input.clone();
-          rg::Tensor output = rg::full({m}, -1.0, {.dtype = dt});
-          pg->reduce_scatter(output, input, op)->wait();
-          CHECK(mismatch(output, [&](int64_t i) { return expected_reduce(op, dt, r * m + i); }) == "");
-          CHECK(rg::equal(input, before));  // the input is left alone
-        }
+    for (bool reserved : {false, true}) {
+      if (reserved) {
+        const bool shared = N > 1 && (backend == "tree" || backend == "auto");
+        CHECK(pg->reserve_reduce_scatter_staging(N * 1001 * 8) == shared);
+        CHECK(pg->reserve_reduce_scatter_staging(16) == shared);  // a smaller one keeps the larger
+      }
+      for (rg::DType dt : kDtypes)
+        for (dist::ReduceOp op : kOps)
+          for (int64_t m : {int64_t{0}, int64_t{1}, int64_t{N - 1}, int64_t{1001}, int64_t{1} << 18}) {
+            if (m > 100000 && op != dist::ReduceOp::sum) continue;
+            CAPTURE(reserved);
+            CAPTURE(backend);
+            const std::string dtype = rg::dtype_name(dt);
+            CAPTURE(dtype);
+            const std::string reduce = dist::reduce_op_name(op);
+            CAPTURE(reduce);
+            CAPTURE(m);
+            // input (N, m): element j of the flat input is (r + 1) + (j % 7), so rank q's output
+            // element i is the closed form at j = q m + i.
+            rg::Tensor input = filled(N * m, dt, [&](int64_t j) { return (r + 1) + (j % 7); }).view({N, m});
+            rg::Tensor before = input.clone();
+            rg::Tensor output = rg::full({m}, -1.0, {.dtype = dt});
+            pg->reduce_scatter(output, input, op)->wait();
+            CHECK(mismatch(output, [&](int64_t i) { return expected_reduce(op, dt, r * m + i); }) == "");
+            CHECK(rg::equal(input, before));  // the input is left alone
+          }
+    }
   }
+}
+
+TEST_CASE("reduce_scatter through shared staging: another reduce op on one rank fails every rank at once") {
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  dist::GroupOptions options = test_options();
+  options.shared_memory = true;
+  auto pg = dist::new_group("auto", options);
+  const int64_t m = 1 << 16;
+  REQUIRE(pg->reserve_reduce_scatter_staging(N * m * 4));
+  rg::Tensor input = rg::ones({N * m}), output = rg::zeros({m});
+  // Only the staged path compares the ranks' headers: a failure within seconds, not the timeout.
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pg->reduce_scatter(output, input, r == N - 1 ? dist::ReduceOp::max : dist::ReduceOp::sum)->wait();
+    FAIL("the mismatch went unnoticed");
+  } catch (const rg::Error& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("dist.reduce_scatter") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("f32 reduce-scatter sum, " + std::to_string(N * m)) != std::string::npos, what);
+    CHECK_MESSAGE(what.find("f32 reduce-scatter max, " + std::to_string(N * m)) != std::string::npos, what);
+  }
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
 }
 
 TEST_CASE("send / recv: a ring of large messages posted send-first on every rank does not deadlock") {

@@ -105,7 +105,8 @@ void ZeroOptimizer::build_shards() {
       largest = std::max(largest, N * layout_.block_numel(b) * static_cast<int64_t>(dtype_size(bucket_type_[b].first)));
       on_cpu = on_cpu && bucket_type_[b].second.is_cpu();
     }
-    if (on_cpu && N > 1) group_.reserve_reduce_scatter_staging(largest);
+    if (on_cpu && N > 1 && group_.reserve_reduce_scatter_staging(largest))
+      staging_bytes_ = static_cast<size_t>(largest);
     reduced_ = std::make_shared<ReducedGradients>();
     for (int b = 0; b < layout_.num_buckets(); ++b) {
       reduced_->blocks.push_back(

@@ -136,6 +136,11 @@ class ZeroOptimizer : public optim::Optimizer {
   }
   // Stage 2: the bytes of this rank's reduced gradient blocks (0 at stage 1).
   size_t reduced_gradient_bytes() const;
+  // Stage 2 on one machine: the shared-memory staging its reduce-scatters go through (Note
+  // [Reduce-scatter through a shared buffer]), per rank, outside the allocator's count; else 0.
+  size_t staging_bytes() const { return staging_bytes_; }
+  // Whether the parameters live in shared memory (Note [Parameters in shared memory]).
+  bool parameters_in_shared_memory() const { return !param_arenas_.empty(); }
 
   // Stage 1: every parameter's .grad (each rank holds the whole averaged gradient). Stage 2: the
   // gradient of this rank's pieces, from the reduce-scattered blocks.
@@ -203,6 +208,7 @@ class ZeroOptimizer : public optim::Optimizer {
   std::shared_ptr<ReducedGradients> reduced_;
   // Per bucket, the shared memory its parameters live in (N m elements), or none.
   std::vector<Tensor> param_arenas_;
+  size_t staging_bytes_ = 0;
   std::unique_ptr<optim::Optimizer> inner_;  // steps pieces_
 };
 

@@ -89,13 +89,19 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
   const double model_state = static_cast<double>(param_bytes + (persistent ? bucket_bytes : 0) + reduced + state);
   std::string out =
       str_cat("memory report (rank ", ddp.group().rank(), " of ", N, ", ", opt.name(), "): Ψ = ", psi, " parameters\n");
-  out += line("parameters        ", param_bytes, "");
+  const bool params_shared = zero != nullptr && zero->parameters_in_shared_memory();
+  out +=
+      line("parameters        ", param_bytes, params_shared ? "in shared memory: outside the allocator's count" : "");
   out += line("gradients         ", bucket_bytes,
               !persistent ? "DDP buckets, only during a backward: freed once reduce-scattered"
               : shared    ? "DDP buckets, in shared memory: outside the allocator's count"
                           : "DDP buckets");
   if (zero != nullptr && zero->stage() == 2)
     out += line("reduced gradient  ", reduced, "this rank's reduce-scattered blocks");
+  if (zero != nullptr && zero->staging_bytes() > 0)
+    out += line("scatter staging   ", static_cast<double>(zero->staging_bytes()),
+                "one bucket of shared memory the reduce-scatters pass through: outside the allocator's count, "
+                "not model state");
   out += line("optimizer state   ", state,
               zero != nullptr ? str_cat("1/", N, " of the ", per_param(all_state.item()), " all ranks hold together")
                               : "every rank holds a whole copy");

@@ -178,9 +178,10 @@ TEST_CASE("zero: on one machine the parameters live in shared memory and step as
       if (N > 1) CHECK(some_parameter_is_cut(*zero));
       // The model's own handles moved, values and all; a view taken now follows training.
       CHECK(max_rel_l2(*reference, *model) == 0);
-      for (const auto& [name, p] : model->named_parameters()) {
+      for (const auto& named : model->named_parameters()) {
+        const std::string& name = named.first;  // not a structured binding: clang 14's CAPTURE refuses those
         CAPTURE(name);
-        CHECK(pg->reduces_in_place(p) == (N > 1));
+        CHECK(pg->reduces_in_place(named.second) == (N > 1));
       }
       const rg::Tensor first = model->parameters()[0];
       const rg::Tensor view_after = first.detach().view({-1});

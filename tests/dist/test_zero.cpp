@@ -594,6 +594,27 @@ TEST_CASE("zero: 0-dim parameters, and a save kept until the next one completes"
   if (r == 0) std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("zero: a 0-dim parameter moves into shared memory and steps as DDP's") {
+  const int N = dist::world().size;
+  dist::GroupOptions options = test_options();
+  options.shared_memory = true;
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    auto reference = std::make_shared<WithScalar>(), model = std::make_shared<WithScalar>();
+    auto pg = dist::new_group("auto", options);
+    dist::DistributedDataParallel ref_ddp(reference, dist::new_group("auto", options), kSmallBuckets);
+    dist::DistributedDataParallel ddp(model, pg, kSmallBuckets);
+    optim::Adam ref_opt(reference->parameters(), {.lr = 1e-2});
+    auto zero = dist::ZeroOptimizer::over<optim::Adam>(ddp, optim::AdamOptions{.lr = 1e-2}, {.stage = stage});
+    CHECK(zero->parameters_in_shared_memory() == (N > 1));
+    for (const rg::Tensor& p : model->parameters()) CHECK(pg->reduces_in_place(p) == (N > 1));
+    CHECK(model->scale.dim() == 0);
+    CHECK(pg->reduces_in_place(model->scale) == (N > 1));  // the module's own member handle moved too
+    train_side_by_side(ref_ddp, ref_opt, ddp, *zero, 6);
+    CHECK(max_rel_l2(*reference, *model) <= 1e-6);
+  }
+}
+
 TEST_CASE("zero: consolidate_sharded reads the file format as documented (the fuzz target's valid save)") {
   const std::string dir = rg::str_cat("test_zero_format_", dist::world().rank);
   rg::fuzz::write_valid_zero_save(dir);

@@ -4,13 +4,13 @@
     python3 tools/check_citations.py [--root DIR]
 
 The teaching pages cite code by file and line (`dist/shm/reduction_buffer.h:55`: Note [Allgather
-in a shared buffer]) and code moves. For each citation -- `path:N`, or `:N` for the path cited last
-in the same paragraph -- the text that follows it up to the next citation names what is there:
-`identifiers` in backticks and Note [...] titles. That name must occur within 3 lines of
-line N of the file (an identifier's last `::` component, without call parentheses or template
-arguments); of several names, one is enough. A citation followed by no name is counted, not
-checked. Exit status 1 when any
-citation is off, each named as page:line.
+in a shared buffer]) and code moves. A citation is `path:N`, or `:N` for the path cited last in the
+same paragraph. Its label is the name right after it ("`p:N`: `name`", "`p:N` -- Note [X]") or right
+before it ("`name` (`p:N`)", "`name` is at `p:N`"): an `identifier` in backticks or a Note [...]
+title. A label must occur within 3 lines of line N of the file (an identifier's last `::`
+component, without call parentheses or template arguments; of two labels, one is enough). A
+citation without a label is counted, not checked. Exit status 1 when any citation is off, each
+named as page:line.
 """
 import argparse
 import pathlib
@@ -22,21 +22,19 @@ NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_:<>,. ]*?)(?:\(\))?`|Note \[([^\]]+)\]
 WINDOW = 3
 
 
-def wanted(name):
-    """What to look for in the file: a Note's title, or an identifier's last component."""
-    if name.startswith("Note ["):
-        return name
+def identifier(name):
+    """What to look for in the file for a backticked name: its last component, or None."""
     ident = re.sub(r"<.*>", "", name).split("::")[-1].split(".")[-1].strip()
     return ident if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", ident) else None
 
 
-# A citation's label: the name right after it ("`p:N`: `name`", "`p:N` -- Note [X]") or right
-# before it ("`name` (`p:N`)", "`name` is at `p:N`", "Note [X], `p:N`").
+# A citation's label, right after it or right before it (the docstring's forms).
 AFTER = re.compile(r"\s*(?::|--|—|,)?\s*(" + NAME.pattern + r")")
 BEFORE = re.compile(r"(" + NAME.pattern + r")\s*(?:\(|is at|at|in|,|:)?\s*$")
 
 
 def labels(para, m, previous_end):
+    """The names labelling citation m of para, in the form shows() looks for."""
     out = []
     after = AFTER.match(para, m.end())
     if after:
@@ -49,10 +47,18 @@ def labels(para, m, previous_end):
         if text.startswith("Note ["):
             names.append(re.sub(r"\s+", " ", text))
         else:
-            t = wanted(text.strip("`").removesuffix("()"))
+            t = identifier(text.strip("`").removesuffix("()"))
             if t:
                 names.append(t)
     return names
+
+
+def shows(target, window):
+    """Whether source lines `window` show a label: a Note's title, spread over comment lines, or
+    an identifier as a whole word (with a member's trailing underscore: rank, rank_)."""
+    if target.startswith("Note ["):
+        return target in re.sub(r"\s*(//|#)\s*", " ", window.replace("\n", " "))
+    return re.search(r"\b" + re.escape(target) + r"_?\b", window) is not None
 
 
 def paragraphs(text):
@@ -78,6 +84,7 @@ def main():
     pages = sorted(root.glob("docs/**/*.md")) + sorted(root.glob("learn/**/*.md")) + [root / "README.md"]
     checked = unchecked = 0
     errors = []
+    sources = {}  # path -> its lines, read once
     for page in pages:
         if not page.is_file():
             continue
@@ -91,7 +98,9 @@ def main():
                 where = f"{page.relative_to(root)}:{first_line + para.count(chr(10), 0, m.start())}"
                 if path is None or not (root / path).is_file():
                     continue  # not a file of this repository (a peer's, a generated one)
-                source = (root / path).read_text(errors="replace").split("\n")
+                if path not in sources:
+                    sources[path] = (root / path).read_text(errors="replace").split("\n")
+                source = sources[path]
                 if not 1 <= line_no <= len(source):
                     errors.append(f"{where}: {path}:{line_no} is past the end ({len(source)} lines)")
                     continue
@@ -100,15 +109,8 @@ def main():
                     unchecked += 1
                     continue
                 window = "\n".join(source[max(0, line_no - 1 - WINDOW) : line_no + WINDOW])
-                flat = re.sub(r"\s*(//|#)\s*", " ", window.replace("\n", " "))
-
-                def shows(t):
-                    if t.startswith("Note ["):
-                        return re.sub(r"\s+", " ", t) in flat
-                    return re.search(r"\b" + re.escape(t) + r"_?\b", window) is not None  # rank: rank_
-
                 checked += 1
-                if not any(shows(t) for t in targets):
+                if not any(shows(t, window) for t in targets):
                     errors.append(f"{where}: {path}:{line_no} shows none of {targets} within {WINDOW} lines")
     for e in errors:
         print(e)

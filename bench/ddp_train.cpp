@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
                                                                                .trace = !flags.trace.empty()});
       const optim::SGDOptions sgd{.lr = 0.05, .momentum = 0.9};
       std::unique_ptr<optim::Optimizer> opt;
-      if (flags.zero > 0) opt = dist::ZeroOptimizer::over<optim::SGD>(*ddp, sgd, {.stage = flags.zero});
+      if (flags.zero > 0)
+        opt = dist::ZeroOptimizer::over<optim::SGD>(*ddp, sgd, {.stage = flags.zero, .staging_mb = flags.staging_mb});
       else opt = std::make_unique<optim::SGD>(model->parameters(), sgd);
       const std::vector<int64_t> order = data::seeded_permutation(n, 7);
       int64_t cursor = w.rank;  // this rank's shard: every N-th example of the permutation

@@ -25,16 +25,17 @@ struct TrainFlags {
   int steps = 200, warmup = 20, threads = 1, batch = 0, block = 128;
   int zero = 0;  // --zero 1|2: the optimizer wrapped in dist::ZeroOptimizer (DDP even at one rank)
   double bucket_mb = 25, first_bucket_mb = 1;  // DDPOptions' defaults
+  double staging_mb = 1;                       // ZeroOptions' default (stage 2's shared staging)
 };
 
 // Parses "--flag value" pairs into `flags` (its fields hold the program's defaults). `extra` names
 // the flags beyond the common --data --steps --warmup --threads --batch --backend --bucket-mb
-// --first-bucket-mb --comm-hook --step-times --trace that this program takes (--model, --block).
+// --first-bucket-mb --comm-hook --step-times --trace --precision --zero --staging-mb that this program takes (--model, --block).
 // False, after printing the flags it takes, on anything else.
 inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
   std::string accepted =
       "--data --steps --warmup --threads --batch --backend --bucket-mb --first-bucket-mb --comm-hook --step-times "
-      "--trace --precision --zero";
+      "--trace --precision --zero --staging-mb";
   for (const std::string& e : extra) accepted += " " + e;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -47,6 +48,7 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
     else if (flag == "--backend") flags.backend = value;
     else if (flag == "--bucket-mb") flags.bucket_mb = std::stod(value);
     else if (flag == "--first-bucket-mb") flags.first_bucket_mb = std::stod(value);
+    else if (flag == "--staging-mb") flags.staging_mb = std::stod(value);
     else if (flag == "--comm-hook") flags.comm_hook = value;
     else if (flag == "--step-times") flags.step_times = value;
     else if (flag == "--trace") flags.trace = value;

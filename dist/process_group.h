@@ -146,8 +146,9 @@ class ProcessGroup {
   // is an ordinary tensor. Either way it behaves like one. Collective: every rank calls it with the
   // same arguments in the same order, and reduces its own buffer where the others reduce theirs.
   virtual Tensor new_reduction_buffer(int64_t numel, DType dtype, Device device = Device::cpu());
-  // Collective, with the same `bytes` on every rank: lets reduce_scatter of CPU inputs up to
-  // `bytes` go through a buffer every rank of the machine maps instead of messages (Note
+  // Collective, with the same `bytes` on every rank: lets reduce_scatter of CPU inputs go through a
+  // buffer of `bytes` every rank of the machine maps instead of messages, in rounds when an input
+  // is larger (Note
   // [Reduce-scatter through a shared buffer] in dist/shm/reduction_buffer.h; "tree" and "auto" on
   // one machine, unless shared memory is switched off). Costs `bytes` of shared memory per rank,
   // for the group's life; a larger reservation replaces a smaller one. Returns whether the path is

@@ -115,7 +115,7 @@ std::shared_ptr<Work> MpiGroupBase::reduce_scatter_staged(const OpInfo& info, co
                                                           ReduceOp op) {
   // The same branch on every rank for the same arguments (what a correct program passes).
   if (scatter_staging_ == nullptr || !input.device().is_cpu() || input.numel() == 0 || !output.is_contiguous() ||
-      input.nbytes() > scatter_staging_->bytes())
+      !scatter_staging_->rounds_fit(input.element_size()))
     return nullptr;
   return submit_collective(info, [staging = scatter_staging_, output = output.view({-1}), input, op](int tag) {
     return staging->reduce_scatter(output, input, op, tag);

@@ -355,6 +355,60 @@ class StagedReduceScatter final : public InPlaceOp {
   ReduceOp reduce_op_;
 };
 
+// A reduce-scatter of any size through the staging buffer, in rounds (Note [Reduce-scatter
+// through a shared buffer]). input: N blocks of m elements; round k takes elements [k w, k w + w)
+// of every block -- as many as fit, w = bytes / (N x element size) -- and stages them as N blocks of
+// w, so that each round is a StagedReduceScatter whose block is a piece of this rank's output.
+template <class T>
+class ReduceScatterInRounds final : public PendingOp {
+ public:
+  ReduceScatterInRounds(std::shared_ptr<SharedBuffer> buffer, const Tensor& output, const Tensor& input, ReduceOp op,
+                        int tag)
+      : buffer_(std::move(buffer)),
+        output_(output),
+        input_(input),
+        op_(op),
+        tag_(tag),
+        m_(output.numel()),
+        w_(std::min<int64_t>(m_, static_cast<int64_t>(buffer_->bytes() / sizeof(T)) / size())) {
+    start_round();
+  }
+
+  bool poll() override {
+    while (round_ != nullptr) {
+      if (!round_->poll()) return false;
+      round_.reset();
+      done_ += w_;
+      if (done_ < m_) start_round();
+    }
+    return true;
+  }
+
+ private:
+  int size() const { return static_cast<int>(input_.numel() / m_); }
+
+  // Safe to write my buffer: the previous op on this segment is complete on every rank, and no rank
+  // touches my buffer in the next one before I have arrived (after the copy).
+  void start_round() {
+    const int N = size();
+    const int64_t w = std::min(w_, m_ - done_);
+    auto storage =
+        std::make_shared<Storage>(buffer_->mine(), buffer_->bytes(), Device::cpu(), [keep = buffer_](void*) {});
+    const Tensor staged = make_view(storage, {N * w}, {1}, 0, input_.dtype());  // (N w)
+    for (int q = 0; q < N; ++q) Tensor(staged.narrow(0, q * w, w)).copy_(input_.narrow(0, q * m_ + done_, w));
+    round_ = std::make_unique<StagedReduceScatter<T>>(buffer_, staged, output_.narrow(0, done_, w), op_, tag_);
+  }
+
+  std::shared_ptr<SharedBuffer> buffer_;
+  Tensor output_;  // (m)
+  Tensor input_;   // (N m)
+  ReduceOp op_;
+  int tag_;
+  int64_t m_, w_;
+  int64_t done_ = 0;  // elements of every block reduced by the finished rounds
+  std::unique_ptr<PendingOp> round_;
+};
+
 // An allgather in place (Note [Allgather in a shared buffer]): the tensor is N blocks of m
 // elements, block q written by rank q before the op; each element of block q is copied from rank
 // q's copy into every other rank's.
@@ -394,23 +448,24 @@ std::unique_ptr<PendingOp> SharedBuffer::allreduce(const Tensor& t, ReduceOp op,
 
 std::unique_ptr<PendingOp> SharedBuffer::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
                                                         int tag) {
-  RG_CHECK(input.nbytes() <= bytes_ && input.numel() == output.numel() * size_, "dist.reduce_scatter", "input ",
-           input.desc(), " does not fit the ", bytes_, "-byte staging buffer as ", size_, " blocks of ", output.desc(),
-           " (rank ", rank_, ")");
-  // Safe to write: the previous op on this segment is complete on every rank, and no rank touches
-  // this buffer in the next one before this rank has arrived (after the copy).
-  auto storage = std::make_shared<Storage>(mine(), bytes_, Device::cpu(), [self = shared_from_this()](void*) {});
-  const Tensor staged = make_view(storage, {input.numel()}, {1}, 0, input.dtype());
-  Tensor(staged).copy_(input.contiguous().view({-1}));
+  RG_CHECK(input.numel() == output.numel() * size_ && output.is_contiguous() && rounds_fit(input.element_size()),
+           "dist.reduce_scatter", "input ", input.desc(), " is not ", size_, " blocks of ", output.desc(),
+           " that pass through the ", bytes_,
+           "-byte staging buffer (at least one element of every block per round; "
+           "rank ",
+           rank_, ")");
   return dispatch_dtype(input.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
     using T = decltype(zero);
     if constexpr (std::is_same_v<T, uint8_t>) {
       RG_FAIL("dist.reduce_scatter", "u8 is not supported");  // rejected at submission already
     } else {
-      return std::make_unique<StagedReduceScatter<T>>(shared_from_this(), staged, output, op, tag);
+      return std::make_unique<ReduceScatterInRounds<T>>(shared_from_this(), output.view({-1}),
+                                                        input.contiguous().view({-1}), op, tag);
     }
   });
 }
+
+bool SharedBuffer::rounds_fit(size_t element_size) const { return bytes_ >= element_size * static_cast<size_t>(size_); }
 
 std::unique_ptr<PendingOp> SharedBuffer::allgather(const Tensor& t, int tag) {
   RG_CHECK(t.numel() % size_ == 0, "dist.allgather", "a shared buffer's view of ", t.numel(), " elements is not ",

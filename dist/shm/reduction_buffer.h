@@ -64,15 +64,17 @@
 // Note [Reduce-scatter through a shared buffer]: ZeRO's stage 2 reduce-scatters each gradient
 // bucket, and keeps only this rank's block of the result: the full-size bucket is freed after
 // (Note [Gradient buffers released after the reduction], dist/ddp/reducer.h), so it cannot be a
-// buffer every rank maps for good. One segment per group serves as staging instead, as large as
-// the largest input (ProcessGroup::reserve_reduce_scatter_staging): when the op starts, on the
+// buffer every rank maps for good. One segment per group serves as staging instead, of a size fixed
+// when it is reserved (ProcessGroup::reserve_reduce_scatter_staging): when the op starts, on the
 // communication thread, the rank copies its input into its buffer and arrives; then the op is the
 // AllReduce's, except that whoever claims a chunk writes the reduced elements only into the copy
 // of the rank that owns them, and at the end each rank copies its own block out. The previous op
 // on the segment is complete on every rank before the next starts, so one staging buffer serves
-// every bucket in turn. Against a ring over messages: one copy of the input into memory every rank
-// reads, no kernel copy, no message, the reduction shared out by claims -- and the memory of one
-// bucket, not of the whole gradient.
+// every bucket in turn. An input larger than the staging goes through it in rounds: round k stages
+// elements [k w, k w + w) of each of the N blocks, as N blocks of w, and yields w elements of this
+// rank's output; each round costs one more arrival of every rank. Against a ring over messages: one
+// copy of the input into memory every rank reads, no kernel copy, no message, the reduction shared
+// out by claims -- and the memory of the staging alone, not of the whole gradient.
 #pragma once
 
 #include <cstddef>
@@ -107,8 +109,11 @@ class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
   // call; every rank's t ends up holding every rank's block (Note [Allgather in a shared buffer]).
   std::unique_ptr<PendingOp> allgather(const Tensor& t, int tag);
   // input: N m elements of any memory, output: (m) contiguous. mine() is the staging: the input is
-  // copied into it and reduced there (Note [Reduce-scatter through a shared buffer]).
+  // copied into it and reduced there, in as many rounds as it takes (Note [Reduce-scatter through a
+  // shared buffer]). Any size whose rounds fit (rounds_fit).
   std::unique_ptr<PendingOp> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, int tag);
+  // Whether a round of at least one element of each of the N blocks fits in the staging.
+  bool rounds_fit(size_t element_size) const;
 
  private:
   struct Control;

@@ -38,6 +38,8 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::Pa
   RG_CHECK(options.stage == 1 || options.stage == 2, "dist.ZeroOptimizer",
            "stage must be 1 (optimizer state) or 2 (and gradients), got ", options.stage,
            ". Stage 0 is plain DDP with an ordinary optimizer");
+  RG_CHECK(std::isfinite(options.staging_mb) && options.staging_mb > 0, "dist.ZeroOptimizer",
+           "staging_mb must be a positive number of MiB, got ", options.staging_mb);
   RG_CHECK(make_ != nullptr, "dist.ZeroOptimizer", "no function to build the sharded optimizer");
   params_ = parameters();
   names_ = names_in_model(params_, ddp.module());
@@ -97,16 +99,21 @@ void ZeroOptimizer::build_shards() {
            "dist.ZeroOptimizer", "the sharded optimizer must be built over exactly the parameter groups it is given");
 
   if (options_.stage == 2) {
-    // On one machine each bucket's reduce-scatter goes through one shared staging buffer, sized for
-    // the largest bucket (Note [Reduce-scatter through a shared buffer], dist/shm/reduction_buffer.h).
-    int64_t largest = 0;
+    // On one machine each bucket's reduce-scatter goes through one shared staging buffer: the
+    // largest bucket's size, at most staging_mb, and room for one element of every block of the
+    // widest dtype (Note [Reduce-scatter through a shared buffer], dist/shm/reduction_buffer.h).
+    int64_t largest = 0, widest = 0;
     bool on_cpu = true;
     for (int b = 0; b < layout_.num_buckets(); ++b) {
-      largest = std::max(largest, N * layout_.block_numel(b) * static_cast<int64_t>(dtype_size(bucket_type_[b].first)));
+      const auto element = static_cast<int64_t>(dtype_size(bucket_type_[b].first));
+      largest = std::max(largest, N * layout_.block_numel(b) * element);
+      widest = std::max(widest, N * element);
       on_cpu = on_cpu && bucket_type_[b].second.is_cpu();
     }
-    if (on_cpu && N > 1 && group_.reserve_reduce_scatter_staging(largest))
-      staging_bytes_ = static_cast<size_t>(largest);
+    const int64_t cap = static_cast<int64_t>(options_.staging_mb * (1 << 20));
+    const int64_t staging = std::max(std::min(largest, cap), widest);
+    if (on_cpu && N > 1 && group_.reserve_reduce_scatter_staging(staging))
+      staging_bytes_ = static_cast<size_t>(staging);
     reduced_ = std::make_shared<ReducedGradients>();
     for (int b = 0; b < layout_.num_buckets(); ++b) {
       reduced_->blocks.push_back(

@@ -97,6 +97,10 @@ namespace ringgrad::dist {
 struct ZeroOptions {
   // 1: optimizer state sharded, gradients AllReduced as by DDP. 2: gradients reduce-scattered too.
   int stage = 1;
+  // Stage 2 on one machine: the most shared memory per rank its reduce-scatters pass through (Note
+  // [Reduce-scatter through a shared buffer], dist/shm/reduction_buffer.h). Smaller: less memory,
+  // a larger bucket takes more rounds. Never more than the largest bucket.
+  double staging_mb = 1;
 };
 
 class ZeroOptimizer : public optim::Optimizer {

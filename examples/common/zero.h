@@ -100,8 +100,8 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
     out += line("reduced gradient  ", reduced, "this rank's reduce-scattered blocks");
   if (zero != nullptr && zero->staging_bytes() > 0)
     out += line("scatter staging   ", static_cast<double>(zero->staging_bytes()),
-                "one bucket of shared memory the reduce-scatters pass through: outside the allocator's count, "
-                "not model state");
+                "shared memory the reduce-scatters pass through (the largest bucket, at most ZeroOptions::staging_mb; "
+                "a larger bucket in rounds): outside the allocator's count, not model state");
   out += line("optimizer state   ", state,
               zero != nullptr ? str_cat("1/", N, " of the ", per_param(all_state.item()), " all ranks hold together")
                               : "every rank holds a whole copy");

@@ -51,6 +51,10 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--backend", c.backend, "process group backend: auto, ring, tree, mpi, hierarchical, nccl")
       ->check(CLI::IsMember({"auto", "ring", "tree", "mpi", "hierarchical", "nccl"}));
   app.add_option("--bucket-mb", c.bucket_mb, "DDP bucket size cap in MiB")->check(flags::finite_in(0, 1 << 20, true));
+  app.add_option("--first-bucket-mb", c.first_bucket_mb,
+                 "cap of the first bucket (the last layers' gradients), which DDP keeps small so that "
+                 "communication starts early")
+      ->check(flags::finite_in(0, 1 << 20, true));
   flags::add_zero_flags(app, c.zero, c.memory_report);
 }
 

@@ -16,6 +16,7 @@ struct Config {
   int64_t n_layer = 4, n_head = 4, n_embd = 128, accum = 1, eval_every = 250, eval_batches = 20;
   int64_t checkpoint_every = 0, log_every = 50, num_chars = 400, top_k = 0, threads = 0;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, temperature = 1.0, bucket_mb = 25;
+  double first_bucket_mb = 1;  // DDPOptions' defaults, as bucket_mb
   uint64_t seed = 1;
   bool generate = false;
   int zero = 0;                // ZeRO stage: 0 plain DDP, 1 optimizer state sharded, 2 gradients too

@@ -212,8 +212,9 @@ int run(Config& c, const dist::World& world) {
                              {"--resume", c.resume},
                              {"--seed", std::to_string(c.seed)},
                              {"--bucket-mb", str_cat(c.bucket_mb)},
+                             {"--first-bucket-mb", str_cat(c.first_bucket_mb)},
                              {"--zero", std::to_string(c.zero)}});
-  dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb});
+  dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb, .first_bucket_mb = c.first_bucket_mb});
   // --zero 1/2: each rank keeps 1/N of AdamW's state (and at 2 of the reduced gradient).
   const optim::AdamWOptions adamw{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = c.weight_decay};
   auto opt = examples::plain_or_sharded(c.zero, ddp, param_groups(*model, c.lr, c.weight_decay),

@@ -435,8 +435,9 @@ TEST_CASE("RINGGRAD_DIST_SHM malformed on one rank fails group creation on every
 
 TEST_CASE("reduce_scatter: every backend x op x dtype x size, without and with a staging reservation") {
   // The second pass reserves staging for blocks of up to 1001 f64 elements: on "tree" and "auto"
-  // on one machine those go through shared memory (Note [Reduce-scatter through a shared buffer]),
-  // larger ones still over messages; elsewhere the reservation is refused and nothing changes.
+  // on one machine every size goes through shared memory (Note [Reduce-scatter through a shared
+  // buffer]), the larger ones in rounds (2^18 f64 elements: 262 rounds of 1001 and one of 82);
+  // elsewhere the reservation is refused and nothing changes.
   const int N = dist::world().size, r = dist::world().rank;
   for (const auto& backend : kBackends) {
     auto pg = make_group(backend);
@@ -475,22 +476,31 @@ TEST_CASE("reduce_scatter through shared staging: another reduce op on one rank 
   if (N == 1) return;
   dist::GroupOptions options = test_options();
   options.shared_memory = true;
-  auto pg = dist::new_group("auto", options);
   const int64_t m = 1 << 16;
-  REQUIRE(pg->reserve_reduce_scatter_staging(N * m * 4));
-  rg::Tensor input = rg::ones({N * m}), output = rg::zeros({m});
-  // Only the staged path compares the ranks' headers: a failure within seconds, not the timeout.
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    pg->reduce_scatter(output, input, r == N - 1 ? dist::ReduceOp::max : dist::ReduceOp::sum)->wait();
-    FAIL("the mismatch went unnoticed");
-  } catch (const rg::Error& e) {
-    const std::string what = e.what();
-    CHECK_MESSAGE(what.find("dist.reduce_scatter") != std::string::npos, what);
-    CHECK_MESSAGE(what.find("f32 reduce-scatter sum, " + std::to_string(N * m)) != std::string::npos, what);
-    CHECK_MESSAGE(what.find("f32 reduce-scatter max, " + std::to_string(N * m)) != std::string::npos, what);
+  // Staging for the whole input: one op of N m elements. Staging for 1024 elements of each block:
+  // rounds of N x 1024, the first of which the headers already tell apart.
+  for (int64_t round : {m, int64_t{1024}}) {
+    CAPTURE(round);
+    auto pg = dist::new_group("auto", options);
+    REQUIRE(pg->reserve_reduce_scatter_staging(N * round * 4));
+    rg::Tensor input = rg::ones({N * m}), output = rg::zeros({m});
+    // Only the staged path compares the ranks' headers: a failure within seconds, not the timeout.
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      pg->reduce_scatter(output, input, r == N - 1 ? dist::ReduceOp::max : dist::ReduceOp::sum)->wait();
+      FAIL("the mismatch went unnoticed");
+    } catch (const rg::Error& e) {
+      const std::string what = e.what();
+      CHECK_MESSAGE(what.find("dist.reduce_scatter") != std::string::npos, what);
+      CHECK_MESSAGE(what.find("f32 reduce-scatter sum, " + std::to_string(N * round) + " elements") !=
+                        std::string::npos,
+                    what);
+      CHECK_MESSAGE(what.find("f32 reduce-scatter max, " + std::to_string(N * round) + " elements") !=
+                        std::string::npos,
+                    what);
+    }
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
   }
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
 }
 
 TEST_CASE("send / recv: a ring of large messages posted send-first on every rank does not deadlock") {

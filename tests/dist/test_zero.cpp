@@ -162,11 +162,18 @@ TEST_CASE("zero: on one machine the parameters live in shared memory and step as
   const int N = dist::world().size;
   dist::GroupOptions options = test_options();
   options.shared_memory = true;
+  // Stage 2 also with a staging of about 100 bytes, which every bucket passes through in rounds.
+  struct Case {
+    int stage;
+    double staging_mb;
+  };
   for (rg::DType dtype : {rg::DType::f32, rg::DType::f16})
-    for (int stage : {1, 2}) {
+    for (Case c : {Case{1, 1.0}, Case{2, 1.0}, Case{2, 1e-4}}) {
+      const int stage = c.stage;
       const std::string dt = rg::dtype_name(dtype);
       CAPTURE(dt);
       CAPTURE(stage);
+      CAPTURE(c.staging_mb);
       auto reference = make_mlp(6), model = make_mlp(6);
       reference->to(dtype);
       model->to(dtype);
@@ -174,8 +181,17 @@ TEST_CASE("zero: on one machine the parameters live in shared memory and step as
       dist::DistributedDataParallel ref_ddp(reference, dist::new_group("auto", options), kSmallBuckets);
       dist::DistributedDataParallel ddp(model, pg, kSmallBuckets);
       optim::Adam ref_opt(reference->parameters(), {.lr = 1e-2});
-      auto zero = dist::ZeroOptimizer::over<optim::Adam>(ddp, optim::AdamOptions{.lr = 1e-2}, {.stage = stage});
+      auto zero = dist::ZeroOptimizer::over<optim::Adam>(ddp, optim::AdamOptions{.lr = 1e-2},
+                                                         {.stage = stage, .staging_mb = c.staging_mb});
       if (N > 1) CHECK(some_parameter_is_cut(*zero));
+      if (N > 1 && stage == 2) {
+        int64_t largest = 0;
+        for (const dist::BucketInfo& b : ddp.buckets())
+          largest = std::max<int64_t>(largest, b.numel * static_cast<int64_t>(rg::dtype_size(b.dtype)));
+        // Rounds: the largest bucket is 4 or more times the staging.
+        if (c.staging_mb < 1) CHECK(zero->staging_bytes() * 4 <= static_cast<size_t>(largest));
+        else CHECK(zero->staging_bytes() == static_cast<size_t>(largest));
+      }
       // The model's own handles moved, values and all; a view taken now follows training.
       CHECK(max_rel_l2(*reference, *model) == 0);
       for (const auto& named : model->named_parameters()) {
@@ -486,6 +502,8 @@ TEST_CASE("zero: what it refuses, with the reason") {
                                              return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{});
                                            }),
                        doctest::Contains("is not a parameter of the DDP model"), rg::Error);
+  CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 2, .staging_mb = 0}),
+                       doctest::Contains("staging_mb must be a positive number of MiB, got 0"), rg::Error);
   auto zero = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 1});
   CHECK(zero->name() == "ZeRO-1(SGD)");
   CHECK_THROWS_WITH_AS(dist::Join(ddp, dist::JoinOptions{}), doctest::Contains("Join does not support"), rg::Error);

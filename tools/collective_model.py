@@ -15,10 +15,18 @@ message], dist/algorithms/network_model.h):
 
 f16 / bf16 partial sums travel as f32 (Note [Each chunk is reduced once]); give --dtype.
 
+Under the network model (RINGGRAD_NETWORK_MODEL) --machine adds the real transport beneath each
+modelled link. With more ranks than cores, --cores C lets the ranks that receive whole tensors at
+the same moment -- all p ranks at each tree exchange, the receivers of each in-node level of
+hierarchical -- take turns: their machine term is multiplied by (ranks at once) / C. The ring's
+segments are left alone: its ranks spend most of each step held by the network model, asleep, and
+measured at 8 ranks on 2 cores they do not slow down. Which stages share is a choice checked
+against measurements (docs/learn/08-cost-model.md), not derived.
+
   tools/collective_model.py predict --algorithm ring --ranks 8 --ranks-per-node 2 \\
       --intra 1,20 --inter 0.25,100 --sizes 64K,1M,16M
   tools/collective_model.py compare BENCH_OUTPUT --ranks 4 --ranks-per-node 2 --intra 1,20 --inter 0.25,100 \\
-      --machine 2.8,11
+      --machine 2.8,11 --cores 2
   tools/collective_model.py fit BENCH_OUTPUT --backend ring --ranks 2
   tools/collective_model.py extrapolate --intra 150,3 --inter 12.5,10 --gpus-per-node 8 --size 100M
 
@@ -49,14 +57,24 @@ def parse_link(text):
 
 
 MACHINE = None  # (beta, alpha) of the real transport beneath a modelled link: --machine
+CORES = None  # cores the ranks of this machine share: --cores
 
 
-def message(link, nbytes):
+def message(link, nbytes, at_once=1):
+    """One message's price; `at_once` ranks receive a message of this stage at the same moment."""
     beta, alpha = link
     cost = alpha + nbytes / beta
     if MACHINE is not None:  # the copy this machine makes on top of the modelled link's price
-        cost += MACHINE[1] + nbytes / MACHINE[0]
+        # Ranks that copy and sum at the same moment share the cores: each goes that much slower.
+        share = max(1.0, at_once / CORES) if CORES else 1.0
+        cost += MACHINE[1] + share * nbytes / MACHINE[0]
     return cost
+
+
+def receivers(k, level):
+    """Ranks of a binomial tree over k ranks that receive at `level` (0: pairs 2^0 apart)."""
+    step = 1 << level
+    return sum(1 for r in range(0, k, 2 * step) if r + step < k)
 
 
 class Topology:
@@ -94,9 +112,9 @@ def tree(topo, nbytes, elem, acc):
     s = nbytes // elem * acc
     total = 0.0
     if n > p:  # fold in, and the result back at the end
-        total += 2 * max(message(topo.link(p + i, i), s) for i in range(n - p))
-    for k in range(int(math.log2(p))):
-        total += max(message(topo.link(r, r ^ (1 << k)), s) for r in range(p))
+        total += 2 * max(message(topo.link(p + i, i), s, n - p) for i in range(n - p))
+    for k in range(int(math.log2(p))):  # every one of the p ranks receives the whole tensor at once
+        total += max(message(topo.link(r, r ^ (1 << k)), s, p) for r in range(p))
     return total
 
 
@@ -104,8 +122,9 @@ def hierarchical(topo, nbytes, elem, acc, segment=SEGMENT):
     k = min(topo.k, topo.n)
     nodes = math.ceil(topo.n / k)
     in_node = math.ceil(math.log2(k)) if k > 1 else 0
-    reduce = in_node * message(topo.intra, nbytes // elem * acc)
-    bcast = in_node * message(topo.intra, nbytes)
+    # Level l of the in-node trees: receivers(k, l) ranks of each node receive the whole tensor.
+    reduce = sum(message(topo.intra, nbytes // elem * acc, nodes * receivers(k, l)) for l in range(in_node))
+    bcast = sum(message(topo.intra, nbytes, nodes * receivers(k, l)) for l in range(in_node))
     leaders = [m * k for m in range(nodes)]
     # The leaders' ring runs on Acc data throughout.
     return reduce + ring(topo, nbytes // elem * acc, acc, acc, segment, leaders) + bcast
@@ -158,6 +177,8 @@ def main():
         p.add_argument("--segment", default="1M")
         p.add_argument("--machine", help="GBPS,LATENCY_US of the real transport under the network model "
                        "(what `fit` gives for this machine), added to every message")
+        p.add_argument("--cores", type=int, help="cores the ranks share (fewer than the ranks: they take turns "
+                       "in the stages where they all receive whole tensors at once; see the module's doc)")
     f = sub.add_parser("fit")
     f.add_argument("bench_output")
     f.add_argument("--backend", default="ring")
@@ -169,9 +190,13 @@ def main():
     e.add_argument("--size", default="100M")
     e.add_argument("--nodes", default="1,2,4,16,64,128")
     args = ap.parse_args()
-    global MACHINE
+    global MACHINE, CORES
     if getattr(args, "machine", None):
         MACHINE = parse_link(args.machine)
+    if getattr(args, "cores", None):
+        if args.cores < 1:
+            raise SystemExit(f"collective_model: --cores {args.cores} is not a number of cores >= 1")
+        CORES = args.cores
 
     if args.cmd == "predict":
         topo = topology(args)

@@ -363,15 +363,16 @@ template <class T>
 class ReduceScatterInRounds final : public PendingOp {
  public:
   ReduceScatterInRounds(std::shared_ptr<SharedBuffer> buffer, const Tensor& output, const Tensor& input, ReduceOp op,
-                        int tag)
+                        int tag, int ranks)
       : buffer_(std::move(buffer)),
         output_(output),
         input_(input),
         op_(op),
         tag_(tag),
+        ranks_(ranks),
         m_(output.numel()),
-        w_(std::min<int64_t>(m_, static_cast<int64_t>(buffer_->bytes() / sizeof(T)) / size())) {
-    start_round();
+        w_(std::min<int64_t>(m_, static_cast<int64_t>(buffer_->bytes() / sizeof(T)) / ranks)) {
+    if (m_ > 0) start_round();  // empty: nothing to stage, on every rank alike
   }
 
   bool poll() override {
@@ -385,12 +386,10 @@ class ReduceScatterInRounds final : public PendingOp {
   }
 
  private:
-  int size() const { return static_cast<int>(input_.numel() / m_); }
-
   // Safe to write my buffer: the previous op on this segment is complete on every rank, and no rank
   // touches my buffer in the next one before I have arrived (after the copy).
   void start_round() {
-    const int N = size();
+    const int N = ranks_;
     const int64_t w = std::min(w_, m_ - done_);
     auto storage =
         std::make_shared<Storage>(buffer_->mine(), buffer_->bytes(), Device::cpu(), [keep = buffer_](void*) {});
@@ -404,6 +403,7 @@ class ReduceScatterInRounds final : public PendingOp {
   Tensor input_;   // (N m)
   ReduceOp op_;
   int tag_;
+  int ranks_;
   int64_t m_, w_;
   int64_t done_ = 0;  // elements of every block reduced by the finished rounds
   std::unique_ptr<PendingOp> round_;
@@ -460,7 +460,7 @@ std::unique_ptr<PendingOp> SharedBuffer::reduce_scatter(const Tensor& output, co
       RG_FAIL("dist.reduce_scatter", "u8 is not supported");  // rejected at submission already
     } else {
       return std::make_unique<ReduceScatterInRounds<T>>(shared_from_this(), output.view({-1}),
-                                                        input.contiguous().view({-1}), op, tag);
+                                                        input.contiguous().view({-1}), op, tag, size_);
     }
   });
 }

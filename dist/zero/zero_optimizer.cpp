@@ -38,8 +38,8 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::Pa
   RG_CHECK(options.stage == 1 || options.stage == 2, "dist.ZeroOptimizer",
            "stage must be 1 (optimizer state) or 2 (and gradients), got ", options.stage,
            ". Stage 0 is plain DDP with an ordinary optimizer");
-  RG_CHECK(std::isfinite(options.staging_mb) && options.staging_mb > 0, "dist.ZeroOptimizer",
-           "staging_mb must be a positive number of MiB, got ", options.staging_mb);
+  RG_CHECK(std::isfinite(options.staging_mb) && options.staging_mb > 0 && options.staging_mb <= (1 << 20),
+           "dist.ZeroOptimizer", "staging_mb must be a positive number of MiB up to 1048576, got ", options.staging_mb);
   RG_CHECK(make_ != nullptr, "dist.ZeroOptimizer", "no function to build the sharded optimizer");
   params_ = parameters();
   names_ = names_in_model(params_, ddp.module());
@@ -110,10 +110,19 @@ void ZeroOptimizer::build_shards() {
       widest = std::max(widest, N * element);
       on_cpu = on_cpu && bucket_type_[b].second.is_cpu();
     }
-    const int64_t cap = static_cast<int64_t>(options_.staging_mb * (1 << 20));
+    const auto cap = static_cast<int64_t>(options_.staging_mb * (1 << 20));
     const int64_t staging = std::max(std::min(largest, cap), widest);
-    if (on_cpu && N > 1 && group_.reserve_reduce_scatter_staging(staging))
-      staging_bytes_ = static_cast<size_t>(staging);
+    if (on_cpu && N > 1) {
+      // The reservation is collective with the same bytes everywhere: a staging_mb that differs
+      // between ranks fails every rank here, rather than mismatching the reservation's collectives.
+      Tensor range = from_vector(std::vector<int64_t>{staging, -staging}, {2});  // max and -min
+      group_.allreduce(range, ReduceOp::max)->wait();
+      const std::vector<double> r = range.to_vector();  // exact: staging < 2^53
+      RG_CHECK(r[0] == -r[1], "dist.ZeroOptimizer", "rank ", rank, "/", N, ": the stage-2 staging is ", staging,
+               " bytes here but ", static_cast<int64_t>(r[0] == static_cast<double>(staging) ? -r[1] : r[0]),
+               " on another rank: every rank must pass the same ZeroOptions::staging_mb");
+      if (group_.reserve_reduce_scatter_staging(staging)) staging_bytes_ = static_cast<size_t>(staging);
+    }
     reduced_ = std::make_shared<ReducedGradients>();
     for (int b = 0; b < layout_.num_buckets(); ++b) {
       reduced_->blocks.push_back(

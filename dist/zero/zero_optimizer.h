@@ -99,7 +99,8 @@ struct ZeroOptions {
   int stage = 1;
   // Stage 2 on one machine: the most shared memory per rank its reduce-scatters pass through (Note
   // [Reduce-scatter through a shared buffer], dist/shm/reduction_buffer.h). Smaller: less memory,
-  // a larger bucket takes more rounds. Never more than the largest bucket.
+  // a larger bucket takes more rounds, each an arrival of every rank (keep a round in the hundreds
+  // of KiB). Never more than the largest bucket. The same on every rank (checked).
   double staging_mb = 1;
 };
 

@@ -434,22 +434,24 @@ TEST_CASE("RINGGRAD_DIST_SHM malformed on one rank fails group creation on every
 }
 
 TEST_CASE("reduce_scatter: every backend x op x dtype x size, without and with a staging reservation") {
-  // The second pass reserves staging for blocks of up to 1001 f64 elements: on "tree" and "auto"
-  // on one machine every size goes through shared memory (Note [Reduce-scatter through a shared
-  // buffer]), the larger ones in rounds (2^18 f64 elements: 262 rounds of 1001 and one of 82);
-  // elsewhere the reservation is refused and nothing changes.
+  // The second pass reserves staging for rounds of 1000 f64 elements of each block: on "tree" and
+  // "auto" on one machine every size goes through shared memory (Note [Reduce-scatter through a
+  // shared buffer]), the larger ones in rounds (2^18 f64 elements: 262 rounds of 1000 and one of
+  // 144; 4567, every op: 4 of 1000 and one of 567 in f64); elsewhere the reservation is refused
+  // and nothing changes. The rounds' widths (1000, 2000, 4000 elements) are not multiples of the
+  // data's period 7, so a round that read another round's slice would fail.
   const int N = dist::world().size, r = dist::world().rank;
   for (const auto& backend : kBackends) {
     auto pg = make_group(backend);
     for (bool reserved : {false, true}) {
       if (reserved) {
         const bool shared = N > 1 && (backend == "tree" || backend == "auto");
-        CHECK(pg->reserve_reduce_scatter_staging(N * 1001 * 8) == shared);
+        CHECK(pg->reserve_reduce_scatter_staging(N * 1000 * 8) == shared);
         CHECK(pg->reserve_reduce_scatter_staging(16) == shared);  // a smaller one keeps the larger
       }
       for (rg::DType dt : kDtypes)
         for (dist::ReduceOp op : kOps)
-          for (int64_t m : {int64_t{0}, int64_t{1}, int64_t{N - 1}, int64_t{1001}, int64_t{1} << 18}) {
+          for (int64_t m : {int64_t{0}, int64_t{1}, int64_t{N - 1}, int64_t{1001}, int64_t{4567}, int64_t{1} << 18}) {
             if (m > 100000 && op != dist::ReduceOp::sum) continue;
             CAPTURE(reserved);
             CAPTURE(backend);

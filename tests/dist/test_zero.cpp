@@ -503,7 +503,16 @@ TEST_CASE("zero: what it refuses, with the reason") {
                                            }),
                        doctest::Contains("is not a parameter of the DDP model"), rg::Error);
   CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 2, .staging_mb = 0}),
-                       doctest::Contains("staging_mb must be a positive number of MiB, got 0"), rg::Error);
+                       doctest::Contains("staging_mb must be a positive number of MiB up to 1048576, got 0"),
+                       rg::Error);
+  // A staging that differs between ranks: an error on every rank, not mismatched collectives.
+  if (dist::world().size > 1) {
+    const double mb = dist::world().rank == 0 ? 1e-4 : 2e-4;
+    CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{},
+                                                               {.stage = 2, .staging_mb = mb}),
+                         doctest::Contains("on another rank: every rank must pass the same ZeroOptions::staging_mb"),
+                         rg::Error);
+  }
   auto zero = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 1});
   CHECK(zero->name() == "ZeRO-1(SGD)");
   CHECK_THROWS_WITH_AS(dist::Join(ddp, dist::JoinOptions{}), doctest::Contains("Join does not support"), rg::Error);

@@ -30,7 +30,8 @@ struct TrainFlags {
 
 // Parses "--flag value" pairs into `flags` (its fields hold the program's defaults). `extra` names
 // the flags beyond the common --data --steps --warmup --threads --batch --backend --bucket-mb
-// --first-bucket-mb --comm-hook --step-times --trace --precision --zero --staging-mb that this program takes (--model, --block).
+// --first-bucket-mb --comm-hook --step-times --trace --precision --zero --staging-mb that this
+// program takes (--model, --block).
 // False, after printing the flags it takes, on anything else.
 inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
   std::string accepted =

@@ -371,7 +371,9 @@ class ReduceScatterInRounds final : public PendingOp {
         tag_(tag),
         ranks_(ranks),
         m_(output.numel()),
-        w_(std::min<int64_t>(m_, static_cast<int64_t>(buffer_->bytes() / sizeof(T)) / ranks)) {
+        w_(std::min<int64_t>(m_, static_cast<int64_t>(buffer_->bytes() / sizeof(T)) / ranks)),
+        staging_(
+            std::make_shared<Storage>(buffer_->mine(), buffer_->bytes(), Device::cpu(), [keep = buffer_](void*) {})) {
     if (m_ > 0) start_round();  // empty: nothing to stage, on every rank alike
   }
 
@@ -391,9 +393,7 @@ class ReduceScatterInRounds final : public PendingOp {
   void start_round() {
     const int N = ranks_;
     const int64_t w = std::min(w_, m_ - done_);
-    auto storage =
-        std::make_shared<Storage>(buffer_->mine(), buffer_->bytes(), Device::cpu(), [keep = buffer_](void*) {});
-    const Tensor staged = make_view(storage, {N * w}, {1}, 0, input_.dtype());  // (N w)
+    const Tensor staged = make_view(staging_, {N * w}, {1}, 0, input_.dtype());  // (N w)
     for (int q = 0; q < N; ++q) Tensor(staged.narrow(0, q * w, w)).copy_(input_.narrow(0, q * m_ + done_, w));
     round_ = std::make_unique<StagedReduceScatter<T>>(buffer_, staged, output_.narrow(0, done_, w), op_, tag_);
   }
@@ -405,7 +405,8 @@ class ReduceScatterInRounds final : public PendingOp {
   int tag_;
   int ranks_;
   int64_t m_, w_;
-  int64_t done_ = 0;  // elements of every block reduced by the finished rounds
+  std::shared_ptr<Storage> staging_;  // mine(), as storage every round's view shares
+  int64_t done_ = 0;                  // elements of every block reduced by the finished rounds
   std::unique_ptr<PendingOp> round_;
 };
 

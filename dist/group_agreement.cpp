@@ -22,7 +22,7 @@ struct WireRecord {
   char backend[32];
   char host[64];
   double timeout_seconds;
-  int32_t debug_check, group_index, world_size, local_rank, local_size;
+  int32_t debug_check, host_staging, group_index, world_size, local_rank, local_size;
   int64_t pid;
   uint64_t start_time;
 };
@@ -38,6 +38,7 @@ WireRecord to_wire(const CreationRecord& r) {
   copy_text(w.host, sizeof w.host, r.host);
   w.timeout_seconds = r.timeout_seconds;
   w.debug_check = r.debug_check;
+  w.host_staging = r.host_staging;
   w.group_index = r.group_index;
   w.world_size = r.world_size;
   w.local_rank = r.local_rank;
@@ -50,6 +51,7 @@ WireRecord to_wire(const CreationRecord& r) {
 CreationRecord from_wire(const WireRecord& w) {
   return CreationRecord{.backend = std::string(w.backend, strnlen(w.backend, sizeof w.backend)),
                         .debug_check = w.debug_check != 0,
+                        .host_staging = w.host_staging != 0,
                         .timeout_seconds = w.timeout_seconds,
                         .group_index = w.group_index,
                         .world_size = w.world_size,
@@ -111,17 +113,19 @@ std::string who_holds(const char* field, const std::vector<CreationRecord>& all,
 
 std::string backend_of(const CreationRecord& r) { return r.backend; }
 std::string debug_of(const CreationRecord& r) { return r.debug_check ? "on" : "off"; }
+std::string host_staging_of(const CreationRecord& r) { return r.host_staging ? "on" : "off"; }
 double timeout_of(const CreationRecord& r) { return r.timeout_seconds; }
 int index_of(const CreationRecord& r) { return r.group_index; }
 int world_of(const CreationRecord& r) { return r.world_size; }
 
 }  // namespace
 
-CreationRecord this_process_record(const std::string& backend, bool debug_check, double timeout_seconds,
-                                   int group_index) {
+CreationRecord this_process_record(const std::string& backend, bool debug_check, bool host_staging,
+                                   double timeout_seconds, int group_index) {
   const World& w = world();
   return CreationRecord{.backend = backend,
                         .debug_check = debug_check,
+                        .host_staging = host_staging,
                         .timeout_seconds = timeout_seconds,
                         .group_index = group_index,
                         .world_size = w.size,
@@ -147,10 +151,10 @@ std::vector<CreationRecord> agree_on_creation(const MpiComms& comms, const Creat
   std::vector<CreationRecord> all;
   for (const WireRecord& w : gathered) all.push_back(from_wire(w));
 
-  std::string differences = who_holds("backend", all, backend_of) + who_holds("debug mode", all, debug_of) +
-                            who_holds("collective timeout (s)", all, timeout_of) +
-                            who_holds("creation index of this group", all, index_of) +
-                            who_holds("world size", all, world_of);
+  std::string differences =
+      who_holds("backend", all, backend_of) + who_holds("debug mode", all, debug_of) +
+      who_holds("host staging", all, host_staging_of) + who_holds("collective timeout (s)", all, timeout_of) +
+      who_holds("creation index of this group", all, index_of) + who_holds("world size", all, world_of);
   // World layout: each machine's ranks number themselves 0 .. local_size - 1, and count them right.
   std::map<std::string, std::vector<int>> by_host;
   for (int r = 0; r < size; ++r) by_host[all[static_cast<size_t>(r)].host].push_back(r);
@@ -169,7 +173,8 @@ std::vector<CreationRecord> agree_on_creation(const MpiComms& comms, const Creat
   RG_CHECK(differences.empty(), "dist.new_group", "the ranks created process group #", mine.group_index,
            " differently (seen by rank ", rank, "/", size, "):", differences,
            "\nEvery rank must create its groups with the same backend, options and environment "
-           "(RINGGRAD_DIST_DEBUG, RINGGRAD_COLLECTIVE_TIMEOUT); see Note [Agreed at creation] in "
+           "(RINGGRAD_DIST_DEBUG, RINGGRAD_DIST_HOST_STAGING, RINGGRAD_COLLECTIVE_TIMEOUT); see Note [Agreed at "
+           "creation] in "
            "dist/group_agreement.h.");
   return all;
 }

@@ -5,7 +5,8 @@
 // such differences only show much later, as a collective that hangs until its timeout: one rank on
 // 'ring' and another on 'tree' exchange different messages; a rank with debug checks on all-gathers
 // a fingerprint its peers never send; a rank with a shorter timeout gives up first. So every rank's
-// GroupBase all-gathers one CreationRecord at construction -- backend, debug mode, timeout, the
+// GroupBase all-gathers one CreationRecord at construction -- backend, debug mode, host staging (a
+// rank that offers shared-memory buffers would wait for peers that never map them), timeout, the
 // group's creation index, world size, its machine and local rank, its process id -- and each rank
 // fails with the same error, naming every field that differs and which ranks hold which value.
 // The exchange itself is bounded by the group's timeout, so a rank that never creates the group
@@ -26,6 +27,7 @@ class MpiComms;
 struct CreationRecord {
   std::string backend;
   bool debug_check = false;
+  bool host_staging = false;  // Note [Host staging without a GPU] in dist/staging.h
   double timeout_seconds = 0;
   int group_index = 0;  // this process's n-th group
   int world_size = 1;
@@ -36,8 +38,8 @@ struct CreationRecord {
 };
 
 // This process's record for a group about to be created.
-CreationRecord this_process_record(const std::string& backend, bool debug_check, double timeout_seconds,
-                                   int group_index);
+CreationRecord this_process_record(const std::string& backend, bool debug_check, bool host_staging,
+                                   double timeout_seconds, int group_index);
 
 // All-gathers the records over comms (bounded by mine.timeout_seconds) and throws the same
 // ringgrad::Error on every rank when they disagree (Note [Agreed at creation]). Returns them, by rank.

@@ -68,10 +68,13 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
   comms_ = std::make_unique<MpiComms>(timeout_seconds_, str_cat("process group #", id, " (backend '", backend_, "')"));
   rank_ = comms_->rank();
   size_ = comms_->size();
-  staging_ = Staging(backend_, rank_, size_);
+  const bool host_staging = options.host_staging
+                                ? *options.host_staging
+                                : env::flag("RINGGRAD_DIST_HOST_STAGING", "dist.new_group").value_or(false);
+  staging_ = Staging(backend_, rank_, size_, host_staging);
   if (trace && trace_prefix) trace_path_ = str_cat(*trace_prefix, ".rank", rank_, ".g", id, "-", backend_, ".json");
   // Note [Agreed at creation]: before anything else runs over the group.
-  peers_ = agree_on_creation(*comms_, this_process_record(backend_, debug_check_, timeout_seconds_, id));
+  peers_ = agree_on_creation(*comms_, this_process_record(backend_, debug_check_, host_staging, timeout_seconds_, id));
   comm_thread_ = std::make_shared<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us,
                                               trace, simulated_network_from(options));
   comm_thread_->set_peer_report([peers = peers_, rank = rank_] { return peer_liveness(peers, rank); });
@@ -93,10 +96,11 @@ GroupBase::~GroupBase() {
 }
 
 // A world of one reduces or broadcasts a tensor to itself: the result is the tensor, whatever the
-// op. For a GPU tensor the MPI backends would still stage it -- a synchronous copy to the host and
-// back, inside DDP's backward -- so the op completes here instead, untouched and unsent. (CPU
-// tensors still take the communication thread: there it costs a queue hand-off, and their single-rank
-// ops keep their sequence numbers for the debug checks.)
+// op. For a staged tensor (a GPU tensor on an MPI backend, a CPU one on nccl) the backend would
+// still copy it there and back -- a synchronous copy, inside DDP's backward -- so the op completes
+// here instead, untouched and unsent. (Tensors the backend works on in place still take the
+// communication thread: there it costs a queue hand-off, and their single-rank ops keep their
+// sequence numbers for the debug checks.)
 std::shared_ptr<Work> GroupBase::completed_alone(OpInfo info) {
   auto work = std::make_shared<Work>(std::move(info), backend_, rank_, size_);
   const double now = trace_clock_us();
@@ -132,7 +136,7 @@ void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) c
 // tensor is staged through pinned host memory (Note [CUDA tensors through host staging]).
 std::shared_ptr<Work> GroupBase::send(const Tensor& t, int dst, int tag) {
   check_peer("dist.send", dst, tag, t);
-  const Tensor host = Staging::host_side(t, /*copy_in=*/true);
+  const Tensor host = staging_.host_side(t, /*copy_in=*/true);
   auto detail = [](const OpInfo::Operands& o) { return str_cat("to rank ", o.x, ", tag ", o.y, ", ", o.a.desc()); };
   return submit_p2p({.name = "send", .detail = detail, .operands = {.a = t, .x = dst, .y = tag}, .bytes = t.nbytes()},
                     [this, host, dst, tag] { return comms_->start_send(host, dst, tag); });
@@ -142,7 +146,7 @@ std::shared_ptr<Work> GroupBase::recv(const Tensor& t, int src, int tag) {
   check_peer("dist.recv", src, tag, t);
   auto detail = [](const OpInfo::Operands& o) { return str_cat("from rank ", o.x, ", tag ", o.y, ", ", o.a.desc()); };
   return submit_p2p({.name = "recv", .detail = detail, .operands = {.a = t, .x = src, .y = tag}, .bytes = t.nbytes()},
-                    [this, t, host = Staging::host_side(t, /*copy_in=*/false), src, tag] {
+                    [this, t, host = staging_.host_side(t, /*copy_in=*/false), src, tag] {
                       return Staging::staged(comms_->start_recv(host, src, tag), t, host);
                     });
 }
@@ -161,7 +165,7 @@ std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
                     .operands = {.a = t, .x = static_cast<int>(op)},
                     .bytes = t.nbytes()};
   if (std::shared_ptr<Work> work = allreduce_in_place(info, t, op)) return work;  // Note [Shared gradient buffers]
-  if (size_ == 1 && t.device().is_cuda()) return completed_alone(info);
+  if (size_ == 1 && staging_.stages(t.device())) return completed_alone(info);
   // See Note [CUDA tensors through host staging].
   return submit_collective(info, [this, t, host = staging_.in("dist.allreduce", t), op](int tag) {
     return Staging::staged(start_allreduce(host, op, tag), t, host);
@@ -183,7 +187,7 @@ std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
   checked_count("dist.broadcast", static_cast<int64_t>(t.nbytes()), rank_);
   auto detail = [](const OpInfo::Operands& o) { return str_cat("root ", o.x, ", ", o.a.desc()); };
   OpInfo info{.name = "broadcast", .detail = detail, .operands = {.a = t, .x = root}, .bytes = t.nbytes()};
-  if (size_ == 1 && t.device().is_cuda()) return completed_alone(info);
+  if (size_ == 1 && staging_.stages(t.device())) return completed_alone(info);
   return submit_collective(std::move(info),
                            // See Note [CUDA tensors through host staging].
                            [this, t, host = staging_.in("dist.broadcast", t), root](int tag) {
@@ -194,11 +198,17 @@ std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
 std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& input) {
   check_tensor("dist.allgather", "input", input, rank_, size_);
   check_tensor("dist.allgather", "output", output, rank_, size_);
-  Shape expected{size_};
-  expected.insert(expected.end(), input.shape().begin(), input.shape().end());
-  RG_CHECK(output.shape() == expected && output.dtype() == input.dtype(), "dist.allgather", "output ", output.desc(),
-           " must be (N, *input.shape) = ", shape_str(expected), " ", dtype_name(input.dtype()), " for input ",
-           input.desc(), " (rank ", rank_, "/", size_, ")");
+  // (N, *S), or the inputs concatenated along dim 0: (N * S0, S1, ...).
+  Shape stacked{size_};
+  stacked.insert(stacked.end(), input.shape().begin(), input.shape().end());
+  Shape concatenated = input.shape();
+  if (!concatenated.empty()) concatenated[0] *= size_;
+  const bool shape_fits = output.shape() == stacked || (!input.shape().empty() && output.shape() == concatenated);
+  const std::string or_concatenated =
+      input.shape().empty() ? "" : str_cat(" or (N * input.shape[0], ...) = ", shape_str(concatenated));
+  RG_CHECK(shape_fits && output.dtype() == input.dtype(), "dist.allgather", "output ", output.desc(),
+           " must be (N, *input.shape) = ", shape_str(stacked), or_concatenated, " ", dtype_name(input.dtype()),
+           " for input ", input.desc(), " (rank ", rank_, "/", size_, ")");
   checked_count("dist.allgather", static_cast<int64_t>(output.nbytes()), rank_);
   auto detail = [](const OpInfo::Operands& o) { return o.a.desc(); };
   const OpInfo info{.name = "allgather", .detail = detail, .operands = {.a = input}, .bytes = input.nbytes()};

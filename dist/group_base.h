@@ -113,6 +113,9 @@ class GroupBase : public ProcessGroup {
 
   // A backend that moves GPU memory itself (nccl) sets its device (Staging::set_native_device).
   void set_native_device(Device device) { staging_.set_native_device(device); }
+  // Where the group's tensors are worked on: a backend asks it before offering anything that works
+  // on a tensor in place (Staging::stages).
+  const Staging& staging() const { return staging_; }
 
   // The group's communicators: MPI backends run their data path over comm(), nccl its bootstrap.
   MpiComms& comms() const { return *comms_; }

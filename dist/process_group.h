@@ -90,6 +90,11 @@ struct GroupOptions {
   // tree, auto: small AllReduces through shared memory when every rank is on one machine (Note
   // [Shared-memory AllReduce] in dist/shm/slots.h). Unset: RINGGRAD_DIST_SHM, else on.
   std::optional<bool> shared_memory;
+  // MPI backends: stage CPU tensors through a host copy as GPU tensors are, and offer no in-place
+  // shared-memory buffers, so that a machine without a GPU runs the GPU path's staging (Note [Host
+  // staging without a GPU] in dist/staging.h). For tests; nccl ignores it. Unset:
+  // RINGGRAD_DIST_HOST_STAGING, else off.
+  std::optional<bool> host_staging;
 };
 
 // The measured crossover of tree and ring on one machine (docs/dist.md, "auto").
@@ -121,8 +126,10 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> allreduce(const Tensor& t, ReduceOp op = ReduceOp::sum) = 0;
   // t: any shape; every rank's t becomes root's t.
   virtual std::shared_ptr<Work> broadcast(const Tensor& t, int root) = 0;
-  // input: S (any shape), output: (N, *S) of input's dtype; output[r] becomes rank r's input.
-  // input may be output[rank] itself (in place). In place inside a buffer from new_reduction_buffer
+  // input: S (any shape); output: N * input.numel() contiguous elements of input's dtype, shaped
+  // (N, *S) or, as PyTorch's all_gather_into_tensor also takes, (N * S0, S1, ...): the ranks'
+  // inputs concatenated along dim 0 (for a 1-D input, (N * k)). Block r of output becomes rank r's
+  // input. input may be block `rank` of output itself (in place). In place inside a buffer from new_reduction_buffer
   // that is shared memory, the blocks are copied between the ranks' buffers with no message (Note
   // [Allgather in a shared buffer] in dist/shm/reduction_buffer.h); every rank must then call it in
   // place on its own buffer, as for an AllReduce there.

@@ -12,6 +12,15 @@
 // with the kernels that produced and will read the tensor. It costs two copies per collective; the
 // nccl backend (GPU-resident) avoids them, and stages CPU tensors the other way, through its GPU.
 // This is what lets several ranks share one GPU in tests.
+//
+// Note [Host staging without a GPU]: with GroupOptions::host_staging (RINGGRAD_DIST_HOST_STAGING=1)
+// an MPI backend stages CPU tensors too: each collective works on a separate host copy and writes
+// its result back through the same StagedOp as a GPU tensor's, and the group offers none of its
+// in-place shared-memory buffers, as for a GPU model. So a machine without a GPU runs the GPU
+// path's staging -- the copies in and back, the write-back into a parameter that requires grad,
+// the completion on the communication thread -- under every multi-rank DDP / ZeRO / checkpoint
+// test (tests/dist/CMakeLists.txt, dist_staged_np*). What it cannot show is the device side: the
+// cudaMemcpy's ordering with kernels, pinned memory, and two ranks sharing one GPU (docs/cuda.md).
 #pragma once
 
 #include <memory>
@@ -27,34 +36,50 @@ namespace ringgrad::dist::detail {
 class Staging {
  public:
   Staging() = default;
-  // backend / rank / size only label error messages.
-  Staging(std::string backend, int rank, int size) : backend_(std::move(backend)), rank_(rank), size_(size) {}
+  // backend / rank / size only label error messages. stage_host_tensors: Note [Host staging without
+  // a GPU].
+  Staging(std::string backend, int rank, int size, bool stage_host_tensors)
+      : backend_(std::move(backend)), rank_(rank), size_(size), stage_host_tensors_(stage_host_tensors) {}
 
   // A backend that moves GPU memory itself (nccl) sets its device: collectives then take tensors on
   // that device as they are, instead of staging them through the host, and stage CPU tensors
-  // through that device instead.
-  void set_native_device(Device device) { native_device_ = device; }
+  // through that device instead. Host staging (Note [Host staging without a GPU]) is then moot.
+  void set_native_device(Device device) {
+    native_device_ = device;
+    stage_host_tensors_ = false;
+  }
+
+  // Whether a tensor on `device` is worked on through a staged copy rather than in place: every
+  // device but the work device, and the host too under Note [Host staging without a GPU]. The
+  // backends ask this, not the device, before they offer anything that works in place (shared
+  // memory, a world of one).
+  bool stages(Device device) const;
 
   // The tensor a collective's start_* works on: t itself, or its copy on the work device (inputs:
   // copied now) / a buffer there (outputs: copied back by staged() when the op finishes).
   Tensor in(const char* op, const Tensor& t) const;
   Tensor out(const char* op, const Tensor& t) const;
 
-  // Point-to-point runs over MPI on host memory whatever the backend: t itself when on the host,
-  // else a pinned host tensor, holding t's data when copy_in.
-  static Tensor host_side(const Tensor& t, bool copy_in);
+  // Point-to-point runs over MPI on host memory whatever the backend: t itself when on the host
+  // (and not staged), else a host tensor (pinned for a GPU tensor), holding t's data when copy_in.
+  Tensor host_side(const Tensor& t, bool copy_in) const;
 
   // `inner`, which works on `staged_out`; when that is not `out` itself, an op that copies it into
-  // `out` once `inner` finished.
+  // `out` once `inner` finished. The copy bypasses autograd's in-place check: `out` may be a
+  // parameter that requires grad (DDP's broadcast at construction), and the op may finish on the
+  // communication thread, where no caller's NoGradGuard applies.
   static std::unique_ptr<PendingOp> staged(std::unique_ptr<PendingOp> inner, const Tensor& out,
                                            const Tensor& staged_out);
 
  private:
   Device work_device() const;
   void check_stageable(const char* op, const Tensor& t) const;
+  // An uninitialised host tensor shaped as t: pinned when t is on a GPU, so that both copies are DMA.
+  static Tensor host_buffer_for(const Tensor& t);
 
   std::string backend_;
   int rank_ = 0, size_ = 1;
+  bool stage_host_tensors_ = false;
   std::optional<Device> native_device_;
 };
 

@@ -64,7 +64,8 @@ void MpiGroupBase::use_shared_memory(const GroupOptions& options) {
 Tensor MpiGroupBase::new_in_place_buffer(int64_t numel, DType dtype, Device device) {
   // Every rank takes the same branch: shared_slots_ is set on all ranks or on none, and the
   // arguments are the same everywhere.
-  if (shared_slots_ == nullptr || !device.is_cpu() || numel == 0 || dtype == DType::u8) return Tensor();
+  // A staged buffer is never reduced where it lies (Note [CUDA tensors through host staging]).
+  if (shared_slots_ == nullptr || staging().stages(device) || numel == 0 || dtype == DType::u8) return Tensor();
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
   std::shared_ptr<SharedBuffer> shared = SharedBuffer::create(*this, bytes);
   if (shared == nullptr) return Tensor();
@@ -102,7 +103,7 @@ bool MpiGroupBase::reserve_reduce_scatter_staging(int64_t bytes) {
   RG_CHECK(bytes >= 0, "dist.reserve_reduce_scatter_staging", "bytes must be >= 0, got ", bytes, " (rank ", rank_, "/",
            size_, ")");
   // Every rank takes the same branch: shared_slots_ and scatter_staging_ are alike everywhere.
-  if (shared_slots_ == nullptr || bytes == 0) return false;
+  if (shared_slots_ == nullptr || bytes == 0 || staging().stages(Device::cpu())) return false;
   if (scatter_staging_ != nullptr && scatter_staging_->bytes() >= static_cast<size_t>(bytes)) return true;
   std::shared_ptr<SharedBuffer> staging = SharedBuffer::create(*this, static_cast<size_t>(bytes));
   if (staging == nullptr) return false;
@@ -114,8 +115,8 @@ bool MpiGroupBase::reserve_reduce_scatter_staging(int64_t bytes) {
 std::shared_ptr<Work> MpiGroupBase::reduce_scatter_staged(const OpInfo& info, const Tensor& output, const Tensor& input,
                                                           ReduceOp op) {
   // The same branch on every rank for the same arguments (what a correct program passes).
-  if (scatter_staging_ == nullptr || !input.device().is_cpu() || input.numel() == 0 || !output.is_contiguous() ||
-      !scatter_staging_->rounds_fit(input.element_size()))
+  if (scatter_staging_ == nullptr || staging().stages(input.device()) || input.numel() == 0 ||
+      !output.is_contiguous() || !scatter_staging_->rounds_fit(input.element_size()))
     return nullptr;
   return submit_collective(info, [staging = scatter_staging_, output = output.view({-1}), input, op](int tag) {
     return staging->reduce_scatter(output, input, op, tag);

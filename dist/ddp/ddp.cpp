@@ -24,11 +24,15 @@ std::vector<std::string> split_lines(const std::string& s) {
   return lines;
 }
 
-// Construction check: the same parameters (name, shape, dtype) in the same order on every rank.
+// Construction check: the same parameters (name, shape, dtype, kind of device) in the same order on
+// every rank. The kind, not the index: ranks that each drive their own GPU hold "cuda:0" and
+// "cuda:1". A rank on the CPU beside one on a GPU would otherwise issue other collectives (the
+// CPU's shared-memory buckets, ZeRO's staging) and hang its peers.
 void check_same_parameters(ProcessGroup& group, const std::vector<std::pair<std::string, Tensor>>& params) {
   std::string mine;
   for (const auto& [name, t] : params)
-    mine += str_cat(name, " ", shape_str(t.shape()), " ", dtype_name(t.dtype()), "\n");
+    mine += str_cat(name, " ", shape_str(t.shape()), " ", dtype_name(t.dtype()), " ",
+                    t.device().is_cpu() ? "cpu" : "cuda", "\n");
   const std::vector<std::string> all = allgather_strings(group, mine);
   if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; })) return;
   std::vector<std::vector<std::string>> lines;
@@ -48,7 +52,8 @@ void check_same_parameters(ProcessGroup& group, const std::vector<std::pair<std:
     if (differ.empty()) continue;
     RG_FAIL("dist.DistributedDataParallel", "the ranks hold different models (seen by rank ", group.rank(), "/",
             group.size(), "). First difference, parameter #", i, ":\n  rank 0 has ", line_of(0, i), differ,
-            "\nEvery rank must build the same model (names, shapes, dtypes, registration order) before wrapping it.");
+            "\nEvery rank must build the same model (names, shapes, dtypes, registration order) on the same kind of "
+            "device before wrapping it.");
   }
 }
 

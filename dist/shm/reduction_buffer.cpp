@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/native/native.h"
 #include "core/ops.h"
 #include "dist/algorithms/reduce_kernels.h"
 #include "dist/shm/segment.h"
@@ -335,7 +336,9 @@ class StagedReduceScatter final : public InPlaceOp {
   bool poll() override {
     if (!InPlaceOp::poll()) return false;
     // Every chunk is done, so my block is final; nobody writes my buffer before I arrive again.
-    output_.copy_(staged_.narrow(0, rank() * block_, block_));
+    // native::copy_: this runs on the communication thread, outside any caller's NoGradGuard
+    // (Staging::staged in dist/staging.h).
+    native::copy_(output_, staged_.narrow(0, rank() * block_, block_));
     return true;
   }
 
@@ -394,7 +397,7 @@ class ReduceScatterInRounds final : public PendingOp {
     const int N = ranks_;
     const int64_t w = std::min(w_, m_ - done_);
     const Tensor staged = make_view(staging_, {N * w}, {1}, 0, input_.dtype());  // (N w)
-    for (int q = 0; q < N; ++q) Tensor(staged.narrow(0, q * w, w)).copy_(input_.narrow(0, q * m_ + done_, w));
+    for (int q = 0; q < N; ++q) native::copy_(staged.narrow(0, q * w, w), input_.narrow(0, q * m_ + done_, w));
     round_ = std::make_unique<StagedReduceScatter<T>>(buffer_, staged, output_.narrow(0, done_, w), op_, tag_);
   }
 

@@ -24,6 +24,7 @@
 
 #include <ringgrad.h>
 
+#include "examples/common/fingerprint.h"
 #include "examples/common/zero.h"
 #include "examples/gpt_mini/config.h"
 
@@ -191,7 +192,8 @@ int run(Config& c, const dist::World& world) {
   auto group = dist::new_group(c.backend);
   // Flags that must match on every rank (they differ only under an MPMD launch): see mnist.
   dist::check_same_settings(*group, "gpt_mini's flags",
-                            {{"--max-steps", std::to_string(c.max_steps)},
+                            {{"--device (kind)", device.is_cpu() ? "cpu" : "cuda"},
+                             {"--max-steps", std::to_string(c.max_steps)},
                              {"--lr-decay-steps", std::to_string(c.lr_decay_steps)},
                              {"--warmup", std::to_string(c.warmup)},
                              {"--batch-size", std::to_string(c.batch_size)},
@@ -313,10 +315,8 @@ int run(Config& c, const dist::World& world) {
       static_cast<double>(steps_run * tokens_per_step) / std::max(seconds, 1e-9));
   log("%s\n", ddp.stats().summary().c_str());
   if (c.memory_report) log("%s\n", examples::memory_report(*model, *opt, ddp, device, allocated_before).c_str());
-  // A fingerprint of the weights, for exact-resume checks: the sum of every parameter in f64.
-  double checksum = 0;
-  for (const auto& p : model->parameters()) checksum += p.to(DType::f64).sum().item();
-  log("final loss %.17g, parameter checksum %.17g\n", loss_value, checksum);
+  const examples::ParameterFingerprint fingerprint = examples::parameter_fingerprint(*model);
+  log("final loss %.17g, parameter checksum %.17g, norm %.17g\n", loss_value, fingerprint.checksum, fingerprint.norm);
   save(step);
   return 0;
 }

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "examples/common/fingerprint.h"
 #include "examples/common/zero.h"
 #include "examples/mnist/config.h"
 #include "examples/mnist/models.h"
@@ -119,7 +120,8 @@ int run(Config& c, const dist::World& world) {
   // Flags that must match on every rank (they differ only under an MPMD launch): a different seed
   // would give overlapping shards, a different batch or accumulation a wrong mean or a hang.
   dist::check_same_settings(*group, "mnist's flags",
-                            {{"--model", c.model},
+                            {{"--device (kind)", device.is_cpu() ? "cpu" : "cuda"},
+                             {"--model", c.model},
                              {"--optimizer", c.optimizer},
                              {"--precision", c.precision},
                              {"--epochs", std::to_string(c.epochs)},
@@ -260,6 +262,8 @@ int run(Config& c, const dist::World& world) {
       static_cast<double>(trained_samples) * world.size / std::max(train_seconds, 1e-9));
   log("%s\n", ddp.stats().summary().c_str());
   if (c.memory_report) log("%s\n", examples::memory_report(*model, *opt, ddp, device, allocated_before).c_str());
+  const examples::ParameterFingerprint fingerprint = examples::parameter_fingerprint(*model);
+  log("parameter checksum %.17g, norm %.17g\n", fingerprint.checksum, fingerprint.norm);
   if (!c.trace.empty()) {
     ddp.write_trace(c.trace);  // collective: every rank sends its events to rank 0
     log("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", c.trace.c_str());

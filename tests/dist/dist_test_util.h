@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/ops.h"
 #include "dist/init.h"
 #include "dist/process_group.h"
@@ -33,6 +34,11 @@ inline std::string mismatch(const rg::Tensor& t, const std::function<double(int6
   }
   return "";
 }
+
+// Whether this run stages CPU tensors through host copies, as GPU tensors are (ctest's
+// dist_staged_np*; Note [Host staging without a GPU] in dist/staging.h): no buffer is then shared
+// memory reduced in place.
+inline bool host_staging() { return rg::env::flag("RINGGRAD_DIST_HOST_STAGING", "test").value_or(false); }
 
 // Tests use a short timeout, so that a desynchronised test fails in seconds, not minutes.
 inline dist::GroupOptions test_options(double timeout_seconds = 60) {

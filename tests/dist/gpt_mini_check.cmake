@@ -4,6 +4,7 @@
 #  2. ZeRO changes no bit at 2 ranks (a sum of two terms does not depend on their order): 10 steps
 #     at --zero 2, a sharded checkpoint, 10 more resumed at --zero 1 end where 20 plain steps end;
 #  3. sampling is deterministic: the same seed gives the same text, another seed another text.
+file(MAKE_DIRECTORY ${WORK})
 set(tiny --data ${DATA} --n-layer 2 --n-head 2 --n-embd 32 --block-size 32 --batch-size 4 --warmup 5
          --lr-decay-steps 20 --eval-every 0 --eval-batches 2 --log-every 5)
 function(run_ok out_var)

@@ -253,6 +253,72 @@ TEST_CASE("allgather: every backend x dtype x size") {
   }
 }
 
+TEST_CASE("allgather: the output may also be the inputs concatenated along dim 0, as all_gather_into_tensor's") {
+  const int N = dist::world().size, r = dist::world().rank;
+  for (const std::string backend : {"mpi", "ring", "auto"}) {
+    CAPTURE(backend);
+    auto pg = make_group(backend);
+    // input (3, 2), output (3N, 2): rows 3q .. 3q+2 are rank q's.
+    rg::Tensor input = filled(6, rg::DType::f32, [&](int64_t i) { return 10 * r + i; }).view({3, 2});
+    rg::Tensor output = rg::full({3 * N, 2}, -1.0);
+    pg->allgather(output, input)->wait();
+    CHECK(mismatch(output, [&](int64_t j) { return 10 * (j / 6) + j % 6; }) == "");
+    // 1-D: (k) into (N k).
+    rg::Tensor flat_out = rg::full({5 * N}, -1.0);
+    pg->allgather(flat_out, filled(5, rg::DType::f32, [&](int64_t i) { return 10 * r + i; }))->wait();
+    CHECK(mismatch(flat_out, [&](int64_t j) { return 10 * (j / 5) + j % 5; }) == "");
+    // Any other shape of N * numel elements is still refused, naming both forms.
+    CHECK_THROWS_WITH_AS(pg->allgather(rg::zeros({6 * N}), input),
+                         doctest::Contains(rg::str_cat("must be (N, *input.shape) = (", N,
+                                                       ", 3, 2) or (N * "
+                                                       "input.shape[0], ...) = (",
+                                                       3 * N, ", 2)")
+                                               .c_str()),
+                         rg::Error);
+  }
+}
+
+TEST_CASE("host staging: results are written back into a parameter that requires grad, on every path") {
+  // Note [Host staging without a GPU]: the copy-back of a staged collective runs on whichever
+  // thread finishes it. Queued behind a large AllReduce, the broadcasts below finish on the
+  // communication thread, where grad mode is on; Tensor::copy_ refused them there.
+  const int N = dist::world().size, r = dist::world().rank;
+  for (const std::string backend : {"mpi", "ring", "tree", "auto", "hierarchical"}) {
+    CAPTURE(backend);
+    dist::GroupOptions options = test_options();
+    options.host_staging = true;
+    if (backend == "hierarchical") options.ranks_per_node = 2;
+    auto pg = dist::new_group(backend, options);
+    rg::Tensor big = rg::full({1 << 20}, static_cast<double>(r + 1));
+    std::vector<rg::Tensor> params;
+    for (int i = 0; i < 8; ++i) params.push_back(rg::full({32}, 100.0 * r + i).requires_grad_());
+    std::vector<std::shared_ptr<dist::Work>> works{pg->allreduce(big)};
+    for (rg::Tensor& p : params) works.push_back(pg->broadcast(p, 0));
+    for (auto& w : works) w->wait();
+    CHECK(big.to_vector()[12345] == N * (N + 1) / 2);
+    for (int i = 0; i < 8; ++i) CHECK(mismatch(params[i], [&](int64_t) { return i; }) == "");
+    CHECK(params[0].requires_grad());
+    // A staged buffer is never shared memory, so it is never reduced in place.
+    rg::Tensor buffer = pg->new_reduction_buffer(100, rg::DType::f32);
+    CHECK_FALSE(pg->reduces_in_place(buffer));
+    CHECK_FALSE(pg->reserve_reduce_scatter_staging(1 << 16));
+    // recv into a parameter, and allgather / reduce_scatter results, come back the same way.
+    if (N > 1) {
+      rg::Tensor p = rg::full({16}, -1.0).requires_grad_();
+      rg::Tensor msg = rg::full({16}, 7.0 + r);
+      if (r == 0) pg->send(msg, 1, 3)->wait();
+      if (r == 1) pg->recv(p, 0, 3)->wait();
+      if (r == 1) CHECK(mismatch(p, [](int64_t) { return 7.0; }) == "");
+    }
+    rg::Tensor gathered = rg::full({N, 4}, -1.0);
+    pg->allgather(gathered, rg::full({4}, static_cast<double>(r)))->wait();
+    CHECK(mismatch(gathered, [](int64_t j) { return static_cast<double>(j / 4); }) == "");
+    rg::Tensor scattered = rg::full({3}, -1.0);
+    pg->reduce_scatter(scattered, rg::full({3 * N}, 1.0))->wait();
+    CHECK(mismatch(scattered, [&](int64_t) { return static_cast<double>(N); }) == "");
+  }
+}
+
 TEST_CASE("allgather in place: input is output's block of this rank, in an ordinary tensor and a reduction buffer") {
   // As PyTorch's all_gather_into_tensor allows. In a buffer from new_reduction_buffer on "tree" and
   // "auto" the ranks copy between their buffers (Note [Allgather in a shared buffer]); anywhere
@@ -395,6 +461,11 @@ TEST_CASE("ranks that create a group differently fail at creation, every rank na
   debug_on_rank_0.debug_check = r == 0;
   CHECK_THROWS_WITH_AS(dist::new_group("ring", debug_on_rank_0),
                        doctest::Contains(("debug mode: " + others + " 'off'; rank 0 'on'").c_str()), rg::Error);
+  // Host staging on one rank only: the others would map shared buffers it never maps.
+  dist::GroupOptions staged_on_rank_0 = test_options();
+  staged_on_rank_0.host_staging = r == 0;
+  CHECK_THROWS_WITH_AS(dist::new_group("tree", staged_on_rank_0),
+                       doctest::Contains(("host staging: " + others + " 'off'; rank 0 'on'").c_str()), rg::Error);
   // Different timeouts: one rank would give up while the others still wait.
   CHECK_THROWS_WITH_AS(dist::new_group("mpi", test_options(r == 0 ? 30 : 60)),
                        doctest::Contains(("collective timeout (s): rank 0 '30'; " + others + " '60'").c_str()),

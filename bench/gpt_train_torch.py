@@ -50,6 +50,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        if self.mask.device != x.device:  # a plain attribute: Module.to(device) does not move it
+            self.mask = self.mask.to(x.device)
         att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
@@ -89,7 +91,7 @@ class GPT(nn.Module):
             nn.init.zeros_(m.bias)
 
     def forward(self, idx):  # idx: (B, T) -> logits (B, T, V)
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.h:
             x = block(x)
         return F.linear(self.ln_f(x), self.wte.weight)  # tied head

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: one command that fits one device call (8 minutes by default), for the lent GPU
+# The GPU check: one command that fits one device call (about 5 minutes, build included), for the lent GPU
 # machine as it is (CUDA's compiler, CMake, ninja and PyTorch installed; cuDNN and NCCL only as
 # Python wheels; Debian packages carried as .debs). Every line goes to $OUT/gpu_check.log as it is
 # printed, and a summary of the steps so far is printed and written to $OUT/summary.txt after each
@@ -15,9 +15,18 @@
 #   3. configure, build   only what the steps run, for the GPU's architecture only
 #   4. correctness        test_cuda (every CUDA kernel against the CPU's); test_cuda_dist with one
 #                         rank (nccl) and with two ranks on one GPU (the MPI backends' staging)
-#   5. memcheck           compute-sanitizer --tool memcheck on a subset of test_cuda
-#   6. throughput         MNIST CNN samples/s and GPT-mini tokens/s (fp32, bf16) on one GPU, then
-#                         PyTorch eager on the same GPU for the same workloads (tools/torch_gpu_peer.py)
+#   5. multi-rank         what users run: both examples under mpirun -np 2 --device cuda on 'ring',
+#                         'mpi' and 'hierarchical' (two ranks share the GPU through host staging),
+#                         each against one process on the global batch (tools/same_as_one_rank.sh,
+#                         the CPU tests' tolerances); 'nccl' at world size 1, and refused with a clear
+#                         error when two ranks share the GPU; a GPU checkpoint resumed (plain and
+#                         ZeRO-2 -> ZeRO-1) against the run that never stopped
+#                         (tests/dist/gpt_mini_check.cmake, within TOLERANCE: the GPU's atomics
+#                         make its sums order-dependent)
+#   6. memcheck           compute-sanitizer --tool memcheck on a subset of test_cuda
+#   7. throughput         MNIST CNN samples/s and GPT-mini tokens/s (fp32, bf16) on one GPU, then
+#                         PyTorch on the same GPU for the same workloads, eager and torch.compile'd
+#                         (tools/torch_gpu_peer.py)
 #
 # Environment:
 #   RINGGRAD_DEPS_DEBS    a folder of .deb files (tools/gpu_deps.sh fetches them): each is unpacked
@@ -26,7 +35,7 @@
 #                         `dpkg -x PACKAGE.deb "$RINGGRAD_DEPS_PREFIX"`
 #   OUT                   where the log, the summary and each step's output go (default
 #                         BUILD_DIR/out); the device tool returns what is under its $OUT
-#   GPU_CHECK_SECONDS     the budget (default 470); a step that would start with under 10 s left is
+#   GPU_CHECK_SECONDS     the budget (default 330); a step that would start with under 10 s left is
 #                         recorded as skipped
 #   BUILD_DIR             build folder (default build-gpu)
 #   JOBS                  parallel build jobs (default: all cores)
@@ -40,7 +49,7 @@ repo=$PWD
 
 build_dir=${BUILD_DIR:-build-gpu}
 jobs=${JOBS:-$(nproc)}
-budget=${GPU_CHECK_SECONDS:-470}
+budget=${GPU_CHECK_SECONDS:-330}
 out=${OUT:-$repo/$build_dir/out}
 mkdir -p "$out" "$build_dir"
 log="$out/gpu_check.log"
@@ -175,43 +184,78 @@ run_step build 300 "" ninja -C "$build_dir" -j "$jobs" "${targets[@]}" || {
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 run_step test_cuda 150 "test cases|assertions" "$build_dir/tests/cuda/test_cuda"
 if [[ -x $build_dir/tests/cuda/test_cuda_dist ]]; then
-  run_step test_cuda_dist_np1 60 "test cases" "$build_dir/tests/cuda/test_cuda_dist"
-  run_step test_cuda_dist_np2 90 "test cases" "$PROBE_MPIRUN" -np 2 --oversubscribe "$build_dir/tests/cuda/test_cuda_dist"
+  run_step test_cuda_dist_np1 45 "test cases" "$build_dir/tests/cuda/test_cuda_dist"
+  run_step test_cuda_dist_np2 60 "test cases" "$PROBE_MPIRUN" -np 2 --oversubscribe "$build_dir/tests/cuda/test_cuda_dist"
 else
   record test_cuda_dist "skipped: no mpirun" 0 ""
 fi
 
-# ---- 5. memcheck ---------------------------------------------------------------------------------------
+# ---- 5. multi-rank, as users run it -------------------------------------------------------------------
+data_root="${RINGGRAD_DEPS_PREFIX:+$(cd "$RINGGRAD_DEPS_PREFIX" && pwd)}"
+mnist_data=${MNIST_DATA:-$data_root/usr/share/datasets/fashion-mnist}
+fortunes=${FORTUNES:-$data_root/usr/share/games/fortunes}
+tiny_gpt=(--data "$fortunes/computers" --n-layer 2 --n-head 2 --n-embd 32 --block-size 32 --warmup 5
+          --lr-decay-steps 20 --max-steps 20 --eval-every 20 --eval-batches 2)
+if [[ $PROBE_GPU != 1 || -z $PROBE_MPIRUN ]]; then
+  record multi_rank "skipped: $([[ $PROBE_GPU == 1 ]] && echo "no mpirun" || echo "no GPU")" 0 ""
+else
+  export MPIRUN=$PROBE_MPIRUN
+  for backend in ring mpi hierarchical; do
+    run_step "mnist_np2_$backend" 45 "parameter norm" bash tools/same_as_one_rank.sh mnist \
+      "$build_dir/examples/mnist" 2 32 --device cuda --backend "$backend" --model mlp --limit-steps 40 --data "$mnist_data"
+    run_step "gpt_mini_np2_$backend" 45 "parameter norm" bash tools/same_as_one_rank.sh gpt_mini \
+      "$build_dir/examples/gpt_mini" 2 4 --device cuda --backend "$backend" "${tiny_gpt[@]}"
+  done
+  run_step mnist_np2_ring_cnn_zero2 45 "parameter norm" bash tools/same_as_one_rank.sh mnist \
+    "$build_dir/examples/mnist" 2 32 --device cuda --backend ring --model cnn --zero 2 --limit-steps 20 --data "$mnist_data"
+  run_step nccl_np1 45 "test accuracy" "$build_dir/examples/mnist" --device cuda --backend nccl --model mlp \
+    --limit-steps 40 --data "$mnist_data"
+  # Two ranks on one GPU: nccl must refuse on every rank, naming both -- not hang.
+  run_step nccl_np2_refused 45 "refused" bash -c '
+    out=$("$1" -np 2 --oversubscribe "$2" --device cuda --backend nccl --limit-steps 5 --data "$3" 2>&1)
+    rc=$?
+    echo "$out"
+    if [[ $rc != 0 ]] && grep -q "would both drive one GPU" <<<"$out"; then
+      echo "refused: exit $rc, the error names both ranks"
+      exit 0
+    fi
+    echo "expected a failure naming both ranks, got exit $rc"
+    exit 1' _ "$PROBE_MPIRUN" "$build_dir/examples/mnist" "$mnist_data"
+  run_step gpu_resume_np2 90 "" cmake "-DMPIRUN=$PROBE_MPIRUN;-np;2;--oversubscribe" \
+    "-DGPT=$build_dir/examples/gpt_mini" "-DDATA=$fortunes/computers" "-DWORK=$build_dir/gpu_resume" \
+    "-DEXTRA=--device;cuda" -DTOLERANCE=1e-4 -P tests/dist/gpt_mini_check.cmake
+fi
+
+# ---- 6. memcheck ---------------------------------------------------------------------------------------
 if [[ $PROBE_GPU == 1 && -n $PROBE_SANITIZER ]]; then
-  run_step memcheck 90 "ERROR SUMMARY|test cases" "$PROBE_SANITIZER" --tool memcheck --error-exitcode 1 \
+  run_step memcheck 45 "ERROR SUMMARY|test cases" "$PROBE_SANITIZER" --tool memcheck --error-exitcode 1 \
     "$build_dir/tests/cuda/test_cuda" -tc="copies*,binary ops*,sum, mean and max*,matmul*,*caching allocator*"
 else
   record memcheck "skipped: $([[ $PROBE_GPU == 1 ]] && echo "no compute-sanitizer" || echo "no GPU")" 0 ""
 fi
 
-# ---- 6. throughput ---------------------------------------------------------------------------------------
-data_root="${RINGGRAD_DEPS_PREFIX:+$(cd "$RINGGRAD_DEPS_PREFIX" && pwd)}"
-mnist_data=${MNIST_DATA:-$data_root/usr/share/datasets/fashion-mnist}
-fortunes=${FORTUNES:-$data_root/usr/share/games/fortunes}
+# ---- 7. throughput ---------------------------------------------------------------------------------------
 if [[ $PROBE_GPU != 1 ]]; then
   record throughput "skipped: no GPU" 0 ""
 else
   if [[ -d $mnist_data ]]; then
-    run_step cnn_fp32 60 "samples/s" "$build_dir/examples/mnist" --device cuda --model cnn --data "$mnist_data" \
+    run_step cnn_fp32 30 "samples/s" "$build_dir/examples/mnist" --device cuda --model cnn --data "$mnist_data" \
       --limit-steps 400
   else
     record cnn_fp32 "FAILED: no data" 0 "no Fashion-MNIST at $mnist_data (MNIST_DATA)"
   fi
   if [[ -e $fortunes ]]; then
     for precision in fp32 bf16; do
-      run_step "gpt_mini_$precision" 60 "tokens/s" "$build_dir/examples/gpt_mini" --device cuda --data "$fortunes" \
+      run_step "gpt_mini_$precision" 30 "tokens/s" "$build_dir/examples/gpt_mini" --device cuda --data "$fortunes" \
         --max-steps 150 --eval-every 150 --eval-batches 5 --log-every 50 --precision "$precision"
     done
   else
     record gpt_mini "FAILED: no data" 0 "no fortunes at $fortunes (FORTUNES)"
   fi
   if [[ $PROBE_TORCH_CUDA == 1 ]]; then
-    run_step torch_peer 90 "RESULT" python3 tools/torch_gpu_peer.py --mnist "$mnist_data" --fortunes "$fortunes"
+    run_step torch_peer 120 "RESULT" python3 tools/torch_gpu_peer.py --mnist "$mnist_data" --fortunes "$fortunes" \
+      --steps 100 --warmup 10 --modes eager,compiled
+    grep -E '^RESULT' "$out/torch_peer.log" >>"$summary"
   else
     record torch_peer "skipped: no PyTorch on CUDA" 0 ""
   fi

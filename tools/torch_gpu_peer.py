@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""PyTorch eager on one GPU, for tools/gpu_check.sh: the W2 CNN and W3 GPT-mini training steps that
-ringgrad's examples run there, with the models of bench/'s CPU peers (bench/ddp_train_torch.py,
-bench/gpt_train_torch.py), so both sides train the same networks on the same GPU.
+"""PyTorch on one GPU, eager and torch.compile'd, for tools/gpu_check.sh: the W2 CNN and W3 GPT-mini
+training steps that ringgrad's examples run there, with the models of bench/'s CPU peers
+(bench/ddp_train_torch.py, bench/gpt_train_torch.py), so both sides train the same networks on the
+same GPU.
 
-    python3 tools/torch_gpu_peer.py --mnist DIR --fortunes PATH [--steps N] [--warmup N]
-    python3 tools/torch_gpu_peer.py ... --device cpu --steps 2 --warmup 1   # checks the script without a GPU
+    python3 tools/torch_gpu_peer.py --mnist DIR --fortunes PATH [--steps N] [--warmup N] [--modes eager,compiled]
+    python3 tools/torch_gpu_peer.py ... --device cpu --steps 2 --warmup 1 --modes eager  # checks the script without a GPU
 
 Prints one RESULT line per run: CNN fp32 (samples/s), GPT-mini fp32 and bf16 (tokens/s; bf16 as
-autocast, the usual PyTorch mixed precision, with f32 weights). The data are the real ones, moved to
-the GPU once; batches are gathered there. Times are between torch.cuda.synchronize() calls.
+autocast, the usual PyTorch mixed precision, with f32 weights), each eager and compiled (the
+compilation falls in the untimed warm-up steps). The data are the real ones, moved to the GPU once;
+batches are gathered there. Times are between torch.cuda.synchronize() calls.
 """
 import argparse
 import os
@@ -41,13 +43,18 @@ def timed(step, dev, warmup, steps):
     return time.perf_counter() - start
 
 
-def cnn(args, dev):
+def prepare(model, mode):
+    return torch.compile(model) if mode == "compiled" else model
+
+
+def cnn(args, dev, mode):
     images = torch.from_numpy(np.array(read_idx(args.mnist, "train-images-idx3-ubyte"))).to(dev).float().div_(255)
     images = images.sub_(0.5).mul_(2.0).view(-1, 1, 28, 28)
     labels = torch.from_numpy(read_idx(args.mnist, "train-labels-idx1-ubyte").astype(np.int64)).to(dev)
     torch.manual_seed(1)
     model = make_model("cnn").to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model = prepare(model, mode)
     batch = 64
 
     def step():
@@ -57,11 +64,11 @@ def cnn(args, dev):
         opt.step()
 
     seconds = timed(step, dev, args.warmup, args.steps)
-    print(f"RESULT impl=torch-eager device={dev.type} model=cnn precision=fp32 batch={batch} steps={args.steps} "
+    print(f"RESULT impl=torch-{mode} device={dev.type} model=cnn precision=fp32 batch={batch} steps={args.steps} "
           f"samples_per_s={args.steps * batch / seconds:.1f}", flush=True)
 
 
-def gpt(args, dev, precision):
+def gpt(args, dev, precision, mode):
     raw = np.frombuffer(load_fortunes(args.fortunes), dtype=np.uint8)
     chars, ids = np.unique(raw, return_inverse=True)
     train = torch.from_numpy(ids[: int(len(ids) * 0.9)].astype(np.int64)).to(dev)
@@ -72,6 +79,7 @@ def gpt(args, dev, precision):
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=3e-4, betas=(0.9, 0.95))
+    model = prepare(model, mode)
     window = torch.arange(block + 1, device=dev)
 
     def step():
@@ -85,7 +93,7 @@ def gpt(args, dev, precision):
         opt.step()
 
     seconds = timed(step, dev, args.warmup, args.steps)
-    print(f"RESULT impl=torch-eager device={dev.type} model=gpt precision={precision} batch={batch} steps={args.steps} "
+    print(f"RESULT impl=torch-{mode} device={dev.type} model=gpt precision={precision} batch={batch} steps={args.steps} "
           f"tokens_per_s={args.steps * batch * block / seconds:.1f}", flush=True)
 
 
@@ -96,6 +104,7 @@ def main():
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--device", default="cuda", help="cuda; cpu only to check the script itself")
+    parser.add_argument("--modes", default="eager,compiled", help="eager and/or compiled (torch.compile)")
     args = parser.parse_args()
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -104,13 +113,14 @@ def main():
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0) if dev.type == 'cuda' else 'the CPU'}",
           flush=True)
     failures = 0
-    for name, run in (("cnn", lambda: cnn(args, dev)), ("gpt fp32", lambda: gpt(args, dev, "fp32")),
-                      ("gpt bf16", lambda: gpt(args, dev, "bf16"))):
-        try:
-            run()
-        except Exception as e:  # one failed workload should not hide the others' figures
-            print(f"torch_gpu_peer: {name} failed: {e}", file=sys.stderr)
-            failures += 1
+    for mode in args.modes.split(","):
+        for name, run in (("cnn", lambda: cnn(args, dev, mode)), ("gpt fp32", lambda: gpt(args, dev, "fp32", mode)),
+                          ("gpt bf16", lambda: gpt(args, dev, "bf16", mode))):
+            try:
+                run()
+            except Exception as e:  # one failed workload should not hide the others' figures
+                print(f"torch_gpu_peer: {name} ({mode}) failed: {e}", file=sys.stderr)
+                failures += 1
     return 1 if failures else 0
 
 

@@ -159,6 +159,13 @@ RG_BF16_TARGET inline void store_c(uint16_t* c, __mmask16 lanes, __m512 v) {
 }
 RG_BF16_TARGET inline void store_c(float* c, __mmask16 lanes, __m512 v) { _mm512_mask_storeu_ps(c, lanes, v); }
 
+// A pair word in all 16 lanes. Through a 128-bit register, not _mm512_set1_epi32: clang 16 crashes
+// (it recurses until its stack runs out) on a set1 or set1_ps bit-cast to __m512bh; GCC and clang 14
+// compile either to the same vpbroadcastd.
+RG_BF16_TARGET inline __m512bh broadcast_pair(uint32_t word) {
+  return (__m512bh)_mm512_broadcastd_epi32(_mm_cvtsi32_si128(static_cast<int>(word)));
+}
+
 // One register tile: C(0:rows, 0:cols) = alpha * sum_k A(r, k) Bp(k, :) + (first ? beta : 1) * C.
 // A's pair p of tile row r is the word at a + row[r] + p * pair_step (bf16 units: a row-major A has
 // row[r] = r * lda, pair_step = 2; a packed A row[r] = 2r, pair_step = 2 * kMR). An odd kc ends with
@@ -180,7 +187,7 @@ RG_BF16_TARGET void tile_kernel(int64_t kc, const uint16_t* a, const int64_t* ro
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
 #pragma GCC unroll 6
     for (int r = 0; r < kMR; ++r) {
-      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(load_pair(a_rows[r] + idx)));
+      const __m512bh x = broadcast_pair(load_pair(a_rows[r] + idx));
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
     }
@@ -190,7 +197,7 @@ RG_BF16_TARGET void tile_kernel(int64_t kc, const uint16_t* a, const int64_t* ro
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
 #pragma GCC unroll 6
     for (int r = 0; r < kMR; ++r) {
-      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair_word(a_rows[r][idx], 0)));
+      const __m512bh x = broadcast_pair(pair_word(a_rows[r][idx], 0));
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
     }

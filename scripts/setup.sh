@@ -7,6 +7,7 @@
 #                               python3-torch (PyTorch 1.13, CPU) and python3-matplotlib
 #   scripts/setup.sh --sanitize also clang 14 with its sanitizer and libFuzzer runtimes
 #                               (scripts/sanitize.sh)
+#   scripts/setup.sh --clang    also clang 16, the second compiler scripts/test.sh builds with
 #
 # The CUDA toolkit is not a Debian package here; the build finds it at /usr/local/cuda when present
 # (RINGGRAD_CUDA=AUTO) and builds without it otherwise.
@@ -33,7 +34,8 @@ case "${1:-}" in
   "") ;;
   --bench) packages+=(python3-torch python3-matplotlib) ;;
   --sanitize) packages+=(clang-14 libclang-rt-14-dev) ;;  # scripts/sanitize.sh: ASan, UBSan, libFuzzer
-  *) echo "usage: scripts/setup.sh [--bench | --sanitize]" >&2; exit 2 ;;
+  --clang) packages+=(clang-16) ;;  # scripts/test.sh: the Release build with a second compiler
+  *) echo "usage: scripts/setup.sh [--bench | --sanitize | --clang]" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -6,13 +6,18 @@
 # 0. format       scripts/lint.sh: every tracked C++ / CUDA source as .clang-format says.
 # 1. build/       CPU configuration (Release, RINGGRAD_CUDA=OFF): the whole doctest suite, examples,
 #                 benchmarks, multi-rank tests under mpirun, the install-and-consume test.
-# 2. build-cuda/  CUDA configuration (RINGGRAD_CUDA=ON), only when nvcc is available: the library and
+# 2. build-clang/ the same CPU configuration built with a second compiler, clang 16 (Release): the
+#                 library, tests and examples, and the suite again but for its timer-bound tests. A
+#                 flag or a construct one compiler refuses -- or crashes on -- fails CI (README.md,
+#                 "Compilers").
+#
+# 3. build-cuda/  CUDA configuration (RINGGRAD_CUDA=ON), only when nvcc is available: the library and
 #                 tests are compiled and linked with nvcc so that a CUDA compile or link error fails CI.
 #                 Its `gpu`-labelled tests run too; without a device they report "skipped" (exit code
 #                 77, SKIP_RETURN_CODE), on a GPU machine they compare CUDA against CPU. The install
 #                 test runs here as well, so a consumer of a CUDA-enabled package is checked.
 #
-# 3. build-sanitize/  scripts/sanitize.sh: clang 14 with ASan + UBSan; the whole suite under the
+# 4. build-sanitize/  scripts/sanitize.sh: clang 14 with ASan + UBSan; the whole suite under the
 #                 sanitizers (timeouts x4), then every libFuzzer target of tests/fuzz for FUZZ_SECONDS
 #                 (default 30) each. Any report or finding fails CI. docs/reliability.md.
 #
@@ -21,7 +26,8 @@
 # (RINGGRAD_CUDA=AUTO) builds the CUDA backend whenever a toolkit is found.
 #
 # Environment: JOBS (default 2) build jobs; CTEST_PARALLEL_LEVEL is honoured by ctest;
-# RINGGRAD_SKIP_CUDA=1 skips step 2; RINGGRAD_SKIP_SANITIZE=1 skips step 3; FUZZ_SECONDS.
+# RINGGRAD_SKIP_CLANG=1 skips step 2; RINGGRAD_SKIP_CUDA=1 step 3; RINGGRAD_SKIP_SANITIZE=1 step 4;
+# FUZZ_SECONDS.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -47,7 +53,24 @@ ninja -C build -j "$jobs"
 step "test build/"
 ctest --test-dir build --output-on-failure
 
-# ---- 2. CUDA build (compile + link check; gpu tests skip without a device) -------------------------
+# ---- 2. the second compiler ------------------------------------------------------------------------
+if [[ "${RINGGRAD_SKIP_CLANG:-0}" == 1 ]]; then
+  step "clang build skipped (RINGGRAD_SKIP_CLANG=1)"
+else
+  bash scripts/setup.sh --clang
+  step "configure build-clang/ ($(clang++-16 --version | head -n 1), Release)"
+  cmake -S . -B build-clang -G Ninja -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 \
+    -DCMAKE_BUILD_TYPE=Release -DRINGGRAD_CUDA=OFF -DRINGGRAD_BUILD_BENCH=OFF
+  step "build build-clang/"
+  ninja -C build-clang -j "$jobs"
+  # The suite but the tests that wait on timers or packaging (timeouts, dead ranks, malformed-input
+  # limits, the install test) and np 4: those test the same code whatever compiled it, and build/
+  # ran them. CI's time goes to what a compiler can change.
+  step "test build-clang/"
+  ctest --test-dir build-clang --output-on-failure -E 'timeout|deadrank|sigkill|created_alone|malformed|^install_|_np4$'
+fi
+
+# ---- 3. CUDA build (compile + link check; gpu tests skip without a device) -------------------------
 if [[ -z "$(command -v nvcc || true)" && -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
@@ -67,7 +90,7 @@ else
   step "CUDA build skipped: no nvcc on PATH or in /usr/local/cuda/bin"
 fi
 
-# ---- 3. sanitizers and fuzzers ---------------------------------------------------------------------
+# ---- 4. sanitizers and fuzzers ---------------------------------------------------------------------
 if [[ "${RINGGRAD_SKIP_SANITIZE:-0}" == 1 ]]; then
   step "sanitizer suite and fuzzers skipped (RINGGRAD_SKIP_SANITIZE=1)"
 else

@@ -161,40 +161,101 @@ TEST_CASE("nccl: collectives launched back to back finish in order; a block free
   CHECK((again.storage()->data() == block || again2.storage()->data() == block));
 }
 
-TEST_CASE("DDP on the GPU == one CPU process on the global batch (MLP, SGD, 3 steps)") {
+namespace {
+
+// The global batch of a step, (N * kPerRank, 1, 8, 8) images and labels, on the CPU.
+std::pair<Tensor, Tensor> global_batch(int step, int64_t count) {
+  Generator gen(1000 + step);
+  const Tensor x = randn({count, 1, 8, 8}, gen);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < count; ++i) labels.push_back((7 * i + step) % 10);
+  return {x, from_vector(labels, {count}, {.dtype = DType::i64})};
+}
+
+std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
+  manual_seed(seed);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(64, 32), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(32, 10)});
+}
+
+// "" when every parameter of the GPU replica is on the GPU and within tolerance of the CPU
+// reference's, else the first that is not.
+std::string differs_from(nn::Module& gpu, nn::Module& cpu) {
+  const auto pg = gpu.named_parameters(), pc = cpu.named_parameters();
+  for (size_t i = 0; i < pc.size(); ++i) {
+    if (pg[i].second.device() != kGpu) return pg[i].first + " left the GPU";
+    if (!allclose(pg[i].second.to(Device::cpu()), pc[i].second, 1e-4, 1e-5)) return pg[i].first + " differs";
+  }
+  return "";
+}
+
+}  // namespace
+
+// Every MPI backend stages the GPU's buckets through the host; the first broadcast of the parameters
+// into tensors that require grad is what failed on the first GPU run (Staging::staged).
+TEST_CASE("DDP on the GPU == one CPU process on the global batch (MLP, SGD, 3 steps, every MPI backend)") {
   const int N = dist::world().size, r = dist::world().rank;
-  auto make = [](uint64_t seed) {
-    manual_seed(seed);
-    return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(64, 32), std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::Linear>(32, 10)});
-  };
-  auto reference = make(7);
-  auto replica = make(r == 0 ? 7 : 99 + r);  // DDP must broadcast rank 0's parameters
-  replica->to(kGpu);
-  dist::DistributedDataParallel ddp(replica, make_group("ring"), {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
-  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
-  optim::SGD opt(replica->parameters(), {.lr = 0.1, .momentum = 0.9});
-  for (int step = 0; step < 3; ++step) {
-    Generator gen(1000 + step);
-    const Tensor x = randn({N * kPerRank, 1, 8, 8}, gen);
-    std::vector<int64_t> labels;
-    for (int64_t i = 0; i < N * kPerRank; ++i) labels.push_back((7 * i + step) % 10);
-    const Tensor y = from_vector(labels, {N * kPerRank}, {.dtype = DType::i64});
-    ref_opt.zero_grad();
-    cross_entropy((*reference)(x), y).backward();
-    ref_opt.step();
-    opt.zero_grad();
-    const Tensor mx = x.narrow(0, r * kPerRank, kPerRank).contiguous().to(kGpu);
-    const Tensor my = y.narrow(0, r * kPerRank, kPerRank).contiguous().to(kGpu);
-    cross_entropy(ddp(mx), my).backward();
-    opt.step();
-    const auto pr = reference->named_parameters(), pg = replica->named_parameters();
-    for (size_t i = 0; i < pr.size(); ++i) {
+  for (const std::string backend : {"ring", "mpi", "tree", "auto", "hierarchical"}) {
+    CAPTURE(backend);
+    auto reference = make_mlp(7);
+    auto replica = make_mlp(r == 0 ? 7 : 99 + r);  // DDP must broadcast rank 0's parameters
+    replica->to(kGpu);
+    dist::DistributedDataParallel ddp(replica, make_group(backend),
+                                      {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
+    optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+    optim::SGD opt(replica->parameters(), {.lr = 0.1, .momentum = 0.9});
+    for (int step = 0; step < 3; ++step) {
       CAPTURE(step);
-      CAPTURE(pr[i].first);
-      CHECK(pg[i].second.device() == kGpu);
-      CHECK(allclose(pg[i].second.to(Device::cpu()), pr[i].second, 1e-4, 1e-5));
+      const auto [x, y] = global_batch(step, N * kPerRank);
+      ref_opt.zero_grad();
+      cross_entropy((*reference)(x), y).backward();
+      ref_opt.step();
+      opt.zero_grad();
+      const Tensor mx = x.narrow(0, r * kPerRank, kPerRank).contiguous().to(kGpu);
+      const Tensor my = y.narrow(0, r * kPerRank, kPerRank).contiguous().to(kGpu);
+      cross_entropy(ddp(mx), my).backward();
+      opt.step();
+      CHECK(differs_from(*replica, *reference) == "");
+    }
+  }
+}
+
+// Two micro-batches per step, the first under no_sync, then ZeRO stages 1 and 2 over Adam: the
+// same result as one CPU process on the step's whole batch.
+TEST_CASE("no_sync and ZeRO stages 1 and 2 on the GPU == one CPU process (MLP, Adam, 3 steps)") {
+  const int N = dist::world().size, r = dist::world().rank;
+  for (int stage : {0, 1, 2}) {
+    CAPTURE(stage);
+    auto reference = make_mlp(7);
+    auto replica = make_mlp(7);
+    replica->to(kGpu);
+    dist::DistributedDataParallel ddp(replica, make_group("ring"), {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
+    optim::Adam ref_opt(reference->parameters(), {.lr = 1e-2});
+    std::unique_ptr<optim::Optimizer> opt;
+    if (stage == 0) opt = std::make_unique<optim::Adam>(replica->parameters(), optim::AdamOptions{.lr = 1e-2});
+    else opt = dist::ZeroOptimizer::over<optim::Adam>(ddp, optim::AdamOptions{.lr = 1e-2}, {.stage = stage});
+    for (int step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      const auto [x0, y0] = global_batch(10 * step, N * kPerRank);
+      const auto [x1, y1] = global_batch(10 * step + 1, N * kPerRank);
+      ref_opt.zero_grad();
+      (cross_entropy((*reference)(cat({x0, x1}, 0)), cat({y0, y1}, 0))).backward();
+      ref_opt.step();
+      opt->zero_grad();
+      {
+        auto guard = ddp.no_sync();
+        (cross_entropy(ddp(x0.narrow(0, r * kPerRank, kPerRank).contiguous().to(kGpu)),
+                       y0.narrow(0, r * kPerRank, kPerRank).contiguous().to(kGpu)) *
+         0.5)
+            .backward();
+      }
+      (cross_entropy(ddp(x1.narrow(0, r * kPerRank, kPerRank).contiguous().to(kGpu)),
+                     y1.narrow(0, r * kPerRank, kPerRank).contiguous().to(kGpu)) *
+       0.5)
+          .backward();
+      opt->step();
+      CHECK(differs_from(*replica, *reference) == "");
     }
   }
 }

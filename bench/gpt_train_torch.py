@@ -41,17 +41,19 @@ class CausalSelfAttention(nn.Module):
         self.n_head = n_head
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
-        # A plain attribute, not a buffer: DDP broadcasts every buffer at construction, and gloo has no
-        # bool broadcast ("RuntimeError: Invalid scalar type" under mpirun -np 2).
+        # A plain attribute, not a buffer: DDP broadcasts every buffer at construction (non-persistent
+        # ones too), and gloo has no bool broadcast ("RuntimeError: Invalid scalar type" under
+        # mpirun -np 2). So Module.to(device) does not move it: move_mask_to does, once.
         self.mask = torch.tril(torch.ones(block_size, block_size, dtype=torch.bool))
+
+    def move_mask_to(self, device):
+        self.mask = self.mask.to(device)
 
     def forward(self, x):  # x: (B, T, C)
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        if self.mask.device != x.device:  # a plain attribute: Module.to(device) does not move it
-            self.mask = self.mask.to(x.device)
         att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
@@ -82,6 +84,12 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * n_layer))
+
+    def to_device(self, device):
+        """Module.to(device), the attention masks included (plain attributes: CausalSelfAttention)."""
+        for block in self.h:
+            block.attn.move_mask_to(device)
+        return self.to(device)
 
     @staticmethod
     def _init(m):

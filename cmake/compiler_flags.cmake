@@ -1,7 +1,7 @@
 # Compiler flags beyond the language standard are checked before use: a flag one compiler or
 # version refuses must cost that compiler a little speed, never the build. ringgrad is tested with
-# GCC 12 and clang 14 / 16 (README.md, "Compilers"); GCC 13 renamed a --param that GCC 12 knew, and
-# a build with an unchecked flag failed there.
+# GCC 12 and clang 14 / 16 (README.md, "Compilers"); GCC 13 dropped a --param that GCC 12 knew, and
+# a build that passed it unchecked failed there.
 include(CheckCXXCompilerFlag)
 
 # ringgrad_supported_cxx_flags(OUT flag...): the flags of the list this C++ compiler accepts, in
@@ -16,17 +16,4 @@ function(ringgrad_supported_cxx_flags out)
     endif()
   endforeach()
   set(${out} "${kept}" PARENT_SCOPE)
-endfunction()
-
-# ringgrad_first_supported_cxx_flag(OUT flag...): the first flag of the list this compiler accepts,
-# or "" -- for one setting spelt differently across versions.
-function(ringgrad_first_supported_cxx_flag out)
-  foreach(flag IN LISTS ARGN)
-    ringgrad_supported_cxx_flags(kept "${flag}")
-    if(kept)
-      set(${out} "${kept}" PARENT_SCOPE)
-      return()
-    endif()
-  endforeach()
-  set(${out} "" PARENT_SCOPE)
 endfunction()

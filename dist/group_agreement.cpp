@@ -51,7 +51,7 @@ WireRecord to_wire(const CreationRecord& r) {
 CreationRecord from_wire(const WireRecord& w) {
   return CreationRecord{.backend = std::string(w.backend, strnlen(w.backend, sizeof w.backend)),
                         .debug_check = w.debug_check != 0,
-                        .host_staging = w.host_staging != 0,
+                        .host_staging = w.host_staging,
                         .timeout_seconds = w.timeout_seconds,
                         .group_index = w.group_index,
                         .world_size = w.world_size,
@@ -113,14 +113,16 @@ std::string who_holds(const char* field, const std::vector<CreationRecord>& all,
 
 std::string backend_of(const CreationRecord& r) { return r.backend; }
 std::string debug_of(const CreationRecord& r) { return r.debug_check ? "on" : "off"; }
-std::string host_staging_of(const CreationRecord& r) { return r.host_staging ? "on" : "off"; }
+std::string host_staging_of(const CreationRecord& r) {
+  return r.host_staging == 1 ? "on" : r.host_staging == 0 ? "off" : "malformed";
+}
 double timeout_of(const CreationRecord& r) { return r.timeout_seconds; }
 int index_of(const CreationRecord& r) { return r.group_index; }
 int world_of(const CreationRecord& r) { return r.world_size; }
 
 }  // namespace
 
-CreationRecord this_process_record(const std::string& backend, bool debug_check, bool host_staging,
+CreationRecord this_process_record(const std::string& backend, bool debug_check, int host_staging,
                                    double timeout_seconds, int group_index) {
   const World& w = world();
   return CreationRecord{.backend = backend,

@@ -27,7 +27,7 @@ class MpiComms;
 struct CreationRecord {
   std::string backend;
   bool debug_check = false;
-  bool host_staging = false;  // Note [Host staging without a GPU] in dist/staging.h
+  int host_staging = 0;  // 1 on, 0 off, -1 a malformed setting; Note [Host staging without a GPU]
   double timeout_seconds = 0;
   int group_index = 0;  // this process's n-th group
   int world_size = 1;
@@ -38,7 +38,7 @@ struct CreationRecord {
 };
 
 // This process's record for a group about to be created.
-CreationRecord this_process_record(const std::string& backend, bool debug_check, bool host_staging,
+CreationRecord this_process_record(const std::string& backend, bool debug_check, int host_staging,
                                    double timeout_seconds, int group_index);
 
 // All-gathers the records over comms (bounded by mine.timeout_seconds) and throws the same

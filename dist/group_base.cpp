@@ -3,6 +3,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdio>
+#include <exception>
 #include <regex>
 #include <sstream>
 #include <utility>
@@ -68,13 +69,26 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
   comms_ = std::make_unique<MpiComms>(timeout_seconds_, str_cat("process group #", id, " (backend '", backend_, "')"));
   rank_ = comms_->rank();
   size_ = comms_->size();
-  const bool host_staging = options.host_staging
-                                ? *options.host_staging
-                                : env::flag("RINGGRAD_DIST_HOST_STAGING", "dist.new_group").value_or(false);
-  staging_ = Staging(backend_, rank_, size_, host_staging);
+  // Host staging (Note [Host staging without a GPU]): a malformed RINGGRAD_DIST_HOST_STAGING is a
+  // vote of -1 in the creation record, raised after it -- thrown here, it would leave the other
+  // ranks waiting in the agreement until the timeout.
+  int host_staging = 0;
+  std::exception_ptr host_staging_error;
+  if (options.host_staging) {
+    host_staging = *options.host_staging;
+  } else {
+    try {
+      host_staging = env::flag("RINGGRAD_DIST_HOST_STAGING", "dist.new_group").value_or(false);
+    } catch (const Error&) {
+      host_staging_error = std::current_exception();
+      host_staging = -1;
+    }
+  }
+  staging_ = Staging(backend_, rank_, size_, host_staging == 1);
   if (trace && trace_prefix) trace_path_ = str_cat(*trace_prefix, ".rank", rank_, ".g", id, "-", backend_, ".json");
   // Note [Agreed at creation]: before anything else runs over the group.
   peers_ = agree_on_creation(*comms_, this_process_record(backend_, debug_check_, host_staging, timeout_seconds_, id));
+  if (host_staging_error) std::rethrow_exception(host_staging_error);
   comm_thread_ = std::make_shared<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us,
                                               trace, simulated_network_from(options));
   comm_thread_->set_peer_report([peers = peers_, rank = rank_] { return peer_liveness(peers, rank); });

@@ -269,7 +269,13 @@ CheckpointReport TrainingCheckpoint::load_entries(const StateDict& file_state, C
     for (const Component& c : components_) {
       if (!in_file.count(c.name)) continue;
       StateDict before;
-      for (auto& [key, t] : c.save()) before.emplace_back(key, t.clone());  // a copy: save() aliases live tensors
+      // A copy (save() aliases live tensors), kept in host memory: a GPU model's undo copy would
+      // otherwise take as much GPU memory again as the model and its optimizer state, while the
+      // file's tensors are loaded. Loading puts each value back on its tensor's device.
+      for (auto& [key, t] : c.save()) {
+        const Tensor host = t.to(Device::cpu());  // t itself when already on the host
+        before.emplace_back(key, host.is_same(t) ? t.clone() : host);
+      }
       std::optional<LoadResult> result = c.load(with_prefix_removed(state, c.name + "."));
       undo.push_back({&c, std::move(before)});
       if (result) report.models[c.name] = *result;

@@ -36,13 +36,14 @@
 #   OUT                   where the log, the summary and each step's output go (default
 #                         BUILD_DIR/out); the device tool returns what is under its $OUT
 #   GPU_CHECK_SECONDS     the budget (default 330); a step that would start with under 10 s left is
-#                         recorded as skipped
+#                         recorded as NOT RUN, which fails the check
 #   BUILD_DIR             build folder (default build-gpu)
 #   JOBS                  parallel build jobs (default: all cores)
 #   MNIST_DATA, FORTUNES  the training data (default: the Debian packages' folders, under
 #                         RINGGRAD_DEPS_PREFIX when it is set)
 #
-# Exit status: 0 when every step that ran passed (steps skipped for want of a GPU count as passed).
+# Exit status: 0 when every step ran and passed (steps skipped for want of a GPU or mpirun count as
+# passed; a step the budget left no time for does not).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
@@ -63,6 +64,8 @@ echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short 
 # record NAME STATUS SECONDS FIGURE: one summary line, then the summary so far.
 record() {
   printf '%-26s %-22s %5ss  %s\n' "$1" "$2" "$3" "$4" >>"$summary"
+  # "skipped" is a step without what it needs (no GPU, no mpirun); a step the budget left no time
+  # for is "NOT RUN" and fails the check, which must show every step passing.
   case $2 in ok* | skipped*) ;; *) status=1 ;; esac
   printf '\n---- summary after %s (%ss of %ss used)\n' "$1" "$SECONDS" "$budget"
   cat "$summary"
@@ -76,7 +79,7 @@ run_step() {
   shift 3
   local left=$((budget - SECONDS))
   if ((left < 10)); then
-    record "$name" "skipped: out of time" 0 ""
+    record "$name" "NOT RUN: out of time" 0 ""
     return 0
   fi
   ((limit > left)) && limit=$left
@@ -212,15 +215,14 @@ else
     --limit-steps 40 --data "$mnist_data"
   # Two ranks on one GPU: nccl must refuse on every rank, naming both -- not hang.
   run_step nccl_np2_refused 45 "refused" bash -c '
-    out=$("$1" -np 2 --oversubscribe "$2" --device cuda --backend nccl --limit-steps 5 --data "$3" 2>&1)
-    rc=$?
-    echo "$out"
-    if [[ $rc != 0 ]] && grep -q "would both drive one GPU" <<<"$out"; then
+    "$1" -np 2 --oversubscribe "$2" --device cuda --backend nccl --limit-steps 5 --data "$3" 2>&1 | tee "$4"
+    rc=${PIPESTATUS[0]}
+    if [[ $rc != 0 ]] && grep -q "would both drive one GPU" "$4"; then
       echo "refused: exit $rc, the error names both ranks"
       exit 0
     fi
     echo "expected a failure naming both ranks, got exit $rc"
-    exit 1' _ "$PROBE_MPIRUN" "$build_dir/examples/mnist" "$mnist_data"
+    exit 1' _ "$PROBE_MPIRUN" "$build_dir/examples/mnist" "$mnist_data" "$out/nccl_np2_output.txt"
   run_step gpu_resume_np2 90 "" cmake "-DMPIRUN=$PROBE_MPIRUN;-np;2;--oversubscribe" \
     "-DGPT=$build_dir/examples/gpt_mini" "-DDATA=$fortunes/computers" "-DWORK=$build_dir/gpu_resume" \
     "-DEXTRA=--device;cuda" -DTOLERANCE=1e-4 -P tests/dist/gpt_mini_check.cmake

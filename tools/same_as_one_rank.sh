@@ -14,7 +14,8 @@
 # tools/gpu_check.sh on the GPU, with the same tolerances.
 #
 # Environment:
-#   MPIRUN            the launcher (default: mpirun), MPIRUN_ARGS its flags (default: --oversubscribe)
+#   MPIRUN            the launcher (default: mpirun), NP_FLAG its flag for the rank count (default:
+#                     -np), MPIRUN_ARGS its other flags (default: --oversubscribe; set empty for none)
 #   TOL_NORM          largest relative difference of the parameters' L2 norms (default 1e-3)
 #   TOL_ACCURACY      largest difference of the test accuracies, in points (default 0.5)
 #   TOL_LOSS          largest relative difference of the validation losses (default 1e-3)
@@ -27,7 +28,8 @@ fi
 example=$1 binary=$2 np=$3 per_rank=$4
 shift 4
 mpirun=${MPIRUN:-mpirun}
-read -r -a mpirun_args <<<"${MPIRUN_ARGS:---oversubscribe}"
+np_flag=${NP_FLAG:--np}
+read -r -a mpirun_args <<<"${MPIRUN_ARGS---oversubscribe}"
 tol_norm=${TOL_NORM:-1e-3}
 tol_accuracy=${TOL_ACCURACY:-0.5}
 tol_loss=${TOL_LOSS:-1e-3}
@@ -47,8 +49,8 @@ if ! "$binary" --batch-size $((np * per_rank)) "$@" >"$one_out" 2>&1; then
   echo "same_as_one_rank: the one-process run failed" >&2
   exit 2
 fi
-echo "---- $np ranks, batch $per_rank each: $mpirun -np $np ${mpirun_args[*]} $binary --batch-size $per_rank $*"
-if ! "$mpirun" -np "$np" "${mpirun_args[@]}" "$binary" --batch-size "$per_rank" "$@" >"$many_out" 2>&1; then
+echo "---- $np ranks, batch $per_rank each: $mpirun $np_flag $np ${mpirun_args[*]} $binary --batch-size $per_rank $*"
+if ! "$mpirun" "$np_flag" "$np" "${mpirun_args[@]}" "$binary" --batch-size "$per_rank" "$@" >"$many_out" 2>&1; then
   cat "$many_out"
   echo "same_as_one_rank: the $np-rank run failed" >&2
   exit 2

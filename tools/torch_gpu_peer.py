@@ -74,7 +74,7 @@ def gpt(args, dev, precision, mode):
     train = torch.from_numpy(ids[: int(len(ids) * 0.9)].astype(np.int64)).to(dev)
     torch.manual_seed(1)
     batch, block = 16, 128
-    model = GPT(len(chars), block).to(dev)
+    model = GPT(len(chars), block).to_device(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],

@@ -201,8 +201,7 @@ TEST_CASE("DDP on the GPU == one CPU process on the global batch (MLP, SGD, 3 st
     auto reference = make_mlp(7);
     auto replica = make_mlp(r == 0 ? 7 : 99 + r);  // DDP must broadcast rank 0's parameters
     replica->to(kGpu);
-    dist::DistributedDataParallel ddp(replica, make_group(backend),
-                                      {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
+    dist::DistributedDataParallel ddp(replica, make_group(backend), {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001});
     optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
     optim::SGD opt(replica->parameters(), {.lr = 0.1, .momentum = 0.9});
     for (int step = 0; step < 3; ++step) {

@@ -504,6 +504,21 @@ TEST_CASE("RINGGRAD_DIST_SHM malformed on one rank fails group creation on every
   CHECK(t.to_vector()[0] == dist::world().size);
 }
 
+TEST_CASE("RINGGRAD_DIST_HOST_STAGING malformed on one rank fails group creation on every rank, without a hang") {
+  const int r = dist::world().rank, N = dist::world().size;
+  if (r == 0) setenv("RINGGRAD_DIST_HOST_STAGING", "maybe", 1);
+  // Alone, rank 0 raises its setting's error; with peers, every rank names rank 0's malformed vote
+  // (without the vote, the peers would wait in the creation agreement until the timeout).
+  const std::string expected =
+      N == 1 ? "RINGGRAD_DIST_HOST_STAGING='maybe' is not 0/1/true/false/on/off" : "host staging: rank 0 'malformed'";
+  CHECK_THROWS_WITH_AS(dist::new_group("ring", test_options()), doctest::Contains(expected.c_str()), rg::Error);
+  unsetenv("RINGGRAD_DIST_HOST_STAGING");
+  auto pg = dist::new_group("ring", test_options());  // the ranks are still in step
+  rg::Tensor t = rg::ones({10});
+  pg->allreduce(t)->wait();
+  CHECK(t.to_vector()[0] == N);
+}
+
 TEST_CASE("reduce_scatter: every backend x op x dtype x size, without and with a staging reservation") {
   // The second pass reserves staging for rounds of 1000 f64 elements of each block: on "tree" and
   // "auto" on one machine every size goes through shared memory (Note [Reduce-scatter through a

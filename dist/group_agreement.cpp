@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "dist/init.h"
 #include "dist/mpi_check.h"
@@ -121,6 +122,16 @@ int index_of(const CreationRecord& r) { return r.group_index; }
 int world_of(const CreationRecord& r) { return r.world_size; }
 
 }  // namespace
+
+int switch_vote(const std::optional<bool>& option, const char* env_name, bool fallback, std::exception_ptr& error) {
+  if (option) return *option;
+  try {
+    return env::flag(env_name, "dist.new_group").value_or(fallback);
+  } catch (const Error&) {
+    error = std::current_exception();
+    return -1;
+  }
+}
 
 CreationRecord this_process_record(const std::string& backend, bool debug_check, int host_staging,
                                    double timeout_seconds, int group_index) {

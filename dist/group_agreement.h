@@ -17,6 +17,8 @@
 // Open MPI 4.1 reports no failure to the survivors; /proc can.
 #pragma once
 
+#include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,12 @@ struct CreationRecord {
   long pid = 0;
   unsigned long long start_time = 0;  // /proc/<pid>/stat field 22: tells a reused pid apart
 };
+
+// A switch every rank must set alike, as this rank's vote: the option when given, else the
+// environment variable `env_name`, else `fallback` -- 1 on, 0 off, or -1 when the variable is
+// malformed, its error kept in `error`. The caller raises that error only once every rank has
+// voted: thrown at once, it would leave the other ranks waiting in the vote until the timeout.
+int switch_vote(const std::optional<bool>& option, const char* env_name, bool fallback, std::exception_ptr& error);
 
 // This process's record for a group about to be created.
 CreationRecord this_process_record(const std::string& backend, bool debug_check, int host_staging,

@@ -69,21 +69,10 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
   comms_ = std::make_unique<MpiComms>(timeout_seconds_, str_cat("process group #", id, " (backend '", backend_, "')"));
   rank_ = comms_->rank();
   size_ = comms_->size();
-  // Host staging (Note [Host staging without a GPU]): a malformed RINGGRAD_DIST_HOST_STAGING is a
-  // vote of -1 in the creation record, raised after it -- thrown here, it would leave the other
-  // ranks waiting in the agreement until the timeout.
-  int host_staging = 0;
+  // Host staging (Note [Host staging without a GPU]): agreed in the creation record below, where a
+  // malformed RINGGRAD_DIST_HOST_STAGING is a vote of -1, raised after it.
   std::exception_ptr host_staging_error;
-  if (options.host_staging) {
-    host_staging = *options.host_staging;
-  } else {
-    try {
-      host_staging = env::flag("RINGGRAD_DIST_HOST_STAGING", "dist.new_group").value_or(false);
-    } catch (const Error&) {
-      host_staging_error = std::current_exception();
-      host_staging = -1;
-    }
-  }
+  const int host_staging = switch_vote(options.host_staging, "RINGGRAD_DIST_HOST_STAGING", false, host_staging_error);
   staging_ = Staging(backend_, rank_, size_, host_staging == 1);
   if (trace && trace_prefix) trace_path_ = str_cat(*trace_prefix, ".rank", rank_, ".g", id, "-", backend_, ".json");
   // Note [Agreed at creation]: before anything else runs over the group.

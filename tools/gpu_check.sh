@@ -35,7 +35,7 @@
 #                         `dpkg -x PACKAGE.deb "$RINGGRAD_DEPS_PREFIX"`
 #   OUT                   where the log, the summary and each step's output go (default
 #                         BUILD_DIR/out); the device tool returns what is under its $OUT
-#   GPU_CHECK_SECONDS     the budget (default 330); a step that would start with under 10 s left is
+#   GPU_CHECK_SECONDS     the budget (default 420); a step that would start with under 10 s left is
 #                         recorded as NOT RUN, which fails the check
 #   BUILD_DIR             build folder (default build-gpu)
 #   JOBS                  parallel build jobs (default: all cores)
@@ -50,7 +50,7 @@ repo=$PWD
 
 build_dir=${BUILD_DIR:-build-gpu}
 jobs=${JOBS:-$(nproc)}
-budget=${GPU_CHECK_SECONDS:-330}
+budget=${GPU_CHECK_SECONDS:-420}
 out=${OUT:-$repo/$build_dir/out}
 mkdir -p "$out" "$build_dir"
 log="$out/gpu_check.log"

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/env.h"
 #include "core/error.h"
 #include "core/storage.h"
 #include "dist/algorithms/network_model.h"
@@ -35,17 +34,7 @@ void MpiGroupBase::use_shared_memory(const GroupOptions& options) {
   // A malformed RINGGRAD_DIST_SHM votes -1 rather than throwing here, which would leave the other
   // ranks waiting in the vote; after it, every rank throws.
   std::exception_ptr env_error;
-  int mine = 1;
-  if (options.shared_memory) {
-    mine = *options.shared_memory;
-  } else {
-    try {
-      mine = env::flag("RINGGRAD_DIST_SHM", "dist.new_group").value_or(true);
-    } catch (const Error&) {
-      env_error = std::current_exception();
-      mine = -1;
-    }
-  }
+  int mine = switch_vote(options.shared_memory, "RINGGRAD_DIST_SHM", true, env_error);
   // Under the per-message network model shared memory would bypass the modelled links (Note [A
   // price per message] in dist/algorithms/network_model.h).
   try {

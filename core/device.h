@@ -18,6 +18,8 @@ struct Device {
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool is_cuda() const { return type == DeviceType::CUDA; }
   std::string str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+  // "cpu" or "cuda", without the index: what ranks that each drive their own GPU have in common.
+  const char* kind() const { return is_cpu() ? "cpu" : "cuda"; }
   bool operator==(const Device& o) const { return type == o.type && index == o.index; }
   bool operator!=(const Device& o) const { return !(*this == o); }
 };

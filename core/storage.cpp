@@ -1,5 +1,7 @@
 #include "core/storage.h"
 
+#include <utility>
+
 #include "core/allocator.h"
 
 namespace ringgrad {
@@ -9,6 +11,9 @@ Storage::Storage(size_t nbytes, Device device)
 
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter, bool pinned)
     : data_(data), nbytes_(nbytes), device_(device), pinned_(pinned), deleter_(std::move(deleter)) {}
+
+Storage::Storage(void* data, size_t nbytes, Device device, std::shared_ptr<StorageOwner> owner)
+    : data_(data), nbytes_(nbytes), device_(device), owner_(std::move(owner)) {}
 
 Storage::~Storage() {
   if (from_allocator_) {

@@ -4,10 +4,19 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 
 #include "core/device.h"
 
 namespace ringgrad {
+
+// What owns memory that a Storage wraps, when it is more than a deleter: kept alive as long as the
+// storage is, and askable (dynamic_cast) for what it can do with that memory. dist/'s shared
+// reduction buffers carry their own in-place collectives this way (dist/staging.h, InPlaceBuffer).
+class StorageOwner {
+ public:
+  virtual ~StorageOwner() = default;
+};
 
 class Storage {
  public:
@@ -17,6 +26,8 @@ class Storage {
   // `pinned`: page-locked host memory (core/cuda/pinned.cu), which copies to a GPU can read
   // asynchronously.
   Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter, bool pinned = false);
+  // Wraps memory that `owner` owns (and releases when the last holder lets it go).
+  Storage(void* data, size_t nbytes, Device device, std::shared_ptr<StorageOwner> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -25,6 +36,7 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool pinned() const { return pinned_; }
+  StorageOwner* owner() const { return owner_.get(); }  // null unless wrapped with one
 
  private:
   void* data_ = nullptr;
@@ -33,6 +45,7 @@ class Storage {
   bool from_allocator_ = false;
   bool pinned_ = false;
   std::function<void(void*)> deleter_;
+  std::shared_ptr<StorageOwner> owner_;
 };
 
 }  // namespace ringgrad

@@ -14,13 +14,12 @@ constexpr unsigned long kTimerSlackNs = 1000;  // See Note [Polling, not spinnin
 }  // namespace
 
 CommThread::CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us,
-                       bool trace, SimulatedNetwork network)
+                       bool trace)
     : backend_(std::move(backend)),
       rank_(rank),
       size_(size),
       timeout_(timeout_seconds),
       max_sleep_(max_poll_sleep_us),
-      network_(network),
       trace_(trace),
       thread_([this] { loop(); }) {}
 
@@ -396,10 +395,7 @@ bool CommThread::start(Running& running, StartRef start, Clock::time_point now) 
   running.deadline = now + std::chrono::duration_cast<Clock::duration>(timeout_);
   try {
     running.op = start(info.seq);
-    // A modelled network delays the op's completion on the host only (Note [Simulated network]), so
-    // with one the device must not be let past the op early: the Work is then waited for on the host.
-    const bool network_modelled = network_.latency_us > 0 || network_.bandwidth_gbps > 0;
-    if (auto enqueue_wait = running.op->device_wait(); enqueue_wait && !network_modelled)
+    if (auto enqueue_wait = running.op->device_wait(); enqueue_wait)
       running.task.work->set_device_wait(std::move(enqueue_wait));
     return true;
   } catch (const Error& e) {
@@ -415,7 +411,7 @@ bool CommThread::start(Running& running, StartRef start, Clock::time_point now) 
 bool CommThread::advance(Running& running, bool check_deadline) {
   const OpInfo& info = running.task.info();
   try {
-    if (running.op->poll() && network_delay_passed(running)) {
+    if (running.op->poll()) {
       complete(running, nullptr);
       return true;
     }
@@ -459,16 +455,6 @@ void CommThread::time_out(Running& running) {
 void CommThread::abandon(Running& running) {
   running.op->abandon();
   abandoned_.push_back(std::move(running.op));
-}
-
-// Note [Simulated network]: the op's data has arrived; with a modelled network it counts as done
-// only once latency + bytes / bandwidth has passed since it started.
-bool CommThread::network_delay_passed(const Running& running) const {
-  if (network_.latency_us <= 0 && network_.bandwidth_gbps <= 0) return true;
-  double modelled_us = network_.latency_us;
-  if (network_.bandwidth_gbps > 0)
-    modelled_us += static_cast<double>(running.task.info().bytes) / (network_.bandwidth_gbps * 1e3);
-  return trace_clock_us() >= running.start_us + modelled_us;
 }
 
 void CommThread::complete(Running& running, std::exception_ptr error) {

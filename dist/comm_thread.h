@@ -21,7 +21,7 @@
 // Notes: here, at PendingOp, [Polling, not spinning] and [After a timeout]. In dist/comm_thread.cpp,
 // next to the code they explain: [Small collectives start on the caller's thread] and [A waiting
 // caller runs its op] (ops on a caller's thread), [Short spins before sleeping] and [Spinning for a
-// blocked caller] (how the thread waits), [Collectives ordered on the device], [Simulated network]. What each of these choices was
+// blocked caller] (how the thread waits), [Collectives ordered on the device]. What each of these choices was
 // measured to cost: docs/comm_thread_tuning.md.
 #pragma once
 
@@ -78,8 +78,7 @@ class PendingOp {
 class CommThread final : public WorkRunner {
  public:
   // rank / size / backend only label error messages.
-  CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us, bool trace,
-             SimulatedNetwork network = {});
+  CommThread(std::string backend, int rank, int size, double timeout_seconds, int max_poll_sleep_us, bool trace);
   ~CommThread();  // runs the ops already queued (each bounded by the timeout), then joins
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
@@ -204,7 +203,6 @@ class CommThread final : public WorkRunner {
   void abandon(Running& running);   // keeps its op in abandoned_
   void complete(Running& running, std::exception_ptr error);
   void count(const Running& running, bool failed, double end_us);  // stats and trace; under mutex_
-  bool network_delay_passed(const Running& running) const;         // Note [Simulated network]
   std::string label(const OpInfo& info) const { return describe_op(info, backend_, rank_, size_); }
 
   const std::string backend_;
@@ -238,7 +236,6 @@ class CommThread final : public WorkRunner {
   std::deque<std::unique_ptr<Running>> collectives_;
   std::vector<std::unique_ptr<Running>> p2p_;  // running sends / receives
 
-  const SimulatedNetwork network_;
   std::function<std::string()> peer_report_;
   const bool trace_;
 

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <exception>
 #include <regex>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -31,20 +30,6 @@ int checked_count(const char* op, int64_t n, int rank) {
 }
 
 namespace {
-
-SimulatedNetwork simulated_network_from(const GroupOptions& options) {
-  if (options.simulated_network) return *options.simulated_network;
-  const auto env = env::text("RINGGRAD_SIMULATED_NETWORK");
-  if (!env) return {};
-  SimulatedNetwork net;
-  char comma = 0;
-  std::istringstream in(*env);
-  const bool ok = (in >> net.bandwidth_gbps >> comma >> net.latency_us) && comma == ',' && in.peek() == EOF &&
-                  net.bandwidth_gbps >= 0 && net.latency_us >= 0;
-  RG_CHECK(ok, "dist.new_group", "RINGGRAD_SIMULATED_NETWORK='", *env,
-           "' is not 'GBPS,LATENCY_US' (e.g. '1,50': 1 GB/s, 50 us)");
-  return net;
-}
 
 int next_group_id() {
   static std::atomic<int> id{0};
@@ -73,13 +58,14 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
   // malformed RINGGRAD_DIST_HOST_STAGING is a vote of -1, raised after it.
   std::exception_ptr host_staging_error;
   const int host_staging = switch_vote(options.host_staging, "RINGGRAD_DIST_HOST_STAGING", false, host_staging_error);
-  staging_ = Staging(backend_, rank_, size_, host_staging == 1);
+  staging_ = Staging(static_cast<const ProcessGroup*>(this), backend_, rank_, size_, host_staging == 1);
   if (trace && trace_prefix) trace_path_ = str_cat(*trace_prefix, ".rank", rank_, ".g", id, "-", backend_, ".json");
   // Note [Agreed at creation]: before anything else runs over the group.
   peers_ = agree_on_creation(*comms_, this_process_record(backend_, debug_check_, host_staging, timeout_seconds_, id));
   if (host_staging_error) std::rethrow_exception(host_staging_error);
-  comm_thread_ = std::make_shared<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us,
-                                              trace, simulated_network_from(options));
+  link_ = SimulatedLink(simulated_network_from(options));
+  comm_thread_ =
+      std::make_shared<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us, trace);
   comm_thread_->set_peer_report([peers = peers_, rank = rank_] { return peer_liveness(peers, rank); });
 }
 
@@ -111,20 +97,31 @@ std::shared_ptr<Work> GroupBase::completed_alone(OpInfo info) {
   return work;
 }
 
-std::shared_ptr<Work> GroupBase::submit_checked(OpInfo info, std::function<std::unique_ptr<PendingOp>(int tag)> start) {
+std::shared_ptr<Work> GroupBase::submit_decorated(OpInfo info,
+                                                  std::function<std::unique_ptr<PendingOp>(int tag)> start) {
   // Without device indices: ranks that each drive their own GPU ("cuda:0", "cuda:1") issue the same
   // collective.
-  std::string fingerprint =
-      std::regex_replace(str_cat(info.name, " (", info.detail(info.operands), ")"), std::regex("cuda:[0-9]+"), "cuda");
-  return comm_thread_->submit(std::move(info), [this, start = std::move(start), fingerprint](uint64_t seq) {
-    const std::string where = str_cat("collective #", seq, " of backend '", backend_, "'");
-    return comms_->start_checked(fingerprint, where, [start, seq] { return start(collective_tag(seq)); });
+  std::string fingerprint;
+  if (debug_check_)
+    fingerprint = std::regex_replace(str_cat(info.name, " (", info.detail(info.operands), ")"),
+                                     std::regex("cuda:[0-9]+"), "cuda");
+  const size_t bytes = info.bytes;
+  return comm_thread_->submit(std::move(info), [this, start = std::move(start), fingerprint, bytes](uint64_t seq) {
+    std::function<std::unique_ptr<PendingOp>()> real = [start, seq] { return start(collective_tag(seq)); };
+    if (debug_check_) {  // Note [Debug mode]
+      const std::string where = str_cat("collective #", seq, " of backend '", backend_, "'");
+      real = [this, fingerprint, where, real] { return comms_->start_checked(fingerprint, where, real); };
+    }
+    return link_.on() ? link_.start(bytes, real) : real();  // Note [Simulated network]
   });
 }
 
 std::shared_ptr<Work> GroupBase::submit_p2p(OpInfo info, std::function<std::unique_ptr<PendingOp>()> start) {
   info.p2p = true;
-  return comm_thread_->submit(std::move(info), [start = std::move(start)](uint64_t) { return start(); });
+  const size_t bytes = info.bytes;
+  return comm_thread_->submit(std::move(info), [this, start = std::move(start), bytes](uint64_t) {
+    return link_.on() ? link_.start(bytes, start) : start();  // Note [Simulated network]
+  });
 }
 
 void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) const {
@@ -140,18 +137,24 @@ void GroupBase::check_peer(const char* op, int peer, int tag, const Tensor& t) c
 std::shared_ptr<Work> GroupBase::send(const Tensor& t, int dst, int tag) {
   check_peer("dist.send", dst, tag, t);
   const Tensor host = staging_.host_side(t, /*copy_in=*/true);
-  auto detail = [](const OpInfo::Operands& o) { return str_cat("to rank ", o.x, ", tag ", o.y, ", ", o.a.desc()); };
-  return submit_p2p({.name = "send", .detail = detail, .operands = {.a = t, .x = dst, .y = tag}, .bytes = t.nbytes()},
-                    [this, host, dst, tag] { return comms_->start_send(host, dst, tag); });
+  auto detail = [](const OpInfo::Operands& o) {
+    return str_cat("to rank ", o.argument, ", tag ", o.tag, ", ", o.tensor.desc());
+  };
+  return submit_p2p(
+      {.name = "send", .detail = detail, .operands = {.tensor = t, .argument = dst, .tag = tag}, .bytes = t.nbytes()},
+      [this, host, dst, tag] { return comms_->start_send(host, dst, tag); });
 }
 
 std::shared_ptr<Work> GroupBase::recv(const Tensor& t, int src, int tag) {
   check_peer("dist.recv", src, tag, t);
-  auto detail = [](const OpInfo::Operands& o) { return str_cat("from rank ", o.x, ", tag ", o.y, ", ", o.a.desc()); };
-  return submit_p2p({.name = "recv", .detail = detail, .operands = {.a = t, .x = src, .y = tag}, .bytes = t.nbytes()},
-                    [this, t, host = staging_.host_side(t, /*copy_in=*/false), src, tag] {
-                      return Staging::staged(comms_->start_recv(host, src, tag), t, host);
-                    });
+  auto detail = [](const OpInfo::Operands& o) {
+    return str_cat("from rank ", o.argument, ", tag ", o.tag, ", ", o.tensor.desc());
+  };
+  return submit_p2p(
+      {.name = "recv", .detail = detail, .operands = {.tensor = t, .argument = src, .tag = tag}, .bytes = t.nbytes()},
+      [this, t, host = staging_.host_side(t, /*copy_in=*/false), src, tag] {
+        return Staging::staged(comms_->start_recv(host, src, tag), t, host);
+      });
 }
 
 std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
@@ -161,18 +164,20 @@ std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
            "); use f32, f64, f16, bf16, i32 or i64");
   checked_count("dist.allreduce", t.numel(), rank_);
   auto detail = [](const OpInfo::Operands& o) {
-    return str_cat(reduce_op_name(static_cast<ReduceOp>(o.x)), ", ", o.a.desc());
+    return str_cat(reduce_op_name(static_cast<ReduceOp>(o.argument)), ", ", o.tensor.desc());
   };
   const OpInfo info{.name = "allreduce",
                     .detail = detail,
-                    .operands = {.a = t, .x = static_cast<int>(op)},
+                    .operands = {.tensor = t, .argument = static_cast<int>(op)},
                     .bytes = t.nbytes()};
-  if (std::shared_ptr<Work> work = allreduce_in_place(info, t, op)) return work;  // Note [Shared gradient buffers]
+  // The route, chosen by what the tensor and the group can do: a buffer that reduces itself (Note
+  // [Buffers that reduce themselves]), a world of one, or the backend's AllReduce on t or its
+  // staged copy (Note [CUDA tensors through host staging]).
+  if (InPlaceBuffer* buffer = staging_.in_place_buffer(t))
+    return submit_collective(info, [buffer, t, op](int tag) { return buffer->allreduce(t, op, tag); });
   if (size_ == 1 && staging_.stages(t.device())) return completed_alone(info);
-  // See Note [CUDA tensors through host staging].
-  return submit_collective(info, [this, t, host = staging_.in("dist.allreduce", t), op](int tag) {
-    return Staging::staged(start_allreduce(host, op, tag), t, host);
-  });
+  return submit_collective(info, [start = &collectives_.allreduce, t, host = staging_.in("dist.allreduce", t),
+                                  op](int tag) { return Staging::staged((*start)(host, op, tag), t, host); });
 }
 
 Tensor GroupBase::new_reduction_buffer(int64_t numel, DType dtype, Device device) {
@@ -188,14 +193,13 @@ std::shared_ptr<Work> GroupBase::broadcast(const Tensor& t, int root) {
   RG_CHECK(root >= 0 && root < size_, "dist.broadcast", "root ", root, " is not a rank of this group of ", size_,
            " (rank ", rank_, ")");
   checked_count("dist.broadcast", static_cast<int64_t>(t.nbytes()), rank_);
-  auto detail = [](const OpInfo::Operands& o) { return str_cat("root ", o.x, ", ", o.a.desc()); };
-  OpInfo info{.name = "broadcast", .detail = detail, .operands = {.a = t, .x = root}, .bytes = t.nbytes()};
+  auto detail = [](const OpInfo::Operands& o) { return str_cat("root ", o.argument, ", ", o.tensor.desc()); };
+  OpInfo info{.name = "broadcast", .detail = detail, .operands = {.tensor = t, .argument = root}, .bytes = t.nbytes()};
   if (size_ == 1 && staging_.stages(t.device())) return completed_alone(info);
   return submit_collective(std::move(info),
                            // See Note [CUDA tensors through host staging].
-                           [this, t, host = staging_.in("dist.broadcast", t), root](int tag) {
-                             return Staging::staged(start_broadcast(host, root, tag), t, host);
-                           });
+                           [start = &collectives_.broadcast, t, host = staging_.in("dist.broadcast", t),
+                            root](int tag) { return Staging::staged((*start)(host, root, tag), t, host); });
 }
 
 std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& input) {
@@ -213,21 +217,26 @@ std::shared_ptr<Work> GroupBase::allgather(const Tensor& output, const Tensor& i
            " must be (N, *input.shape) = ", shape_str(stacked), or_concatenated, " ", dtype_name(input.dtype()),
            " for input ", input.desc(), " (rank ", rank_, "/", size_, ")");
   checked_count("dist.allgather", static_cast<int64_t>(output.nbytes()), rank_);
-  auto detail = [](const OpInfo::Operands& o) { return o.a.desc(); };
-  const OpInfo info{.name = "allgather", .detail = detail, .operands = {.a = input}, .bytes = input.nbytes()};
-  // Note [Allgather in a shared buffer]
-  if (std::shared_ptr<Work> work = allgather_in_place(info, output, input)) return work;
+  auto detail = [](const OpInfo::Operands& o) { return o.tensor.desc(); };
+  const OpInfo info{.name = "allgather", .detail = detail, .operands = {.tensor = input}, .bytes = input.nbytes()};
+  // Note [Allgather in a shared buffer]: only the in-place form, whose block of this rank already
+  // sits where every rank reads it.
+  const auto* block = static_cast<const std::byte*>(output.raw_data()) + static_cast<size_t>(rank_) * input.nbytes();
+  if (InPlaceBuffer* buffer = input.raw_data() == block ? staging_.in_place_buffer(output) : nullptr) {
+    return submit_collective(info,
+                             [buffer, flat = output.view({-1})](int tag) { return buffer->allgather(flat, tag); });
+  }
   // In place (input is output's block of this rank, as PyTorch's all_gather_into_tensor allows)
   // anywhere else: MPI and the algorithms take distinct buffers, so the block travels as a copy.
   const auto* in_begin = static_cast<const std::byte*>(input.raw_data());
   const auto* out_begin = static_cast<const std::byte*>(output.raw_data());
-  const bool overlaps = input.numel() > 0 && input.device() == output.device() &&
+  const bool overlaps = input.numel() > 0 && input.storage() == output.storage() &&
                         in_begin < out_begin + output.nbytes() && out_begin < in_begin + input.nbytes();
   const Tensor source = overlaps ? input.clone() : input;
   // See Note [CUDA tensors through host staging].
   const Tensor host_in = staging_.in("dist.allgather", source), host_out = staging_.out("dist.allgather", output);
-  return submit_collective(info, [this, output, host_in, host_out](int tag) {
-    return Staging::staged(start_allgather(host_out, host_in, tag), output, host_out);
+  return submit_collective(info, [start = &collectives_.allgather, output, host_in, host_out](int tag) {
+    return Staging::staged((*start)(host_out, host_in, tag), output, host_out);
   });
 }
 
@@ -241,26 +250,25 @@ std::shared_ptr<Work> GroupBase::reduce_scatter(const Tensor& output, const Tens
            " (N * output.numel() elements of output's dtype) (rank ", rank_, "/", size_, ")");
   checked_count("dist.reduce_scatter", input.numel(), rank_);
   auto detail = [](const OpInfo::Operands& o) {
-    return str_cat(reduce_op_name(static_cast<ReduceOp>(o.x)), ", ", o.a.desc(), " -> ", o.b.desc());
+    return str_cat(reduce_op_name(static_cast<ReduceOp>(o.argument)), ", ", o.tensor.desc(), " -> ", o.output.desc());
   };
   OpInfo info{.name = "reduce_scatter",
               .detail = detail,
-              .operands = {.a = input, .b = output, .x = static_cast<int>(op)},
+              .operands = {.tensor = input, .output = output, .argument = static_cast<int>(op)},
               .bytes = input.nbytes()};
   if (std::shared_ptr<Work> work = reduce_scatter_staged(info, output, input, op)) return work;
-  return submit_collective(std::move(info), [this, output, host_in = staging_.in("dist.reduce_scatter", input),
+  return submit_collective(std::move(info), [start = &collectives_.reduce_scatter, output,
+                                             host_in = staging_.in("dist.reduce_scatter", input),
                                              host_out = staging_.out("dist.reduce_scatter", output), op](int tag) {
     // See Note [CUDA tensors through host staging].
-    return Staging::staged(start_reduce_scatter(host_out, host_in, op, tag), output, host_out);
+    return Staging::staged((*start)(host_out, host_in, op, tag), output, host_out);
   });
 }
 
 std::shared_ptr<Work> GroupBase::barrier() {
   return submit_collective({.name = "barrier",
                             .detail = [](const OpInfo::Operands&) { return std::string("no data"); }},
-                           [this](int tag) { return start_barrier(tag); });
+                           [comms = comms_.get()](int /*tag*/) { return comms->start_barrier(); });
 }
-
-std::unique_ptr<PendingOp> GroupBase::start_barrier(int /*tag*/) { return comms_->start_barrier(); }
 
 }  // namespace ringgrad::dist::detail

@@ -3,8 +3,8 @@
 // every operation's arguments, stages tensors to where the backend works on them (dist/staging.h:
 // the only place it looks at devices), and runs send / recv, the barrier and the debug check over
 // the group's MPI communicators (dist/mpi_comms.h: the only place it touches MPI). A backend
-// supplies only start_*: start one collective on the staged tensors and return a PendingOp that
-// finishes it.
+// supplies only its table of collectives (Collectives below, Note [One table per backend]): how to
+// start each one on the staged tensors, as a PendingOp that finishes it.
 //
 // dist/ itself is the process-group core, what every group is made of: init (the MPI world),
 // process_group.h (the public API), work / comm_thread / requests (how an operation runs) and this
@@ -37,11 +37,27 @@
 #include "dist/comm_thread.h"
 #include "dist/group_agreement.h"
 #include "dist/process_group.h"
+#include "dist/simulated_network.h"
 #include "dist/staging.h"
 
 namespace ringgrad::dist::detail {
 
 class MpiComms;  // dist/mpi_comms.h
+
+// Note [One table per backend]: a backend is the table of how it starts each collective -- a
+// factory per operation that starts it on tensors where the backend works (staged already:
+// dist/staging.h) and returns the PendingOp the communication thread polls, `tag` unique to this op
+// among recent ones (for algorithms over point-to-point messages). Each backend file fills in its
+// table in its constructor, from the algorithms of dist/algorithms/ (or NCCL's calls), so what a
+// backend does is read in one place; GroupBase checks, routes and submits, and never asks which
+// backend it is. (A barrier moves no data: every backend's is MPI_Ibarrier, here.)
+struct Collectives {
+  std::function<std::unique_ptr<PendingOp>(const Tensor& t, ReduceOp op, int tag)> allreduce;
+  std::function<std::unique_ptr<PendingOp>(const Tensor& t, int root, int tag)> broadcast;
+  std::function<std::unique_ptr<PendingOp>(const Tensor& output, const Tensor& input, int tag)> allgather;
+  std::function<std::unique_ptr<PendingOp>(const Tensor& output, const Tensor& input, ReduceOp op, int tag)>
+      reduce_scatter;
+};
 
 class GroupBase : public ProcessGroup {
  public:
@@ -62,50 +78,34 @@ class GroupBase : public ProcessGroup {
   std::shared_ptr<Work> recv(const Tensor& t, int src, int tag) override;
   // new_in_place_buffer's where the backend has one, else the ordinary buffer.
   Tensor new_reduction_buffer(int64_t numel, DType dtype, Device device) override;
+  bool reduces_in_place(const Tensor& t) const override {
+    return t.defined() && staging_.in_place_buffer(t) != nullptr;
+  }
 
   GroupStats stats() const override { return comm_thread_->stats(); }
   std::vector<TraceEvent> trace_events() const override { return comm_thread_->trace_events(); }
 
  protected:
-  // Called on the communication thread, with the staged tensors (Note [CUDA tensors through host
-  // staging] in dist/staging.h). `tag` is unique to this op among recent ones (p2p backends).
-  virtual std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) = 0;
-  virtual std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int tag) = 0;
-  virtual std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int tag) = 0;
-  virtual std::unique_ptr<PendingOp> start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
-                                                          int tag) = 0;
-  // Every backend uses MPI_Ibarrier: a barrier moves no data, so a hand-written one saves nothing.
-  virtual std::unique_ptr<PendingOp> start_barrier(int tag);
-
   // A backend that reduces some buffers in place (MpiGroupBase: Note [Shared gradient buffers]):
-  // the buffer new_reduction_buffer returns, or an undefined tensor for the ordinary one (arguments
-  // already checked) ...
+  // the buffer new_reduction_buffer returns -- one whose storage is an InPlaceBuffer (Note [Buffers
+  // that reduce themselves] in dist/staging.h) -- or an undefined tensor for the ordinary one
+  // (arguments already checked).
   virtual Tensor new_in_place_buffer(int64_t numel, DType dtype, Device device) {
     (void)numel, (void)dtype, (void)device;
     return Tensor();
   }
-  // ... and the Work of an AllReduce of t (checked, described by info) when t lies in such a buffer
-  // -- submitted with submit_collective, neither staged nor through start_allreduce -- else null.
-  virtual std::shared_ptr<Work> allreduce_in_place(const OpInfo& info, const Tensor& t, ReduceOp op) {
-    (void)info, (void)t, (void)op;
-    return nullptr;
-  }
-  // ... and the Work of an allgather whose output lies in such a buffer, with input its block of
-  // this rank (Note [Allgather in a shared buffer]), else null.
-  virtual std::shared_ptr<Work> allgather_in_place(const OpInfo& info, const Tensor& output, const Tensor& input) {
-    (void)info, (void)output, (void)input;
-    return nullptr;
-  }
-
-  // ... and the Work of a reduce-scatter through a reserved staging buffer (Note [Reduce-scatter
-  // through a shared buffer]), else null.
+  // The Work of a reduce-scatter through a reserved staging buffer (Note [Reduce-scatter through a
+  // shared buffer]), else null.
   virtual std::shared_ptr<Work> reduce_scatter_staged(const OpInfo& info, const Tensor& output, const Tensor& input,
                                                       ReduceOp op) {
     (void)info, (void)output, (void)input, (void)op;
     return nullptr;
   }
 
-  // Derived destructors call this first: queued ops still call start_* above.
+  // Every backend's constructor sets its table once (Note [One table per backend]).
+  void set_collectives(Collectives collectives) { collectives_ = std::move(collectives); }
+
+  // Derived destructors call this first: queued ops still call their table's factories.
   void shutdown() { comm_thread_->shutdown(); }
   // After shutdown(): whether an op failed or timed out, so that MPI may still be working on the
   // group's requests (Note [After a timeout] in dist/comm_thread.h).
@@ -124,7 +124,7 @@ class GroupBase : public ProcessGroup {
   // called on the communication thread (or the caller's: see CommThread::submit).
   template <class Start>
   std::shared_ptr<Work> submit_collective(OpInfo info, Start start) {
-    if (debug_check_) return submit_checked(std::move(info), std::move(start));
+    if (debug_check_ || link_.on()) return submit_decorated(std::move(info), std::move(start));
     return comm_thread_->submit(std::move(info),
                                 [start = std::move(start)](uint64_t seq) { return start(collective_tag(seq)); });
   }
@@ -135,8 +135,8 @@ class GroupBase : public ProcessGroup {
   // MPI guarantees tags up to 32767; consecutive ops get different tags, so a timed-out op's late
   // messages never match the next op's receives.
   static int collective_tag(uint64_t seq) { return static_cast<int>(seq % 32768); }
-  // submit_collective under Note [Debug mode].
-  std::shared_ptr<Work> submit_checked(OpInfo info, std::function<std::unique_ptr<PendingOp>(int tag)> start);
+  // submit_collective under Note [Debug mode] or Note [Simulated network]: the op decorated.
+  std::shared_ptr<Work> submit_decorated(OpInfo info, std::function<std::unique_ptr<PendingOp>(int tag)> start);
   // The Work of a GPU collective in a world of one, completed without staging or sending.
   std::shared_ptr<Work> completed_alone(OpInfo info);
   std::shared_ptr<Work> submit_p2p(OpInfo info, std::function<std::unique_ptr<PendingOp>()> start);
@@ -149,7 +149,9 @@ class GroupBase : public ProcessGroup {
   std::unique_ptr<MpiComms> comms_;
   std::vector<CreationRecord> peers_;  // every rank's, by rank (Note [Agreed at creation])
   Staging staging_;
+  SimulatedLink link_;                       // Note [Simulated network]
   std::shared_ptr<CommThread> comm_thread_;  // shared with the Works it may run (weak_ptr)
+  Collectives collectives_;
 };
 
 // Throws unless t is defined and contiguous; `op` and `what` name it in the message.

@@ -170,6 +170,21 @@ class ProcessGroup {
     (void)t;
     return false;
   }
+  // Whether new_reduction_buffer can give buffers on `device` that live in shared memory, and
+  // reserve_reduce_scatter_staging can take inputs there: a question to ask before collective work
+  // that would be wasted otherwise.
+  virtual bool offers_shared_memory(Device device) const {
+    (void)device;
+    return false;
+  }
+  // Whether the group's reductions add values of `dtype` in that dtype, rounding at every addition
+  // (nccl's f16 and bf16), rather than in its accumulation type and rounding once (the MPI
+  // backends: Note [Half-precision accumulation]). See Note [Averaging half precision] in
+  // dist/ddp/comm_hook.h.
+  virtual bool adds_in_dtype(DType dtype) const {
+    (void)dtype;
+    return false;
+  }
 
   // Observability: counters, and the trace events recorded when tracing is on (empty otherwise).
   virtual GroupStats stats() const = 0;

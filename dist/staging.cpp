@@ -47,6 +47,12 @@ bool Staging::stages(Device device) const {
   return device != work_device() || (stage_host_tensors_ && device.is_cpu());
 }
 
+InPlaceBuffer* Staging::in_place_buffer(const Tensor& t) const {
+  if (t.numel() == 0 || stages(t.device())) return nullptr;
+  auto* buffer = dynamic_cast<InPlaceBuffer*>(t.storage()->owner());
+  return buffer != nullptr && buffer->group() == group_ ? buffer : nullptr;
+}
+
 // Staging crosses between the host and one GPU, never between two GPUs.
 void Staging::check_stageable(const char* op, const Tensor& t) const {
   const Device target = work_device();

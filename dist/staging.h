@@ -28,18 +28,45 @@
 #include <string>
 
 #include "core/device.h"
+#include "core/storage.h"
 #include "core/tensor.h"
 #include "dist/comm_thread.h"
+#include "dist/process_group.h"
 
 namespace ringgrad::dist::detail {
+
+// Note [Buffers that reduce themselves]: a buffer from new_reduction_buffer that lives in memory
+// every rank of the machine maps (Note [Shared gradient buffers] in dist/shm/reduction_buffer.h)
+// carries its own collectives: its storage's owner is an InPlaceBuffer, which sums a view of it in
+// place across the ranks' copies. The group asks the tensor for it (Staging::in_place_buffer) rather
+// than looking its address up among the buffers it made; a buffer answers only for the group that
+// made it, and only where that group works on the tensor where it lies (not staged).
+class InPlaceBuffer : public StorageOwner {
+ public:
+  explicit InPlaceBuffer(const void* group) : group_(group) {}
+  const void* group() const { return group_; }  // the group whose collectives it takes part in
+  // t: a view inside this rank's buffer, reduced in place over every rank's buffer. `tag` is the
+  // collective's (the same on every rank). Called on the thread that runs the group's ops.
+  virtual std::unique_ptr<PendingOp> allreduce(const Tensor& t, ReduceOp op, int tag) = 0;
+  // t: N blocks of m elements inside this rank's buffer, this rank's block written before the call;
+  // every rank's t ends up holding every rank's block (Note [Allgather in a shared buffer]).
+  virtual std::unique_ptr<PendingOp> allgather(const Tensor& t, int tag) = 0;
+
+ private:
+  const void* group_;
+};
 
 class Staging {
  public:
   Staging() = default;
-  // backend / rank / size only label error messages. stage_host_tensors: Note [Host staging without
-  // a GPU].
-  Staging(std::string backend, int rank, int size, bool stage_host_tensors)
-      : backend_(std::move(backend)), rank_(rank), size_(size), stage_host_tensors_(stage_host_tensors) {}
+  // group: the group this staging serves (InPlaceBuffer::group). backend / rank / size only label
+  // error messages. stage_host_tensors: Note [Host staging without a GPU].
+  Staging(const void* group, std::string backend, int rank, int size, bool stage_host_tensors)
+      : group_(group),
+        backend_(std::move(backend)),
+        rank_(rank),
+        size_(size),
+        stage_host_tensors_(stage_host_tensors) {}
 
   // A backend that moves GPU memory itself (nccl) sets its device: collectives then take tensors on
   // that device as they are, instead of staging them through the host, and stage CPU tensors
@@ -55,7 +82,11 @@ class Staging {
   // memory, a world of one).
   bool stages(Device device) const;
 
-  // The tensor a collective's start_* works on: t itself, or its copy on the work device (inputs:
+  // The buffer t lies in when it reduces itself for this group (Note [Buffers that reduce
+  // themselves]), else null: the group then runs its backend's collective, on t or its staged copy.
+  InPlaceBuffer* in_place_buffer(const Tensor& t) const;
+
+  // The tensor a backend's collective works on: t itself, or its copy on the work device (inputs:
   // copied now) / a buffer there (outputs: copied back by staged() when the op finishes).
   Tensor in(const char* op, const Tensor& t) const;
   Tensor out(const char* op, const Tensor& t) const;
@@ -77,6 +108,7 @@ class Staging {
   // An uninitialised host tensor shaped as t: pinned when t is on a GPU, so that both copies are DMA.
   static Tensor host_buffer_for(const Tensor& t);
 
+  const void* group_ = nullptr;
   std::string backend_;
   int rank_ = 0, size_ = 1;
   bool stage_host_tensors_ = false;

@@ -65,11 +65,13 @@ class WorkRunner : public std::enable_shared_from_this<WorkRunner> {
 // a plain function of the op's operands rather than a closure holding them: such a closure does not
 // fit in std::function's inline storage, and would cost an allocation per op.
 struct OpInfo {
-  // What the detail is formatted from: the tensors and integer arguments (reduce op, root, peer,
-  // tag) the op works on. Holding the tensors keeps them describable after the op.
+  // What the detail is formatted from: the tensors and integer arguments the op works on. Holding
+  // the tensors keeps them describable after the op.
   struct Operands {
-    Tensor a{}, b{};
-    int x = 0, y = 0;
+    Tensor tensor{};   // the op's tensor: allgather's and reduce_scatter's input
+    Tensor output{};   // reduce_scatter's output (undefined for the others)
+    int argument = 0;  // the ReduceOp (allreduce, reduce_scatter), the root (broadcast) or the peer (send, recv)
+    int tag = 0;       // send, recv
   };
   std::string name;                                  // "allreduce"
   std::string (*detail)(const Operands&) = nullptr;  // -> "sum, (1000,) f32 cpu"

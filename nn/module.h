@@ -61,7 +61,6 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   // This module (named "") and every descendant, depth first in registration order, with dotted
   // names ("block.fc1"), as PyTorch's named_modules(). The pointers are views: valid while this
   // module lives.

@@ -45,7 +45,6 @@ class GradScaler {
 
   double get_scale() const { return scale_; }
   int64_t growth_tracker() const { return growth_tracker_; }
-  bool found_inf() const { return found_inf_; }
   void set_found_inf_reducer(std::function<bool(bool)> reducer) { reducer_ = std::move(reducer); }
   // A rank with no gradients of its own (out of data under dist::Join) answers the other ranks'
   // found-inf agreement with "no overflow", so that their unscale_ completes.

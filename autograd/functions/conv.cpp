@@ -31,8 +31,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 
 // y = max over each window;  dx = dy routed to each window's argmax
 Tensor max_pool2d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding) {
-  // cuDNN where the device has it (not for bf16), no argmax: Note [Max pooling on cuDNN]
-  if (native::backend_has_cudnn_pooling(x.device()) && x.dtype() != DType::bf16) {
+  // The backend seam chooses: Note [Max pooling on cuDNN].
+  if (native::backend_max_pool_algorithm(x.device(), x.dtype()) == native::MaxPoolAlgorithm::cudnn) {
     Tensor out = native::max_pool2d_cudnn(x, kernel_size, stride, padding);
     record("max_pool2d", {out}, {x},
            [x = x.detach(), y = out.detach(), kernel_size, stride, padding](const TensorList& g, const NeedsGrad&) {

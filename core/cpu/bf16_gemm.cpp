@@ -1,10 +1,10 @@
 // Note [bf16 products on the CPU]
 // -------------------------------
-// Why: OpenBLAS has no bf16 GEMM, so a bf16 product on the CPU used to cast both operands to f32,
-// run the f32 GEMM and cast the result back: three extra passes over memory around the same f32
-// arithmetic, which made `--precision bf16` slower than f32. AVX512_BF16's VDPBF16PS multiplies
-// pairs of bf16 values and adds both products into one f32 lane: 32 multiply-adds per 512-bit
-// instruction, twice an f32 FMA's 16, from operands half the size.
+// Why: OpenBLAS has no bf16 GEMM; computing a bf16 product in f32 takes three extra passes over
+// memory (both operands cast to f32, the result cast back) around the same f32 arithmetic, slower
+// than f32 itself. AVX512_BF16's VDPBF16PS multiplies pairs of bf16 values and adds both products
+// into one f32 lane: 32 multiply-adds per 512-bit instruction, twice an f32 FMA's 16, from operands
+// half the size (tuning history: docs/performance.md, "bf16 products: AVX512_BF16").
 //
 // What: the blocking of the tiled f32 GEMM (Note [Our own GEMM for short products] in
 // tiled_sgemm.cpp) with a 6 x 32 tile of f32 accumulators in twelve zmm registers, stepping k two

@@ -3,12 +3,11 @@
 //
 // Note [GEMMs split over the pool]: OpenBLAS runs single-threaded (core/parallel.cpp), and a large
 // product is cut into one block of rows (or columns) of C per compute thread, each a serial BLAS call
-// on the pool. OpenBLAS's own worker threads spin (sched_yield) between calls for a time fixed when
-// the library loads; on two cores that spinning took the core from the pool's elementwise work and
-// from the other BLAS thread -- ~14% of a 2-thread MLP profile in sched_yield, and run-to-run swings
-// of 30%. Measured (docs/performance.md, "Splitting a product over the pool"): MLP 2 threads 21.4k -> 23.3k samples/s with half the
-// spread, CNN 2 threads +21%, GPT-mini 2 threads +4%. Results may differ in the last bits with the
-// thread count: a block can fall under OpenBLAS's small-matrix path, which sums K in another order.
+// on the pool. Why: OpenBLAS's own worker threads spin (sched_yield) between calls, and on two cores
+// that spinning takes the core from the pool's elementwise work and from the other BLAS thread
+// (tuning history: docs/performance.md, "Splitting a product over the pool"). Results may differ in
+// the last bits with the thread count: a block can fall under OpenBLAS's small-matrix path, which
+// sums K in another order.
 //
 // Short f32 products (one K panel) go to our own kernel instead of OpenBLAS: Note [Our own GEMM for
 // short products] in core/cpu/tiled_sgemm.cpp.

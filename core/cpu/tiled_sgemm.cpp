@@ -1,11 +1,10 @@
 // Note [Our own GEMM for short products]
 // ---------------------------------------
-// Why: W3 (GPT-mini, n_embd 128) spends ~80% of a 1-thread step in OpenBLAS, but only ~58% in its
-// multiply kernel: ~19% goes to packing operands (`sgemm_*copy`) and ~6% to `sgemm_beta`, which
-// zeroes C before every beta = 0 product. Most of its products are short: K = 128 (x W^T, dY W
-// for 128-wide layers) or K = 32 / 128 per attention head (T = 128, head dim 32), so each packed
-// element is used only a few times and the zero pass over C costs as much as a sixteenth of the
-// multiply.
+// Why: OpenBLAS packs both operands and zeroes C (`sgemm_beta`) before every beta = 0 product. Most
+// of W3's (GPT-mini, n_embd 128) products are short: K = 128 (x W^T, dY W for 128-wide layers) or
+// K = 32 / 128 per attention head (T = 128, head dim 32), so each packed element is used only a few
+// times and the zero pass over C costs as much as a sixteenth of the multiply (tuning history:
+// docs/performance.md, "ringgrad's own f32 GEMM").
 //
 // What: the classic three-level blocking (Goto / BLIS) with a 6 x 16 register tile of C held in
 // twelve AVX2 registers (6 x 32 in twelve AVX-512 registers where cpu_isa() selects AVX-512: the same
@@ -21,15 +20,8 @@
 //
 // When (tiled_sgemm_suits): on the AVX2 path, K <= kKC, i.e. the product is one K panel; on the
 // AVX-512 path also every longer product at least one tile wide (n >= 32), where the 32-wide tile at
-// twice the AVX2 width beats OpenBLAS's AVX2 kernel (`micro_ops --threads 1`: K = 512-2048 products
-// 1.35-2.1x, the 1024^3 square 183 vs 104 GFLOP/s; docs/performance.md, "Matrix products"). AVX2 path,
-// measured one product at a
-// time against OpenBLAS 0.3.21 (1 thread, this 2-core AMD EPYC VM; `build/bench/micro_ops --threads 1`
-// prints such a table): GPT-mini's K = 128 / 384 products 1.0-1.16x, its attention products 1.2-1.3x, the MLP's
-// 10-wide layers 1.1-1.8x. Longer products (the weight gradients' K = batch x tokens = 2048, the
-// MLP's K = 784 and 512) stay with OpenBLAS, whose kernel wins there by 5-20%: there its packing is
-// amortised and its assembly micro-kernel is faster than this one. Measured end to end in
-// docs/performance.md ("Matrix products").
+// twice the AVX2 width beats OpenBLAS's AVX2 kernel. Longer products on the AVX2 path stay with
+// OpenBLAS: there its packing is amortised and its assembly micro-kernel is faster than this one.
 #include "core/cpu/tiled_sgemm.h"
 
 #include "core/cpu_isa.h"

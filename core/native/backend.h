@@ -248,6 +248,14 @@ inline void backend_max_pool2d_backward(Device d, DType t, const void* dy, const
 // Whether the device has cuDNN's max pooling (Note [Max pooling on cuDNN], core/cuda/conv.cu).
 inline bool backend_has_cudnn_pooling(Device d) { return d.is_cuda(); }
 
+// How autograd's max_pool2d runs on a device for a dtype: cuDNN's pooling, whose backward finds each
+// window's maximum again from x and y, or the own kernel, which records each window's argmax for the
+// backward. cuDNN where the device has it, but not for bf16 (Note [Max pooling on cuDNN]).
+enum class MaxPoolAlgorithm { argmax, cudnn };
+inline MaxPoolAlgorithm backend_max_pool_algorithm(Device d, DType t) {
+  return backend_has_cudnn_pooling(d) && t != DType::bf16 ? MaxPoolAlgorithm::cudnn : MaxPoolAlgorithm::argmax;
+}
+
 inline void backend_max_pool2d_cudnn(Device d, DType t, const void* x, void* y, const PoolShape& s) {
 #ifdef RINGGRAD_WITH_CUDA
   if (d.is_cuda()) return cuda::max_pool2d_cudnn(t, x, y, s);

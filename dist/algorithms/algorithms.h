@@ -1,12 +1,13 @@
 // The collective algorithms written here, as PendingOps any group can start (internal).
 //
-// dist/algorithms/ holds the algorithms; dist/backends/ the backends (ring, tree, auto,
-// hierarchical) that choose among them. Each algorithm is a state machine over nonblocking MPI
-// calls that the group's communication thread polls (dist/comm_thread.h): ring.cpp /
+// dist/algorithms/ holds the algorithms; dist/backends/ the backends (mpi, ring, tree, auto,
+// hierarchical) whose tables choose among them. Each algorithm is a state machine over nonblocking
+// MPI calls that the group's communication thread polls (dist/comm_thread.h): ring.cpp /
 // ring_pipeline.h (ring reduce-scatter, all-reduce, all-gather, chain broadcast), tree.cpp
-// (recursive doubling, or the shared-memory slots of dist/shm/slots.h) and hierarchical.cpp (within
-// nodes, then the ring among their leaders); reduce_kernels.h holds the elementwise pieces every
-// reduction shares.
+// (recursive doubling), hierarchical.cpp (within nodes, then the ring among their leaders) and
+// mpi_library.cpp (the MPI library's own collectives); reduce_kernels.h holds the elementwise
+// pieces every reduction shares. Nothing here knows of shared memory (dist/shm/, which uses these
+// pieces): a backend chooses between the two.
 #pragma once
 
 #include <mpi.h>
@@ -105,11 +106,21 @@ std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tenso
 // input: S, output: (N, *S).
 std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch);
 std::unique_ptr<PendingOp> chain_broadcast(const Tensor& t, int root, Channel ch);
-class SharedSlots;  // dist/shm/slots.h
-// t: any shape, reduced in place by recursive doubling -- or, when `shared` is not null and t fits
-// its slots, through shared memory (Note [Shared-memory AllReduce] in dist/shm/slots.h).
-std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch,
-                                          SharedSlots* shared);
+// t: any shape, reduced in place by recursive doubling.
+std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch);
+
+// The MPI library's own nonblocking collectives (mpi_library.cpp). f16 / bf16 have no MPI datatype:
+// allreduce and reduce_scatter widen them into an f32 scratch copy, reduce that and round once
+// (Note [Half-precision accumulation]); AVG is an MPI_SUM and one division (Note [Where AVG divides]).
+// t: any shape, reduced in place (MPI_Iallreduce).
+std::unique_ptr<PendingOp> mpi_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch);
+// t: any shape, root's bytes everywhere (MPI_Ibcast).
+std::unique_ptr<PendingOp> mpi_broadcast(const Tensor& t, int root, Channel ch);
+// input: S, output: N blocks of S, as bytes (MPI_Iallgather).
+std::unique_ptr<PendingOp> mpi_allgather(const Tensor& output, const Tensor& input, Channel ch);
+// input: (N * m) elements, output: (m) (MPI_Ireduce_scatter_block, in the accumulation type).
+std::unique_ptr<PendingOp> mpi_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, Channel ch,
+                                              Scratch& scratch);
 
 // The nodes of the hierarchical AllReduce, as backend "hierarchical" splits the group.
 struct Topology {

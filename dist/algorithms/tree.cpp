@@ -1,7 +1,7 @@
 // The tree: AllReduce by recursive doubling, the latency-optimal algorithm for small messages
-// (backends "tree" and "auto", dist/backends/). When every rank is on one machine, tensors that fit
-// a slot go through shared memory instead (Note [Shared-memory AllReduce] in dist/shm/slots.h).
-// What follows is the path between machines.
+// (backends "tree" and "auto", dist/backends/). When every rank is on one machine, those backends
+// send tensors that fit a slot through shared memory instead (Note [Shared-memory AllReduce] in
+// dist/shm/slots.h). What follows is the path between machines.
 //
 // With p the largest power of two <= N: in step k = 0 .. log2(p) - 1 rank r exchanges its whole
 // partial result with rank r XOR 2^k and adds what it receives. After log2(p) steps every rank
@@ -32,7 +32,6 @@
 #include "dist/algorithms/network_model.h"
 #include "dist/algorithms/reduce_kernels.h"
 #include "dist/mpi_check.h"
-#include "dist/shm/slots.h"
 
 namespace ringgrad::dist::detail {
 namespace {
@@ -152,9 +151,7 @@ class TreeAllreduce : public PendingOp {
 
 }  // namespace
 
-std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch,
-                                          SharedSlots* shared) {
-  if (shared != nullptr && SharedSlots::fits(t)) return shared->allreduce(t, op, ch.tag, scratch);
+std::unique_ptr<PendingOp> tree_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch) {
   return with_accumulator(scratch, t, std::max<int64_t>(t.numel(), 1),
                           [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
                             return std::make_unique<TreeAllreduce<decltype(zero)>>(t, op, ch.tag, ch.comm, ch.rank,

@@ -13,11 +13,12 @@
 // rank, so all ranks always pick the same algorithm.
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "core/env.h"
 #include "dist/algorithms/algorithms.h"
 #include "dist/backends/backends.h"
-#include "dist/backends/ring.h"
+#include "dist/backends/mpi_group.h"
 
 namespace ringgrad::dist::detail {
 namespace {
@@ -28,19 +29,19 @@ size_t threshold_from(const GroupOptions& options) {
   return bytes ? static_cast<size_t>(*bytes) : kAutoThresholdBytes;
 }
 
-class AutoGroup final : public RingFamilyGroup {
+class AutoGroup final : public MpiGroupBase {
  public:
-  explicit AutoGroup(const GroupOptions& options)
-      : RingFamilyGroup("auto", options), threshold_(threshold_from(options)) {
+  explicit AutoGroup(const GroupOptions& options) : MpiGroupBase("auto", options), threshold_(threshold_from(options)) {
     use_shared_memory(options);
+    // The ring's table, but for small AllReduces: Note [One table per backend].
+    Collectives table = ring_collectives();
+    table.allreduce = [this](const Tensor& t, ReduceOp op, int tag) {
+      if (t.nbytes() < threshold_) return small_allreduce(t, op, tag);
+      return ring_allreduce(t, op, channel(tag), scratch_, ring_tuning_);
+    };
+    set_collectives(std::move(table));
   }
   ~AutoGroup() override { shutdown(); }
-
- protected:
-  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    if (t.nbytes() < threshold_) return tree_allreduce(t, op, channel(tag), scratch_, shared_slots_.get());
-    return RingFamilyGroup::start_allreduce(t, op, tag);
-  }
 
  private:
   const size_t threshold_;

@@ -1,6 +1,6 @@
 // Backend "hierarchical": a reduce within each node to its leader, the ring among the leaders,
 // then a broadcast within each node (dist/algorithms/hierarchical.cpp). Broadcast, all-gather and
-// reduce-scatter are MPI's over the whole group (MpiGroupBase defaults).
+// reduce-scatter are the MPI library's over the whole group.
 //
 // What a "node" is: by default the ranks sharing a machine (MPI_COMM_TYPE_SHARED). Setting
 // GroupOptions::ranks_per_node or RINGGRAD_RANKS_PER_NODE=k declares ranks [0, k) node 0, [k, 2k)
@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <utility>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -48,6 +49,11 @@ class HierarchicalGroup final : public MpiGroupBase {
       RG_MPI_CHECK(MPI_Comm_rank(topo_.leaders, &topo_.leader_rank));
       RG_MPI_CHECK(MPI_Comm_size(topo_.leaders, &topo_.num_nodes));
     }
+    Collectives table = mpi_library_collectives();
+    table.allreduce = [this](const Tensor& t, ReduceOp op, int tag) {
+      return hierarchical_allreduce(t, op, tag, topo_, size_, scratch_, ring_tuning_);
+    };
+    set_collectives(std::move(table));
   }
   ~HierarchicalGroup() override {
     shutdown();
@@ -55,11 +61,6 @@ class HierarchicalGroup final : public MpiGroupBase {
     if (stats().failed > 0) return;
     if (topo_.leaders != MPI_COMM_NULL) MPI_Comm_free(&topo_.leaders);
     MPI_Comm_free(&topo_.node);
-  }
-
- protected:
-  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    return hierarchical_allreduce(t, op, tag, topo_, size_, scratch_, ring_tuning_);
   }
 
  private:

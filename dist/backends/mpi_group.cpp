@@ -54,45 +54,22 @@ Tensor MpiGroupBase::new_in_place_buffer(int64_t numel, DType dtype, Device devi
   // Every rank takes the same branch: shared_slots_ is set on all ranks or on none, and the
   // arguments are the same everywhere.
   // A staged buffer is never reduced where it lies (Note [CUDA tensors through host staging]).
-  if (shared_slots_ == nullptr || staging().stages(device) || numel == 0 || dtype == DType::u8) return Tensor();
+  if (!offers_shared_memory(device) || numel == 0 || dtype == DType::u8) return Tensor();
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
   std::shared_ptr<SharedBuffer> shared = SharedBuffer::create(*this, bytes);
   if (shared == nullptr) return Tensor();
-  {
-    std::lock_guard<std::mutex> lock(shared_buffers_mutex_);
-    std::erase_if(shared_buffers_, [](const std::weak_ptr<SharedBuffer>& b) { return b.expired(); });
-    shared_buffers_.push_back(shared);
-    any_shared_buffers_.store(true, std::memory_order_relaxed);
-  }
-  // The storage owns the mapping: it is unmapped when the last view of the buffer goes away.
-  auto storage =
-      std::make_shared<Storage>(shared->mine(), bytes, Device::cpu(), [shared](void*) mutable { shared.reset(); });
+  // The storage owns the buffer, and carries its collectives (Note [Buffers that reduce themselves]
+  // in dist/staging.h): it is unmapped when the last view of it and the last op on it are gone.
+  std::byte* mine = shared->mine();
+  auto storage = std::make_shared<Storage>(mine, bytes, Device::cpu(), std::move(shared));
   return make_view(storage, {numel}, {1}, 0, dtype);  // zero: a new segment is zero-filled
-}
-
-std::shared_ptr<Work> MpiGroupBase::allreduce_in_place(const OpInfo& info, const Tensor& t, ReduceOp op) {
-  std::shared_ptr<SharedBuffer> shared = shared_buffer_of(t);
-  if (shared == nullptr) return nullptr;
-  return submit_collective(info,
-                           [shared = std::move(shared), t, op](int tag) { return shared->allreduce(t, op, tag); });
-}
-
-std::shared_ptr<Work> MpiGroupBase::allgather_in_place(const OpInfo& info, const Tensor& output, const Tensor& input) {
-  if (input.numel() == 0) return nullptr;
-  // Only the in-place form: the block this rank contributes already sits where every rank reads it.
-  const auto* block = static_cast<const std::byte*>(output.raw_data()) + static_cast<size_t>(rank_) * input.nbytes();
-  if (input.raw_data() != block) return nullptr;
-  std::shared_ptr<SharedBuffer> shared = shared_buffer_of(output);
-  if (shared == nullptr) return nullptr;
-  const Tensor flat = output.view({-1});
-  return submit_collective(info, [shared = std::move(shared), flat](int tag) { return shared->allgather(flat, tag); });
 }
 
 bool MpiGroupBase::reserve_reduce_scatter_staging(int64_t bytes) {
   RG_CHECK(bytes >= 0, "dist.reserve_reduce_scatter_staging", "bytes must be >= 0, got ", bytes, " (rank ", rank_, "/",
            size_, ")");
   // Every rank takes the same branch: shared_slots_ and scatter_staging_ are alike everywhere.
-  if (shared_slots_ == nullptr || bytes == 0 || staging().stages(Device::cpu())) return false;
+  if (!offers_shared_memory(Device::cpu()) || bytes == 0) return false;
   if (scatter_staging_ != nullptr && scatter_staging_->bytes() >= static_cast<size_t>(bytes)) return true;
   std::shared_ptr<SharedBuffer> staging = SharedBuffer::create(*this, static_cast<size_t>(bytes));
   if (staging == nullptr) return false;
@@ -112,43 +89,35 @@ std::shared_ptr<Work> MpiGroupBase::reduce_scatter_staged(const OpInfo& info, co
   });
 }
 
-std::shared_ptr<SharedBuffer> MpiGroupBase::shared_buffer_of(const Tensor& t) const {
-  if (!any_shared_buffers_.load(std::memory_order_relaxed) || !t.device().is_cpu()) return nullptr;
-  std::lock_guard<std::mutex> lock(shared_buffers_mutex_);
-  for (const std::weak_ptr<SharedBuffer>& weak : shared_buffers_)
-    if (std::shared_ptr<SharedBuffer> b = weak.lock(); b != nullptr && b->contains(t)) return b;
-  return nullptr;
+Collectives MpiGroupBase::mpi_library_collectives() {
+  return {
+      .allreduce = [this](const Tensor& t, ReduceOp op,
+                          int tag) { return mpi_allreduce(t, op, channel(tag), scratch_); },
+      .broadcast = [this](const Tensor& t, int root, int tag) { return mpi_broadcast(t, root, channel(tag)); },
+      .allgather = [this](const Tensor& output, const Tensor& input,
+                          int tag) { return mpi_allgather(output, input, channel(tag)); },
+      .reduce_scatter = [this](const Tensor& output, const Tensor& input, ReduceOp op,
+                               int tag) { return mpi_reduce_scatter(output, input, op, channel(tag), scratch_); },
+  };
 }
 
-std::unique_ptr<PendingOp> MpiGroupBase::start_broadcast(const Tensor& t, int root, int /*tag*/) {
-  MPI_Request request;
-  RG_MPI_CHECK(MPI_Ibcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, comm_, &request));
-  return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{t});
+Collectives MpiGroupBase::ring_collectives() {
+  return {
+      .allreduce = [this](const Tensor& t, ReduceOp op,
+                          int tag) { return ring_allreduce(t, op, channel(tag), scratch_, ring_tuning_); },
+      .broadcast = [this](const Tensor& t, int root, int tag) { return chain_broadcast(t, root, channel(tag)); },
+      .allgather = [this](const Tensor& output, const Tensor& input,
+                          int tag) { return ring_allgather(output, input, channel(tag)); },
+      .reduce_scatter =
+          [this](const Tensor& output, const Tensor& input, ReduceOp op, int tag) {
+            return ring_reduce_scatter(output, input, op, channel(tag), scratch_, ring_tuning_);
+          },
+  };
 }
 
-std::unique_ptr<PendingOp> MpiGroupBase::start_allgather(const Tensor& output, const Tensor& input, int /*tag*/) {
-  MPI_Request request;
-  const int bytes = static_cast<int>(input.nbytes());
-  RG_MPI_CHECK(MPI_Iallgather(input.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_, &request));
-  return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, nullptr, std::vector<Tensor>{output, input});
-}
-
-std::unique_ptr<PendingOp> MpiGroupBase::start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
-                                                              int /*tag*/) {
-  const int64_t m = output.numel();
-  return with_accumulator(scratch_, input, std::max<int64_t>(m, 1),
-                          [&](auto zero, auto* work, auto* recv) -> std::unique_ptr<PendingOp> {
-                            using T = decltype(zero);
-                            using Acc = std::remove_pointer_t<decltype(work)>;
-                            MPI_Request request;
-                            RG_MPI_CHECK(MPI_Ireduce_scatter_block(work, recv, static_cast<int>(m), mpi_type<Acc>(),
-                                                                   mpi_op(op), comm_, &request));
-                            auto on_done = [out = static_cast<T*>(output.raw_data()), recv, m, op, N = size_] {
-                              finish_into(out, recv, m, op, N);
-                            };
-                            return std::make_unique<RequestsOp>(std::vector<MPI_Request>{request}, on_done,
-                                                                std::vector<Tensor>{output, input});
-                          });
+std::unique_ptr<PendingOp> MpiGroupBase::small_allreduce(const Tensor& t, ReduceOp op, int tag) {
+  if (shared_slots_ != nullptr && SharedSlots::fits(t)) return shared_slots_->allreduce(t, op, tag, scratch_);
+  return tree_allreduce(t, op, channel(tag), scratch_);
 }
 
 }  // namespace ringgrad::dist::detail

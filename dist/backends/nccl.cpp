@@ -180,6 +180,35 @@ class NcclGroup final : public GroupBase {
     RG_NCCL_CHECK(ncclCommInitRank(&comm_state_->comm, size_, id, rank_));
     RG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     set_native_device(device_);
+    set_collectives({
+        .allreduce =
+            [this](const Tensor& t, ReduceOp op, int /*tag*/) {
+              const ncclDataType_t type = nccl_type(t.dtype(), "dist.allreduce");
+              return op_on({t}, [&](cudaStream_t s) {
+                RG_NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type, nccl_op(op), comm(), s));
+              });
+            },
+        .broadcast =
+            [this](const Tensor& t, int root, int /*tag*/) {
+              return op_on({t}, [&](cudaStream_t s) {
+                RG_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm(), s));
+              });
+            },
+        .allgather =
+            [this](const Tensor& output, const Tensor& input, int /*tag*/) {
+              return op_on({output, input}, [&](cudaStream_t s) {
+                RG_NCCL_CHECK(ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm(), s));
+              });
+            },
+        .reduce_scatter =
+            [this](const Tensor& output, const Tensor& input, ReduceOp op, int /*tag*/) {
+              const ncclDataType_t type = nccl_type(input.dtype(), "dist.reduce_scatter");
+              return op_on({output, input}, [&](cudaStream_t s) {
+                RG_NCCL_CHECK(ncclReduceScatter(input.raw_data(), output.raw_data(), output.numel(), type, nccl_op(op),
+                                                comm(), s));
+              });
+            },
+    });
   }
   ~NcclGroup() override {
     shutdown();  // queued ops still run (each bounded by the timeout)
@@ -197,31 +226,8 @@ class NcclGroup final : public GroupBase {
     }
   }
 
- protected:
-  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int /*tag*/) override {
-    const ncclDataType_t type = nccl_type(t.dtype(), "dist.allreduce");
-    return op_on({t}, [&](cudaStream_t s) {
-      RG_NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type, nccl_op(op), comm(), s));
-    });
-  }
-  std::unique_ptr<PendingOp> start_broadcast(const Tensor& t, int root, int /*tag*/) override {
-    return op_on({t}, [&](cudaStream_t s) {
-      RG_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm(), s));
-    });
-  }
-  std::unique_ptr<PendingOp> start_allgather(const Tensor& output, const Tensor& input, int /*tag*/) override {
-    return op_on({output, input}, [&](cudaStream_t s) {
-      RG_NCCL_CHECK(ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm(), s));
-    });
-  }
-  std::unique_ptr<PendingOp> start_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
-                                                  int /*tag*/) override {
-    const ncclDataType_t type = nccl_type(input.dtype(), "dist.reduce_scatter");
-    return op_on({output, input}, [&](cudaStream_t s) {
-      RG_NCCL_CHECK(
-          ncclReduceScatter(input.raw_data(), output.raw_data(), output.numel(), type, nccl_op(op), comm(), s));
-    });
-  }
+  // NCCL adds f16 and bf16 in their own precision (Note [Averaging half precision]).
+  bool adds_in_dtype(DType dtype) const override { return dtype == DType::f16 || dtype == DType::bf16; }
 
  private:
   ncclComm_t comm() const { return comm_state_->comm; }

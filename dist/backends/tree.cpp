@@ -1,8 +1,8 @@
 // Backend "tree": AllReduce by recursive doubling (dist/algorithms/tree.cpp), or through
 // shared-memory slots when every rank is on one machine (Note [Shared-memory AllReduce] in
-// dist/shm/slots.h). Broadcast, all-gather, reduce-scatter and barrier are MPI's (MpiGroupBase and
-// GroupBase defaults).
+// dist/shm/slots.h). Broadcast, all-gather, reduce-scatter and barrier are the MPI library's.
 #include <memory>
+#include <utility>
 
 #include "dist/algorithms/algorithms.h"
 #include "dist/backends/backends.h"
@@ -14,13 +14,13 @@ namespace {
 
 class TreeGroup final : public MpiGroupBase {
  public:
-  explicit TreeGroup(const GroupOptions& options) : MpiGroupBase("tree", options) { use_shared_memory(options); }
-  ~TreeGroup() override { shutdown(); }
-
- protected:
-  std::unique_ptr<PendingOp> start_allreduce(const Tensor& t, ReduceOp op, int tag) override {
-    return tree_allreduce(t, op, channel(tag), scratch_, shared_slots_.get());
+  explicit TreeGroup(const GroupOptions& options) : MpiGroupBase("tree", options) {
+    use_shared_memory(options);
+    Collectives table = mpi_library_collectives();
+    table.allreduce = [this](const Tensor& t, ReduceOp op, int tag) { return small_allreduce(t, op, tag); };
+    set_collectives(std::move(table));
   }
+  ~TreeGroup() override { shutdown(); }
 };
 
 }  // namespace

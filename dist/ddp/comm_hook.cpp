@@ -5,13 +5,17 @@
 
 namespace ringgrad::dist {
 
+Averaging average_over(const ProcessGroup& group, DType dtype) {
+  if (group.size() > 1 && dtype == DType::f16 && group.adds_in_dtype(dtype))
+    return {.pre_scale = 1.0 / group.size(), .op = ReduceOp::sum};
+  return {};
+}
+
 HookWork allreduce_hook(ProcessGroup& group, GradBucket& bucket) {
-  // Note [Average, not sum] in dist/ddp/ddp.h.
-  if (bucket.buffer.dtype() == DType::f16 && group.size() > 1) {
-    bucket.buffer.mul_(1.0 / group.size());  // divide first: an f16 sum of N gradients may overflow
-    return {group.allreduce(bucket.buffer, ReduceOp::sum), nullptr};
-  }
-  return {group.allreduce(bucket.buffer, ReduceOp::avg), nullptr};
+  // Note [Average, not sum] in dist/ddp/ddp.h; Note [Averaging half precision].
+  const Averaging averaging = average_over(group, bucket.buffer.dtype());
+  if (averaging.pre_scale != 1) bucket.buffer.mul_(averaging.pre_scale);
+  return {group.allreduce(bucket.buffer, averaging.op), nullptr};
 }
 
 HookWork fp16_compress_hook(ProcessGroup& group, GradBucket& bucket) {

@@ -36,8 +36,20 @@ struct HookWork {
 // same collectives on every rank.
 using CommHook = std::function<HookWork(ProcessGroup& group, GradBucket& bucket)>;
 
-// The default: AllReduce-average. f16 buckets are divided by N first and then summed, so that a
-// backend summing in f16 (NCCL) cannot overflow where the average would not.
+// Note [Averaging half precision]: how a tensor of `dtype` is averaged over the group, by DDP's
+// buckets and ZeRO's reduce-scatter alike. Where the group adds in the accumulation type, one
+// ReduceOp::avg divides once, before rounding (Note [Where AVG divides]). Where it adds f16 in f16
+// (adds_in_dtype), the sum of N gradients may overflow f16's 65504 where their mean would not, so
+// the tensor is first scaled by 1/N and then summed. (bf16 has f32's range: it needs no pre-scale.)
+struct Averaging {
+  double pre_scale = 1;         // multiply the tensor by this first (1: leave it)
+  ReduceOp op = ReduceOp::avg;  // then reduce with this
+};
+Averaging average_over(const ProcessGroup& group, DType dtype);
+
+// The default: AllReduce-average. On a backend that adds f16 in f16 (nccl), f16 buckets are
+// divided by N first and then summed, so that the sum cannot overflow where the average would not
+// (Note [Averaging half precision] above).
 HookWork allreduce_hook(ProcessGroup& group, GradBucket& bucket);
 // For f32 models: the bucket travels as f16 (half the bytes), averaged, and is widened back. The
 // division by N happens in f32 before the cast, so the f16 values stay in range. Costs ~3 decimal

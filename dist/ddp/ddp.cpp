@@ -31,8 +31,7 @@ std::vector<std::string> split_lines(const std::string& s) {
 void check_same_parameters(ProcessGroup& group, const std::vector<std::pair<std::string, Tensor>>& params) {
   std::string mine;
   for (const auto& [name, t] : params)
-    mine += str_cat(name, " ", shape_str(t.shape()), " ", dtype_name(t.dtype()), " ",
-                    t.device().is_cpu() ? "cpu" : "cuda", "\n");
+    mine += str_cat(name, " ", shape_str(t.shape()), " ", dtype_name(t.dtype()), " ", t.device().kind(), "\n");
   const std::vector<std::string> all = allgather_strings(group, mine);
   if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; })) return;
   std::vector<std::vector<std::string>> lines;
@@ -191,7 +190,7 @@ double DistributedDataParallel::begin_forward() {
 
 void DistributedDataParallel::end_forward(double start_us) {
   if (options_.trace)
-    reducer_->add_trace_event(
+    reducer_->recorder().add_trace_event(
         TraceEvent{"forward", "compute", group_->rank(), "compute", start_us, trace_clock_us() - start_us, ""});
 }
 
@@ -229,13 +228,13 @@ void DistributedDataParallel::release_shard_owner(const void* owner) {
   reducer_->set_comm_hook(options_.comm_hook);
   reducer_->keep_gradients();
 }
-const DDPStats& DistributedDataParallel::stats() const { return reducer_->stats(); }
-void DistributedDataParallel::reset_stats() { reducer_->reset_stats(); }
+const DDPStats& DistributedDataParallel::stats() const { return reducer_->recorder().stats(); }
+void DistributedDataParallel::reset_stats() { reducer_->recorder().reset_stats(); }
 std::vector<BucketInfo> DistributedDataParallel::buckets() const { return reducer_->buckets(); }
-std::vector<TraceEvent> DistributedDataParallel::trace_events() const { return reducer_->trace_events(); }
+std::vector<TraceEvent> DistributedDataParallel::trace_events() const { return reducer_->recorder().trace_events(); }
 
 void DistributedDataParallel::write_trace(const std::string& path) {
-  const std::vector<std::string> all = allgather_strings(*group_, encode_events(reducer_->trace_events()));
+  const std::vector<std::string> all = allgather_strings(*group_, encode_events(reducer_->recorder().trace_events()));
   if (group_->rank() != 0) return;
   std::vector<TraceEvent> events;
   for (const std::string& text : all) {

@@ -34,9 +34,11 @@
 //
 // dist/ddp/ is data parallelism on top of a ProcessGroup: this file (the public entry), options.h
 // (what DDP is configured with and reports), comm_hook.h (the hook types and the built-in hooks),
-// join.h (uneven inputs: ranks out of data answer the others' collectives) and reducer.h
-// (internal: the buckets and overlapped reductions behind DistributedDataParallel). Headers include
-// downwards only -- join.h -> ddp.h -> options.h -> comm_hook.h, reducer.h -> options.h -- so ddp.h
+// join.h (uneven inputs: ranks out of data answer the others' collectives), reducer.h (internal:
+// the buckets and overlapped reductions behind DistributedDataParallel) and recorder.h (internal:
+// what the Reducer's steps are observed as -- statistics, trace, narration). Headers include
+// downwards only -- join.h -> ddp.h -> options.h -> comm_hook.h, reducer.h -> recorder.h ->
+// options.h -- so ddp.h
 // never includes reducer.h (it holds a std::unique_ptr<Reducer>), and nothing else in dist/
 // includes ddp.h.
 #pragma once
@@ -100,7 +102,6 @@ class DistributedDataParallel {
   }
 
   nn::Module& module() { return *module_; }
-  const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
   ProcessGroup& group() { return *group_; }
 
   // Gradient accumulation: backward passes while a guard is alive accumulate into .grad locally

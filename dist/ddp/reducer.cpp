@@ -6,19 +6,17 @@
 #include <utility>
 
 #include "autograd/engine.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/ops.h"
 
 namespace ringgrad::dist {
 
-namespace {
-constexpr size_t kMaxTraceEvents = 1 << 20;  // a long run must not grow without bound
-}  // namespace
-
 Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, std::shared_ptr<ProcessGroup> group,
                  const DDPOptions& options)
-    : group_(std::move(group)), options_(options), hook_(options.comm_hook) {
+    : group_(std::move(group)),
+      options_(options),
+      hook_(options.comm_hook),
+      recorder_(*group_, options.trace, options.explain_steps) {
   RG_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_mb > 0, "dist.DistributedDataParallel",
            "bucket_cap_mb and first_bucket_mb must be positive, got ", options.bucket_cap_mb, " and ",
            options.first_bucket_mb);
@@ -30,10 +28,6 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, std::
   std::vector<int> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(order.size() - 1 - i);
   build_buckets(order);
-  explain_left_ = options.explain_steps;
-  const auto explain = env::integer("RINGGRAD_EXPLAIN", "dist.DistributedDataParallel", 0, 1000000);
-  explain_left_ = std::max<int>(explain_left_, static_cast<int>(explain.value_or(0)));
-  if (group_->rank() != 0) explain_left_ = 0;  // rank 0 speaks for the ranks: they run the same step
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].hook_handle = params_[i].tensor.register_post_accumulate_grad_hook(
         [this, i](Tensor&) { on_gradient_ready(static_cast<int>(i)); });
@@ -45,7 +39,6 @@ Reducer::~Reducer() {
     p.tensor.remove_post_accumulate_grad_hook(p.hook_handle);
     autograd::set_grad_destination(p.tensor, Tensor());
   }
-  if (options_.trace) autograd::set_node_observer(nullptr);
 }
 
 void Reducer::build_buckets(const std::vector<int>& order) {
@@ -193,18 +186,6 @@ void Reducer::attach_view(Param& p) {
   p.tensor.set_grad(s);
 }
 
-void Reducer::before_forward() {
-  record_finished_steps(/*block=*/false);  // also raises a device-waited reduction's failure
-  if (step_start_us_ < 0) step_start_us_ = trace_clock_us();
-  if (options_.trace) {
-    const int rank = group_->rank();
-    autograd::set_node_observer([this, rank](const std::string& name, double start_us, double end_us) {
-      if (events_.size() < kMaxTraceEvents)
-        events_.push_back(TraceEvent{name, "compute", rank, "compute", start_us, end_us - start_us, ""});
-    });
-  }
-}
-
 void Reducer::on_gradient_ready(int index) {
   if (!in_backward_) {  // the first gradient of this backward
     in_backward_ = true;
@@ -222,8 +203,7 @@ void Reducer::on_gradient_ready(int index) {
       b.work = HookWork{};
     }
     for (Param& p : params_) p.ready = false;
-    if (sync_this_backward_) ++synced_backwards_;
-    if (sync_this_backward_ && explain_left_ > 0) begin_narration();
+    if (sync_this_backward_) recorder_.synchronising_backward_begins([this] { return bucket_lines(); });
   }
   Param& p = params_[index];
   // Note [Gradient buffers released after the reduction]: the bucket's first gradient was computed
@@ -234,16 +214,16 @@ void Reducer::on_gradient_ready(int index) {
   if (options_.rebuild_buckets && !rebuilt_) observed_order_.push_back(index);
   p.ready = true;
   const int still_to_come = --buckets_[p.bucket].pending;
-  if (narrator_)
-    narrator_->gradient_ready(p.name, shape_str(p.tensor.shape()), p.bucket, p.offset, p.tensor.numel(), still_to_come);
+  StepNarrator* narrator = recorder_.narrator();
+  if (narrator)
+    narrator->gradient_ready(p.name, shape_str(p.tensor.shape()), p.bucket, p.offset, p.tensor.numel(), still_to_come);
   if (still_to_come == 0) {
     launch_ready_buckets();
-    if (narrator_ && p.bucket >= next_to_launch_) narrator_->bucket_waits(p.bucket, next_to_launch_);
+    if (narrator && p.bucket >= next_to_launch_) narrator->bucket_waits(p.bucket, next_to_launch_);
   }
 }
 
-void Reducer::begin_narration() {
-  narrator_ = std::make_unique<StepNarrator>(group_->rank(), group_->size(), synced_backwards_);
+std::vector<std::string> Reducer::bucket_lines() const {
   std::vector<std::string> lines;
   for (const Bucket& b : buckets_) {
     std::string names;
@@ -251,21 +231,19 @@ void Reducer::begin_narration() {
     lines.push_back(
         str_cat(names, "(", b.numel, " ", dtype_name(b.dtype), ", ", b.numel * dtype_size(b.dtype), " bytes)"));
   }
-  narrator_->begin(lines);
+  return lines;
 }
 
 // Note [Buckets launch in index order].
 void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < static_cast<int>(buckets_.size()) && buckets_[next_to_launch_].pending == 0) {
     Bucket& b = buckets_[next_to_launch_++];
-    const double launch_us = narrator_ ? trace_clock_us() : 0;
+    const double launch_us = recorder_.narrator() ? trace_clock_us() : 0;
     b.work = hook_ ? hook_(*group_, b.grad) : allreduce_hook(*group_, b.grad);
     RG_CHECK(b.work.work != nullptr, "dist.DistributedDataParallel",
              "the communication hook returned no Work for bucket ", b.grad.index);
     b.launched = true;
-    if (narrator_) narrator_->bucket_launched(b.grad.index, b.grad.buffer.nbytes(), launch_us);
-    ++stats_.bucket_reductions;
-    stats_.bytes_reduced += static_cast<int64_t>(b.grad.buffer.nbytes());
+    recorder_.bucket_launched(b.grad.index, b.grad.buffer.nbytes(), launch_us);
   }
 }
 
@@ -295,7 +273,7 @@ void Reducer::mark_unused_parameters() {
   }
   for (int i : unused) {
     Param& p = params_[i];
-    if (narrator_) narrator_->unused(p.name, p.bucket);
+    if (StepNarrator* narrator = recorder_.narrator()) narrator->unused(p.name, p.bucket);
     if (!buckets_[p.bucket].grad.buffer.defined()) allocate_bucket(p.bucket);
     attach_view(p);  // zero unless earlier no_sync backwards accumulated into it
     p.ready = true;
@@ -308,10 +286,9 @@ void Reducer::finish_backward() {
   in_backward_ = false;
   gradients_unsynchronised_ = !sync_this_backward_;
   if (!sync_this_backward_) return;
-  SyncedStep step{trace_clock_us(), step_start_us_, 0, {}};
-  step_start_us_ = -1;
+  SyncedStep step = recorder_.backward_computed();
   mark_unused_parameters();
-  if (narrator_) narrator_->backward_computed(buckets_.size());
+  if (StepNarrator* narrator = recorder_.narrator()) narrator->backward_computed(buckets_.size());
   for (Bucket& b : buckets_) {
     // Throws the timeout's diagnosis if a rank never joined. GPU reductions (nccl) are waited for by
     // the GPU: Note [Waiting on the device] in dist/work.h.
@@ -327,16 +304,7 @@ void Reducer::finish_backward() {
     for (Bucket& b : buckets_) b.grad.buffer.mul_(factor);
   }
   if (release_after_sync_) release_buffers();
-  step.host_done_us = trace_clock_us();
-  if (narrator_) {
-    for (const auto& r : step.buckets)
-      if (r.work->is_completed()) narrator_->reduced(r.index, r.work->start_us(), r.work->end_us());
-    narrator_->done((step.host_done_us - step.backward_end_us) * 1e-3);
-    narrator_.reset();
-    --explain_left_;
-  }
-  unrecorded_.push_back(std::move(step));
-  record_finished_steps(/*block=*/false);
+  recorder_.synchronised_step_done(std::move(step));
   if (options_.rebuild_buckets && !rebuilt_) rebuild_buckets_from_observed_order();
 }
 
@@ -356,49 +324,6 @@ void Reducer::shadow_backward() {
   }
   // The others rebuild their buckets after their first synchronising backward (a broadcast).
   if (options_.rebuild_buckets && !rebuilt_) rebuild_buckets_from_observed_order();
-}
-
-void Reducer::record_finished_steps(bool block) {
-  while (!unrecorded_.empty()) {
-    const SyncedStep& step = unrecorded_.front();
-    for (const auto& b : step.buckets) {
-      if (!block && !b.work->is_completed()) return;  // a GPU reduction still running: later
-      try {
-        b.work->wait();  // completed (or now waited for); rethrows a device-waited op's failure
-      } catch (...) {
-        unrecorded_.erase(unrecorded_.begin());  // raised once, not again by every later call
-        throw;
-      }
-    }
-    record_step_times(step);
-    unrecorded_.erase(unrecorded_.begin());
-  }
-}
-
-void Reducer::record_step_times(const SyncedStep& step) {
-  DDPStepTimes t;
-  const int rank = group_->rank();
-  double done_us = step.host_done_us;  // the host waited this long (all of it on the MPI backends)
-  for (const auto& b : step.buckets) {
-    const double start = b.work->start_us(), end = b.work->end_us();
-    done_us = std::max(done_us, end);  // a device-waited reduction may end after the host moved on
-    t.comm_ms += (end - start) * 1e-3;
-    if (options_.trace && events_.size() < kMaxTraceEvents)
-      events_.push_back(
-          TraceEvent{str_cat("bucket ", b.index), "comm", rank, "comm:" + group_->backend(), start, end - start,
-                     str_cat("\"bucket\": ", b.index, ", \"bytes\": ", b.bytes, ", \"parameters\": ", b.parameters)});
-  }
-  const double backward_end_us = step.backward_end_us;
-  t.compute_ms = step.start_us >= 0 ? (backward_end_us - step.start_us) * 1e-3 : 0;
-  t.exposed_comm_ms = (done_us - backward_end_us) * 1e-3;
-  if (options_.trace && events_.size() < kMaxTraceEvents)
-    events_.push_back(
-        TraceEvent{"wait for buckets", "compute", rank, "compute", backward_end_us, done_us - backward_end_us, ""});
-  stats_.last = t;
-  stats_.total.compute_ms += t.compute_ms;
-  stats_.total.comm_ms += t.comm_ms;
-  stats_.total.exposed_comm_ms += t.exposed_comm_ms;
-  ++stats_.steps;
 }
 
 void Reducer::rebuild_buckets_from_observed_order() {

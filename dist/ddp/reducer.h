@@ -56,10 +56,9 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "core/trace.h"
 #include "dist/ddp/comm_hook.h"
-#include "dist/ddp/explain.h"
 #include "dist/ddp/options.h"
+#include "dist/ddp/recorder.h"
 #include "dist/process_group.h"
 
 namespace ringgrad::dist {
@@ -70,7 +69,7 @@ class Reducer {
           const DDPOptions& options);
   ~Reducer();
 
-  void before_forward();  // starts the step clock; sets up tracing
+  void before_forward() { recorder_.forward_begins(); }  // the step clock, tracing
   void set_require_sync(bool on) { require_sync_ = on; }
   bool require_sync() const { return require_sync_; }
   // Whether the last finished backward ran under no_sync, so .grad holds this rank's micro-batches
@@ -96,16 +95,8 @@ class Reducer {
   // through the same hook, with zero gradients.
   void shadow_backward();
 
-  // Waits for the reductions of steps not yet recorded (GPU ones may still run: Note [Waiting on the
-  // device] in dist/work.h), so the figures cover every synchronised step.
-  const DDPStats& stats() {
-    record_finished_steps(/*block=*/true);
-    return stats_;
-  }
-  void reset_stats() {
-    record_finished_steps(/*block=*/true);  // a failed reduction still raises its error
-    stats_ = DDPStats{};
-  }
+  // Statistics, trace and narration: Note [Steps recorded once reduced] in dist/ddp/recorder.h.
+  ReducerRecorder& recorder() { return recorder_; }
   std::vector<BucketInfo> buckets() const;
   // Note [Buckets for sharding]: pads every bucket to a multiple of `parts` elements and keeps the
   // layout from now on; with `release_gradients`, Note [Gradient buffers released after the
@@ -115,11 +106,6 @@ class Reducer {
   // their next gradient, in plain memory: allocating shared memory is collective, which a
   // destructor must not be.
   void keep_gradients() { release_after_sync_ = false; }
-  std::vector<TraceEvent> trace_events() {
-    record_finished_steps(/*block=*/true);  // the last steps' bucket events, on nccl
-    return events_;
-  }
-  void add_trace_event(TraceEvent e) { events_.push_back(std::move(e)); }
 
  private:
   struct Param {
@@ -168,19 +154,7 @@ class Reducer {
   void finish_backward();             // the end-of-backward callback
   void mark_unused_parameters();
   void rebuild_buckets_from_observed_order();
-  // A synchronised backward's reductions, recorded in the stats once they have all completed.
-  struct SyncedStep {
-    double backward_end_us, start_us, host_done_us;  // trace_clock_us; start_us < 0: unknown
-    struct Reduction {
-      std::shared_ptr<Work> work;
-      int index;
-      size_t bytes, parameters;
-      Tensor buffer;  // a released buffer lives until its reduction completed (a device may still read it)
-    };
-    std::vector<Reduction> buckets;
-  };
-  void record_finished_steps(bool block);  // oldest first; without `block`, up to a running one
-  void record_step_times(const SyncedStep& step);
+  std::vector<std::string> bucket_lines() const;  // one per bucket, for the narration
 
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
@@ -203,18 +177,7 @@ class Reducer {
   int contributing_ranks_ = 0;
   std::vector<int> observed_order_;  // first synchronising backward, hook order
 
-  // RINGGRAD_EXPLAIN (DDPOptions::explain_steps): synchronising backwards still to narrate, and the
-  // narrator of the one running.
-  int explain_left_ = 0;
-  int synced_backwards_ = 0;
-  std::unique_ptr<StepNarrator> narrator_;
-  void begin_narration();
-
-  // Step timing (trace_clock_us).
-  double step_start_us_ = -1;
-  std::vector<SyncedStep> unrecorded_;
-  DDPStats stats_;
-  std::vector<TraceEvent> events_;
+  ReducerRecorder recorder_;  // statistics, trace, narration
 };
 
 }  // namespace ringgrad::dist

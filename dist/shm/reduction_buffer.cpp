@@ -111,12 +111,14 @@ std::shared_ptr<SharedBuffer> SharedBuffer::create(ProcessGroup& group, size_t b
     if (mapping != nullptr) munmap(mapping, total);
     return nullptr;
   }
-  return std::shared_ptr<SharedBuffer>(new SharedBuffer(mapping, total, control_bytes, bytes, stride, rank, size));
+  return std::shared_ptr<SharedBuffer>(
+      new SharedBuffer(&group, mapping, total, control_bytes, bytes, stride, rank, size));
 }
 
-SharedBuffer::SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t control_bytes, size_t bytes, size_t stride,
-                           int rank, int size)
-    : mapping_(mapping),
+SharedBuffer::SharedBuffer(const ProcessGroup* group, std::byte* mapping, size_t mapping_bytes, size_t control_bytes,
+                           size_t bytes, size_t stride, int rank, int size)
+    : InPlaceBuffer(group),
+      mapping_(mapping),
       mapping_bytes_(mapping_bytes),
       data_(mapping + control_bytes),
       bytes_(bytes),
@@ -136,12 +138,6 @@ SharedBuffer::Counter& SharedBuffer::claimed() const {
 }
 
 SharedBuffer::Counter& SharedBuffer::completed() const { return (&claimed())[1]; }
-
-bool SharedBuffer::contains(const Tensor& t) const {
-  if (!t.defined() || !t.device().is_cpu() || t.numel() == 0) return false;
-  const auto* begin = static_cast<const std::byte*>(t.raw_data());
-  return begin >= mine() && begin + t.nbytes() <= mine() + bytes_;
-}
 
 namespace {
 std::atomic_ref<uint64_t> counter(uint64_t& c) { return std::atomic_ref<uint64_t>(c); }

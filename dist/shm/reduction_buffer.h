@@ -47,8 +47,8 @@
 // times out waiting for the rest: the buffers' contents are undefined from the timeout on, like
 // everything a broken group touched.
 //
-// A tensor takes this path when it lies inside this rank's buffer of a live segment of the group
-// (a view into it included). Every rank must then pass its own buffer's tensor at the same offset:
+// A tensor takes this path when it is a view of this rank's buffer, made by the same group: the
+// buffer's storage carries it (Note [Buffers that reduce themselves] in dist/staging.h). Every rank must then pass its own buffer's tensor at the same offset:
 // a rank that passes an ordinary tensor instead waits in MPI while the others wait here, and both
 // end in the timeout. The buffers come from a collective call, so SPMD code gets this right.
 //
@@ -84,10 +84,11 @@
 #include "core/tensor.h"
 #include "dist/comm_thread.h"
 #include "dist/process_group.h"
+#include "dist/staging.h"
 
 namespace ringgrad::dist::detail {
 
-class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
+class SharedBuffer final : public InPlaceBuffer, public std::enable_shared_from_this<SharedBuffer> {
  public:
   // Collective over `group` (through its broadcast and allreduce: every rank must call it, in the
   // same order, with the same `bytes`). Null on every rank when any rank could not create or map
@@ -99,15 +100,13 @@ class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
 
   std::byte* mine() const { return region_of(rank_); }  // this rank's buffer, `bytes()` long
   size_t bytes() const { return bytes_; }
-  // Whether t's elements all lie in this rank's buffer.
-  bool contains(const Tensor& t) const;
 
   // t: inside mine(), reduced in place over every rank's buffer. `tag` is the collective's tag (the
   // same on every rank). Call only from the thread that runs the group's ops, one op at a time.
-  std::unique_ptr<PendingOp> allreduce(const Tensor& t, ReduceOp op, int tag);
+  std::unique_ptr<PendingOp> allreduce(const Tensor& t, ReduceOp op, int tag) override;
   // t: N blocks of m elements inside mine(), this rank's block (rank r: block r) written before the
   // call; every rank's t ends up holding every rank's block (Note [Allgather in a shared buffer]).
-  std::unique_ptr<PendingOp> allgather(const Tensor& t, int tag);
+  std::unique_ptr<PendingOp> allgather(const Tensor& t, int tag) override;
   // input: N m elements of any memory, output: (m) contiguous. mine() is the staging: the input is
   // copied into it and reduced there, in as many rounds as it takes (Note [Reduce-scatter through a
   // shared buffer]). Any size whose rounds fit (rounds_fit).
@@ -119,8 +118,8 @@ class SharedBuffer : public std::enable_shared_from_this<SharedBuffer> {
   struct Control;
   struct Counter;
   // The buffers start control_bytes into the mapping.
-  SharedBuffer(std::byte* mapping, size_t mapping_bytes, size_t control_bytes, size_t bytes, size_t stride, int rank,
-               int size);
+  SharedBuffer(const ProcessGroup* group, std::byte* mapping, size_t mapping_bytes, size_t control_bytes, size_t bytes,
+               size_t stride, int rank, int size);
   Control& control_of(int rank) const;
   Counter& claimed() const;    // chunks claimed by any rank, over all ops
   Counter& completed() const;  // of which reduced

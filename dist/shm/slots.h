@@ -2,10 +2,11 @@
 // "auto").
 //
 // Note [Shared-memory AllReduce]: on one machine a message between two ranks is a copy into a
-// shared FIFO and a copy out, plus MPI's matching; a 4 KiB recursive-doubling exchange over
-// MPI_Isend / MPI_Irecv takes ~2.7 us here, slower than MPI_Allreduce itself (~2.4 us), before any
-// of ringgrad's own costs. When every rank of a group is on one machine, the group maps one
-// segment of shared memory instead, with a slot per rank:
+// shared FIFO and a copy out, plus MPI's matching, so a small recursive-doubling exchange over
+// MPI_Isend / MPI_Irecv is slower than MPI_Allreduce itself before any of ringgrad's own costs
+// (tuning history: docs/performance.md, "Small AllReduces through shared memory"). When every rank
+// of a group is on one machine, the group maps one segment of shared memory instead, with a slot
+// per rank:
 //
 //   rank r:  [parity 0: posted, header, data] [parity 1: posted, header, data]
 //

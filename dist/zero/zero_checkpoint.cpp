@@ -209,116 +209,158 @@ void ZeroOptimizer::load_sharded(const std::string& dir, std::optional<int64_t> 
   }
 }
 
-nn::StateDict consolidate_sharded(const std::string& dir, std::optional<int64_t> save_id) {
-  const char* who = "dist.consolidate_sharded";
-  const std::string index_file = index_path(dir, save_id);
+namespace {
+
+// consolidate_sharded's steps: read the index, read every shard's pieces, then per parameter check
+// that its pieces tile it and join each state tensor's pieces into the whole.
+
+const char* const kConsolidate = "dist.consolidate_sharded";
+
+// What the index of one save says (Note [Sharded checkpoint files]).
+struct ShardedIndex {
+  std::string file;
+  int64_t id = 0, world = 0;
+  std::vector<std::pair<std::string, Shape>> params;  // in the optimizer's order
+  nn::StateDict param_groups;                         // "param_groups.<g>.<what>"
+};
+
+ShardedIndex read_index(const std::string& dir, std::optional<int64_t> save_id) {
+  const char* who = kConsolidate;
+  ShardedIndex index;
+  index.file = index_path(dir, save_id);
+  const std::string& file = index.file;
   std::error_code ec;
   RG_CHECK(fs::is_directory(dir, ec), who, "'", dir, "' is not a folder holding a sharded optimizer checkpoint");
-  RG_CHECK(fs::exists(index_file, ec), who, "'", index_file, "' is missing: '", dir, "' holds no complete ",
+  RG_CHECK(fs::exists(file, ec), who, "'", file, "' is missing: '", dir, "' holds no complete ",
            save_id ? str_cat("save ", *save_id, " of a ") : std::string(),
            "sharded optimizer checkpoint (the index is written last)");
-  const nn::StateDict index = nn::load_checkpoint(index_file);
-  RG_CHECK(entry_int(index, "zero.format", index_file) == static_cast<int64_t>(kFormat), who, index_file,
-           ": unknown format ", entry_int(index, "zero.format", index_file));
-  const int64_t id = entry_int(index, "zero.save_id", index_file);
-  RG_CHECK(!save_id || id == *save_id, who, index_file, " describes save ", id, ", not ", save_id.value_or(-1));
-  const int64_t N = entry_int(index, "zero.world_size", index_file);
-  RG_CHECK(N >= 1 && N <= (1 << 20), who, index_file, ": world size ", N, " is out of range");
-
-  std::vector<std::pair<std::string, Shape>> params;  // in the optimizer's order
-  nn::StateDict out;
-  for (const auto& [key, t] : index) {
+  const nn::StateDict entries = nn::load_checkpoint(file);
+  RG_CHECK(entry_int(entries, "zero.format", file) == static_cast<int64_t>(kFormat), who, file, ": unknown format ",
+           entry_int(entries, "zero.format", file));
+  index.id = entry_int(entries, "zero.save_id", file);
+  RG_CHECK(!save_id || index.id == *save_id, who, file, " describes save ", index.id, ", not ", save_id.value_or(-1));
+  index.world = entry_int(entries, "zero.world_size", file);
+  RG_CHECK(index.world >= 1 && index.world <= (1 << 20), who, file, ": world size ", index.world, " is out of range");
+  for (const auto& [key, t] : entries) {
     if (key.rfind("shape.", 0) == 0) {
       Shape shape;
       double numel = 1;
       for (double d : t.to_vector()) {
-        RG_CHECK(is_count(d, kMaxElements), who, index_file, ": entry '", key, "' holds the dimension ", d);
+        RG_CHECK(is_count(d, kMaxElements), who, file, ": entry '", key, "' holds the dimension ", d);
         shape.push_back(static_cast<int64_t>(d));
         numel *= d;
       }
-      RG_CHECK(t.dim() == 1 && numel <= kMaxElements, who, index_file, ": entry '", key, "' is not a shape of at most ",
+      RG_CHECK(t.dim() == 1 && numel <= kMaxElements, who, file, ": entry '", key, "' is not a shape of at most ",
                kMaxElements, " elements");
-      params.emplace_back(key.substr(6), shape);
+      index.params.emplace_back(key.substr(6), shape);
     } else if (key.rfind("param_groups.", 0) == 0) {
-      out.emplace_back(key, t);
+      index.param_groups.emplace_back(key, t);
     }
   }
+  return index;
+}
 
-  struct Part {
-    int64_t offset, numel;
-    Tensor value;
-    std::string file;
-  };
+// One piece of a parameter, or of one of its state tensors, as a shard holds it.
+struct Part {
+  int64_t offset, numel;
+  Tensor value;      // undefined for a parameter's range
+  std::string file;  // the shard it came from
+};
+
+// Every shard's pieces, by parameter name.
+struct ShardPieces {
   std::map<std::string, std::vector<Part>> ranges;                        // name -> its pieces' ranges
   std::map<std::string, std::map<std::string, std::vector<Part>>> state;  // name -> what -> pieces
-  for (int64_t r = 0; r < N; ++r) {
-    const std::string path = shard_path(dir, id, static_cast<int>(r), static_cast<int>(N));
-    RG_CHECK(fs::exists(path, ec), who, "shard '", path, "' named by '", index_file, "' is missing");
-    const nn::StateDict shard = nn::load_checkpoint(path);
-    RG_CHECK(entry_int(shard, "zero.save_id", path) == id && entry_int(shard, "zero.rank", path) == r &&
-                 entry_int(shard, "zero.world_size", path) == N,
-             who, path, ": the shard does not belong to the save that '", index_file, "' describes (save ", id,
-             ", rank ", r, " of ", N, ")");
-    std::map<std::string, int64_t> offset_of;
-    for (const auto& [key, t] : shard) {
-      if (key.rfind("piece.", 0) != 0 || key.size() < 13 || key.compare(key.size() - 6, 6, ".range") != 0) continue;
-      const std::string name = key.substr(6, key.size() - 12);
-      const std::vector<double> range = t.to_vector();
-      RG_CHECK(range.size() == 2 && is_count(range[0], kMaxElements) && is_count(range[1], kMaxElements) &&
-                   range[1] > 0,
-               who, path, ": entry '", key, "' is not [offset, numel]");
-      offset_of[name] = static_cast<int64_t>(range[0]);
-      ranges[name].push_back({static_cast<int64_t>(range[0]), static_cast<int64_t>(range[1]), Tensor(), path});
-    }
-    for (const auto& [key, t] : shard) {
-      if (key.rfind("piece.", 0) != 0) continue;
-      const size_t last = key.rfind('.');
-      RG_CHECK(last > 6, who, path, ": entry '", key, "' is not 'piece.<name>.<what>'");
-      const std::string name = key.substr(6, last - 6), what = key.substr(last + 1);
-      if (what == "range") continue;
-      auto it = offset_of.find(name);
-      RG_CHECK(it != offset_of.end(), who, path, ": entry '", key, "' has no 'piece.", name, ".range'");
-      state[name][what].push_back({it->second, t.numel(), t, path});
-    }
-  }
+};
 
-  for (const auto& [name, shape] : params) {
-    const int64_t numel = shape_numel(shape);
-    // The pieces must tile the parameter exactly.
-    std::vector<Part> parts = ranges[name];
-    std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.offset < b.offset; });
-    int64_t covered = 0;
-    for (const Part& p : parts) {
-      RG_CHECK(p.offset == covered, who, p.file, ": the pieces of '", name, "' do not tile it: a piece starts at ",
-               p.offset, " where ", covered, " was expected");
-      covered += p.numel;
-      RG_CHECK(covered <= numel, who, p.file, ": the pieces of '", name, "' run past its ", numel, " elements");
-    }
-    RG_CHECK(covered == numel, who, "'", dir, "': the pieces of '", name, "' cover ", covered, " of its ", numel,
-             " elements");
-    for (auto& [what, pieces] : state[name]) {
-      std::sort(pieces.begin(), pieces.end(), [](const Part& a, const Part& b) { return a.offset < b.offset; });
-      RG_CHECK(pieces.size() == parts.size(), who, "'", dir, "': ", pieces.size(), " of the ", parts.size(),
-               " pieces of '", name, "' hold '", what, "'");
-      if (pieces[0].value.dim() == 0) {  // a scalar per piece (Adam's step): the same in every piece
-        for (const Part& p : pieces)
-          RG_CHECK(p.value.dim() == 0 && p.value.item() == pieces[0].value.item(), who, p.file, ": '", name, ".", what,
-                   "' is ", p.value.item(), " here, ", pieces[0].value.item(), " in ", pieces[0].file);
-        out.emplace_back(name + "." + what, pieces[0].value);
-        continue;
-      }
-      // Checked before the whole is allocated: its size is the index's word, the pieces' the files'.
-      for (size_t k = 0; k < pieces.size(); ++k)
-        RG_CHECK(pieces[k].offset == parts[k].offset && pieces[k].numel == parts[k].numel &&
-                     pieces[k].value.dtype() == pieces[0].value.dtype(),
-                 who, pieces[k].file, ": '", name, ".", what, "' at offset ", pieces[k].offset, " holds ",
-                 pieces[k].value.numel(), " ", dtype_name(pieces[k].value.dtype()), " elements, its piece ",
-                 parts[k].numel, " ", dtype_name(pieces[0].value.dtype()));
-      Tensor whole = empty({numel}, {.dtype = pieces[0].value.dtype()});
-      for (const Part& piece : pieces)
-        whole.narrow(0, piece.offset, piece.numel).copy_(piece.value.contiguous().view({-1}));
-      out.emplace_back(name + "." + what, whole.view(shape));
-    }
+void read_shard(const std::string& path, const ShardedIndex& index, int64_t rank, ShardPieces& pieces) {
+  const char* who = kConsolidate;
+  std::error_code ec;
+  RG_CHECK(fs::exists(path, ec), who, "shard '", path, "' named by '", index.file, "' is missing");
+  const nn::StateDict shard = nn::load_checkpoint(path);
+  RG_CHECK(entry_int(shard, "zero.save_id", path) == index.id && entry_int(shard, "zero.rank", path) == rank &&
+               entry_int(shard, "zero.world_size", path) == index.world,
+           who, path, ": the shard does not belong to the save that '", index.file, "' describes (save ", index.id,
+           ", rank ", rank, " of ", index.world, ")");
+  std::map<std::string, int64_t> offset_of;
+  for (const auto& [key, t] : shard) {
+    if (key.rfind("piece.", 0) != 0 || key.size() < 13 || key.compare(key.size() - 6, 6, ".range") != 0) continue;
+    const std::string name = key.substr(6, key.size() - 12);
+    const std::vector<double> range = t.to_vector();
+    RG_CHECK(range.size() == 2 && is_count(range[0], kMaxElements) && is_count(range[1], kMaxElements) && range[1] > 0,
+             who, path, ": entry '", key, "' is not [offset, numel]");
+    offset_of[name] = static_cast<int64_t>(range[0]);
+    pieces.ranges[name].push_back({static_cast<int64_t>(range[0]), static_cast<int64_t>(range[1]), Tensor(), path});
+  }
+  for (const auto& [key, t] : shard) {
+    if (key.rfind("piece.", 0) != 0) continue;
+    const size_t last = key.rfind('.');
+    RG_CHECK(last > 6, who, path, ": entry '", key, "' is not 'piece.<name>.<what>'");
+    const std::string name = key.substr(6, last - 6), what = key.substr(last + 1);
+    if (what == "range") continue;
+    auto it = offset_of.find(name);
+    RG_CHECK(it != offset_of.end(), who, path, ": entry '", key, "' has no 'piece.", name, ".range'");
+    pieces.state[name][what].push_back({it->second, t.numel(), t, path});
+  }
+}
+
+bool by_offset(const Part& a, const Part& b) { return a.offset < b.offset; }
+
+// A parameter's pieces, sorted, after checking that they tile its numel elements exactly.
+std::vector<Part> tiling(std::vector<Part> parts, const std::string& name, int64_t numel, const std::string& dir) {
+  const char* who = kConsolidate;
+  std::sort(parts.begin(), parts.end(), by_offset);
+  int64_t covered = 0;
+  for (const Part& p : parts) {
+    RG_CHECK(p.offset == covered, who, p.file, ": the pieces of '", name, "' do not tile it: a piece starts at ",
+             p.offset, " where ", covered, " was expected");
+    covered += p.numel;
+    RG_CHECK(covered <= numel, who, p.file, ": the pieces of '", name, "' run past its ", numel, " elements");
+  }
+  RG_CHECK(covered == numel, who, "'", dir, "': the pieces of '", name, "' cover ", covered, " of its ", numel,
+           " elements");
+  return parts;
+}
+
+// One state tensor `what` of parameter `name` from its pieces (on the tiling `parts`): a scalar
+// every piece holds alike (Adam's step), or the pieces joined into the parameter's shape.
+Tensor joined(std::vector<Part> pieces, const std::vector<Part>& parts, const std::string& name,
+              const std::string& what, const Shape& shape, const std::string& dir) {
+  const char* who = kConsolidate;
+  std::sort(pieces.begin(), pieces.end(), by_offset);
+  RG_CHECK(pieces.size() == parts.size(), who, "'", dir, "': ", pieces.size(), " of the ", parts.size(), " pieces of '",
+           name, "' hold '", what, "'");
+  if (pieces[0].value.dim() == 0) {  // a scalar per piece (Adam's step): the same in every piece
+    for (const Part& p : pieces)
+      RG_CHECK(p.value.dim() == 0 && p.value.item() == pieces[0].value.item(), who, p.file, ": '", name, ".", what,
+               "' is ", p.value.item(), " here, ", pieces[0].value.item(), " in ", pieces[0].file);
+    return pieces[0].value;
+  }
+  // Checked before the whole is allocated: its size is the index's word, the pieces' the files'.
+  for (size_t k = 0; k < pieces.size(); ++k)
+    RG_CHECK(pieces[k].offset == parts[k].offset && pieces[k].numel == parts[k].numel &&
+                 pieces[k].value.dtype() == pieces[0].value.dtype(),
+             who, pieces[k].file, ": '", name, ".", what, "' at offset ", pieces[k].offset, " holds ",
+             pieces[k].value.numel(), " ", dtype_name(pieces[k].value.dtype()), " elements, its piece ", parts[k].numel,
+             " ", dtype_name(pieces[0].value.dtype()));
+  Tensor whole = empty({shape_numel(shape)}, {.dtype = pieces[0].value.dtype()});
+  for (const Part& piece : pieces)
+    whole.narrow(0, piece.offset, piece.numel).copy_(piece.value.contiguous().view({-1}));
+  return whole.view(shape);
+}
+
+}  // namespace
+
+nn::StateDict consolidate_sharded(const std::string& dir, std::optional<int64_t> save_id) {
+  const ShardedIndex index = read_index(dir, save_id);
+  ShardPieces pieces;
+  for (int64_t r = 0; r < index.world; ++r)
+    read_shard(shard_path(dir, index.id, static_cast<int>(r), static_cast<int>(index.world)), index, r, pieces);
+  nn::StateDict out = index.param_groups;
+  for (const auto& [name, shape] : index.params) {
+    const std::vector<Part> parts = tiling(pieces.ranges[name], name, shape_numel(shape), dir);
+    for (auto& [what, state_pieces] : pieces.state[name])
+      out.emplace_back(name + "." + what, joined(std::move(state_pieces), parts, name, what, shape, dir));
   }
   return out;
 }

@@ -103,16 +103,16 @@ void ZeroOptimizer::build_shards() {
     // largest bucket's size, at most staging_mb, and room for one element of every block of the
     // widest dtype (Note [Reduce-scatter through a shared buffer], dist/shm/reduction_buffer.h).
     int64_t largest = 0, widest = 0;
-    bool on_cpu = true;
+    bool in_shared_memory = true;
     for (int b = 0; b < layout_.num_buckets(); ++b) {
       const auto element = static_cast<int64_t>(dtype_size(bucket_type_[b].first));
       largest = std::max(largest, N * layout_.block_numel(b) * element);
       widest = std::max(widest, N * element);
-      on_cpu = on_cpu && bucket_type_[b].second.is_cpu();
+      in_shared_memory = in_shared_memory && group_.offers_shared_memory(bucket_type_[b].second);
     }
     const auto cap = static_cast<int64_t>(options_.staging_mb * (1 << 20));
     const int64_t staging = std::max(std::min(largest, cap), widest);
-    if (on_cpu && N > 1) {
+    if (N > 1) {
       // The reservation is collective with the same bytes everywhere: a staging_mb that differs
       // between ranks fails every rank here, rather than mismatching the reservation's collectives.
       Tensor range = from_vector(std::vector<int64_t>{staging, -staging}, {2});  // max and -min
@@ -121,7 +121,8 @@ void ZeroOptimizer::build_shards() {
       RG_CHECK(r[0] == -r[1], "dist.ZeroOptimizer", "rank ", rank, "/", N, ": the stage-2 staging is ", staging,
                " bytes here but ", static_cast<int64_t>(r[0] == static_cast<double>(staging) ? -r[1] : r[0]),
                " on another rank: every rank must pass the same ZeroOptions::staging_mb");
-      if (group_.reserve_reduce_scatter_staging(staging)) staging_bytes_ = static_cast<size_t>(staging);
+      if (in_shared_memory && group_.reserve_reduce_scatter_staging(staging))
+        staging_bytes_ = static_cast<size_t>(staging);
     }
     reduced_ = std::make_shared<ReducedGradients>();
     for (int b = 0; b < layout_.num_buckets(); ++b) {
@@ -140,15 +141,16 @@ void ZeroOptimizer::build_shards() {
       const Tensor out = add ? empty_like(block) : block;
       std::function<void()> then;
       if (add) then = [block, out]() mutable { block.add_(out); };
-      // Note [Average, not sum] in dist/ddp/ddp.h. Every backend but nccl sums f16 in f32 (Note
-      // [Half-precision accumulation]); nccl sums in f16, so there a copy divided first is reduced.
-      if (bucket.buffer.dtype() == DType::f16 && group.size() > 1 && group.backend() == "nccl") {
-        Tensor divided = bucket.buffer * (1.0 / group.size());
-        return {group.reduce_scatter(out, divided, ReduceOp::sum), [divided, then] {
+      // Note [Average, not sum] in dist/ddp/ddp.h; Note [Averaging half precision] in
+      // dist/ddp/comm_hook.h. A pre-scaled copy is reduced: a reduce-scatter leaves its input as it was.
+      const Averaging averaging = average_over(group, bucket.buffer.dtype());
+      if (averaging.pre_scale != 1) {
+        Tensor scaled = bucket.buffer * averaging.pre_scale;
+        return {group.reduce_scatter(out, scaled, averaging.op), [scaled, then] {
                   if (then) then();
                 }};
       }
-      return {group.reduce_scatter(out, bucket.buffer, ReduceOp::avg), then};
+      return {group.reduce_scatter(out, bucket.buffer, averaging.op), then};
     });
   }
 }
@@ -189,7 +191,7 @@ void ZeroOptimizer::place_parameters_in_shared_memory() {
   if (N == 1) return;
   // Every rank decides alike: the parameters' shapes, dtypes and devices are the same everywhere.
   for (size_t b = 0; b < bucket_type_.size(); ++b)
-    if (!bucket_type_[b].second.is_cpu()) return;
+    if (!group_.offers_shared_memory(bucket_type_[b].second)) return;
   for (const Tensor& p : params_)
     if (!p.is_contiguous()) return;
   // Where each parameter starts in its bucket: any piece of it tells, from its owner's block.
@@ -204,7 +206,8 @@ void ZeroOptimizer::place_parameters_in_shared_memory() {
   std::vector<Tensor> arenas;
   for (int b = 0; b < layout_.num_buckets(); ++b) {
     // Collective, in bucket order on every rank; null on every rank if any rank could not map it.
-    Tensor arena = group_.new_reduction_buffer(N * layout_.block_numel(b), bucket_type_[b].first, Device::cpu());
+    Tensor arena =
+        group_.new_reduction_buffer(N * layout_.block_numel(b), bucket_type_[b].first, bucket_type_[b].second);
     if (!group_.reduces_in_place(arena)) return;  // the ordinary allgather, through copies
     arenas.push_back(arena);
   }

@@ -131,7 +131,6 @@ class ZeroOptimizer : public optim::Optimizer {
 
   std::string name() const override;
   int stage() const { return options_.stage; }
-  const optim::Optimizer& sharded_optimizer() const { return *inner_; }
   const ShardLayout& layout() const { return layout_; }
 
   // This rank's optimizer state: about 1/N of a replica's (Note [Shards cut across parameters]).

@@ -126,46 +126,117 @@ std::string sample(nn::GPT& model, const data::CharVocab& vocab, const Config& c
   return vocab.decode(ids);
 }
 
+// --generate: the configuration and vocabulary are the checkpoint's metadata, the weights its
+// "model"; rank 0 prints a sample.
+int generate_from_checkpoint(Config& c, const dist::World& world, DType dtype) {
+  RG_CHECK(!c.resume.empty(), "gpt_mini", "--generate needs --resume CHECKPOINT");
+  // The configuration and vocabulary are the checkpoint's metadata; the weights its "model".
+  const auto meta = optim::checkpoint_metadata(c.resume);
+  // A checkpoint of another program, or of an older gpt_mini, lacks these: say which and where.
+  auto meta_value = [&]<class T>(const char* key, const T*) -> T {
+    const auto it = meta.find(key);
+    RG_CHECK(it != meta.end(), "gpt_mini", "--generate: ", c.resume, " has no metadata '", key,
+             "' (not a checkpoint written by gpt_mini?)");
+    const T* value = std::get_if<T>(&it->second);
+    RG_CHECK(value != nullptr, "gpt_mini", "--generate: metadata '", key, "' of ", c.resume, " has the wrong type");
+    return *value;
+  };
+  auto meta_int = [&](const char* key) {
+    const int64_t v = meta_value(key, static_cast<const int64_t*>(nullptr));
+    RG_CHECK(v >= 1 && v <= (1 << 16), "gpt_mini", "--generate: metadata '", key, "' of ", c.resume, " is ", v,
+             ", not in [1, 65536]");
+    return v;
+  };
+  data::CharVocab vocab(meta_value("vocab", static_cast<const std::string*>(nullptr)));
+  c.block_size = meta_int("block_size");
+  c.n_layer = meta_int("n_layer");
+  c.n_head = meta_int("n_head");
+  c.n_embd = meta_int("n_embd");
+  gpt_mini::finish(c);  // the checkpoint's shape passes the same checks as the flags
+  nn::GPT model(config_from(c, vocab.size()));
+  const Device device = parse_device(c.device, world.local_rank);
+  model.to(dtype);
+  model.to(device);
+  optim::TrainingCheckpoint weights;
+  weights.add("model", model);
+  weights.load(c.resume, {.strict = false, .random_state = false});  // the optimizer's state is not needed
+  if (world.rank == 0) std::printf("%s\n", sample(model, vocab, c, device).c_str());
+  return 0;
+}
+
+// Flags that must match on every rank (they differ only under an MPMD launch): see mnist.
+void check_same_flags(dist::ProcessGroup& group, const Config& c, Device device) {
+  dist::check_same_settings(group, "gpt_mini's flags",
+                            {{"--device (kind)", device.kind()},
+                             {"--max-steps", std::to_string(c.max_steps)},
+                             {"--lr-decay-steps", std::to_string(c.lr_decay_steps)},
+                             {"--warmup", std::to_string(c.warmup)},
+                             {"--batch-size", std::to_string(c.batch_size)},
+                             {"--block-size", std::to_string(c.block_size)},
+                             {"--n-layer", std::to_string(c.n_layer)},
+                             {"--n-head", std::to_string(c.n_head)},
+                             {"--n-embd", std::to_string(c.n_embd)},
+                             {"--lr", str_cat(c.lr)},
+                             {"--min-lr", str_cat(c.min_lr)},
+                             {"--weight-decay", str_cat(c.weight_decay)},
+                             {"--clip", str_cat(c.clip)},
+                             {"--precision", c.precision},
+                             {"--accum", std::to_string(c.accum)},
+                             {"--eval-every", std::to_string(c.eval_every)},
+                             {"--eval-batches", std::to_string(c.eval_batches)},
+                             {"--checkpoint-every", std::to_string(c.checkpoint_every)},
+                             {"--checkpoint given", c.checkpoint.empty() ? "no" : "yes"},
+                             {"--resume", c.resume},
+                             {"--seed", std::to_string(c.seed)},
+                             {"--bucket-mb", str_cat(c.bucket_mb)},
+                             {"--first-bucket-mb", str_cat(c.first_bucket_mb)},
+                             {"--zero", std::to_string(c.zero)}});
+}
+
+// What one optimizer step works with.
+struct Training {
+  const Config& c;
+  Device device;
+  const std::vector<int64_t>& train;  // the training split's tokens
+  data::WindowSampler& sampler;
+  dist::DistributedDataParallel& ddp;
+  optim::Optimizer& opt;
+  optim::GradScaler& scaler;
+  nn::Module& model;
+};
+
+// One optimizer step over --accum micro-batches: only the last backward synchronises (no_sync
+// before it); each loss is scaled by 1/accum. Gradients are clipped to their global norm (a sharded
+// optimizer's: over the shards). Returns the step's mean loss on this rank.
+double train_step(Training& t, int64_t step) {
+  const Config& c = t.c;
+  t.opt.zero_grad();
+  double step_loss = 0;
+  for (int64_t k = 0; k < c.accum; ++k) {
+    auto [x, y] = data::window_batch(t.train, t.sampler.offsets(step * c.accum + k, c.batch_size), c.block_size);
+    Tensor logits = t.ddp(x.to(t.device)).to(DType::f32);
+    Tensor loss = cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), y.to(t.device).reshape({-1}));
+    Tensor scaled = t.scaler.scale(loss * (1.0 / static_cast<double>(c.accum)));
+    if (k + 1 < c.accum) {
+      auto no_sync = t.ddp.no_sync();
+      scaled.backward();
+    } else {
+      scaled.backward();
+    }
+    step_loss += loss.item() / static_cast<double>(c.accum);
+  }
+  t.scaler.unscale_(t.opt);
+  examples::clip_gradients(t.opt, t.model.parameters(), c.clip);  // sharded: the global norm of the shards
+  t.scaler.step(t.opt);
+  t.scaler.update();
+  return step_loss;
+}
+
 int run(Config& c, const dist::World& world) {
   if (c.threads > 0) set_num_threads(c.threads);
   const DType dtype = precision_dtype(c.precision);
 
-  // ---- generation from a checkpoint alone ----
-  if (c.generate) {
-    RG_CHECK(!c.resume.empty(), "gpt_mini", "--generate needs --resume CHECKPOINT");
-    // The configuration and vocabulary are the checkpoint's metadata; the weights its "model".
-    const auto meta = optim::checkpoint_metadata(c.resume);
-    // A checkpoint of another program, or of an older gpt_mini, lacks these: say which and where.
-    auto meta_value = [&]<class T>(const char* key, const T*) -> T {
-      const auto it = meta.find(key);
-      RG_CHECK(it != meta.end(), "gpt_mini", "--generate: ", c.resume, " has no metadata '", key,
-               "' (not a checkpoint written by gpt_mini?)");
-      const T* value = std::get_if<T>(&it->second);
-      RG_CHECK(value != nullptr, "gpt_mini", "--generate: metadata '", key, "' of ", c.resume, " has the wrong type");
-      return *value;
-    };
-    auto meta_int = [&](const char* key) {
-      const int64_t v = meta_value(key, static_cast<const int64_t*>(nullptr));
-      RG_CHECK(v >= 1 && v <= (1 << 16), "gpt_mini", "--generate: metadata '", key, "' of ", c.resume, " is ", v,
-               ", not in [1, 65536]");
-      return v;
-    };
-    data::CharVocab vocab(meta_value("vocab", static_cast<const std::string*>(nullptr)));
-    c.block_size = meta_int("block_size");
-    c.n_layer = meta_int("n_layer");
-    c.n_head = meta_int("n_head");
-    c.n_embd = meta_int("n_embd");
-    gpt_mini::finish(c);  // the checkpoint's shape passes the same checks as the flags
-    nn::GPT model(config_from(c, vocab.size()));
-    const Device device = parse_device(c.device, world.local_rank);
-    model.to(dtype);
-    model.to(device);
-    optim::TrainingCheckpoint weights;
-    weights.add("model", model);
-    weights.load(c.resume, {.strict = false, .random_state = false});  // the optimizer's state is not needed
-    if (world.rank == 0) std::printf("%s\n", sample(model, vocab, c, device).c_str());
-    return 0;
-  }
+  if (c.generate) return generate_from_checkpoint(c, world, dtype);
 
   // ---- data ----
   const bool is_dir = std::filesystem::is_directory(c.data);
@@ -190,32 +261,7 @@ int run(Config& c, const dist::World& world) {
   optim::WarmupCosineLR schedule(c.lr, c.warmup, c.lr_decay_steps, c.min_lr);
   int64_t step = 0;
   auto group = dist::new_group(c.backend);
-  // Flags that must match on every rank (they differ only under an MPMD launch): see mnist.
-  dist::check_same_settings(*group, "gpt_mini's flags",
-                            {{"--device (kind)", device.is_cpu() ? "cpu" : "cuda"},
-                             {"--max-steps", std::to_string(c.max_steps)},
-                             {"--lr-decay-steps", std::to_string(c.lr_decay_steps)},
-                             {"--warmup", std::to_string(c.warmup)},
-                             {"--batch-size", std::to_string(c.batch_size)},
-                             {"--block-size", std::to_string(c.block_size)},
-                             {"--n-layer", std::to_string(c.n_layer)},
-                             {"--n-head", std::to_string(c.n_head)},
-                             {"--n-embd", std::to_string(c.n_embd)},
-                             {"--lr", str_cat(c.lr)},
-                             {"--min-lr", str_cat(c.min_lr)},
-                             {"--weight-decay", str_cat(c.weight_decay)},
-                             {"--clip", str_cat(c.clip)},
-                             {"--precision", c.precision},
-                             {"--accum", std::to_string(c.accum)},
-                             {"--eval-every", std::to_string(c.eval_every)},
-                             {"--eval-batches", std::to_string(c.eval_batches)},
-                             {"--checkpoint-every", std::to_string(c.checkpoint_every)},
-                             {"--checkpoint given", c.checkpoint.empty() ? "no" : "yes"},
-                             {"--resume", c.resume},
-                             {"--seed", std::to_string(c.seed)},
-                             {"--bucket-mb", str_cat(c.bucket_mb)},
-                             {"--first-bucket-mb", str_cat(c.first_bucket_mb)},
-                             {"--zero", std::to_string(c.zero)}});
+  check_same_flags(*group, c, device);
   dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb, .first_bucket_mb = c.first_bucket_mb});
   // --zero 1/2: each rank keeps 1/N of AdamW's state (and at 2 of the reduced gradient).
   const optim::AdamWOptions adamw{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = c.weight_decay};
@@ -272,32 +318,14 @@ int run(Config& c, const dist::World& world) {
   const int64_t tokens_per_step = c.batch_size * c.accum * world.size * c.block_size;
   const size_t allocated_before = memory_stats(device).allocated;  // --memory-report
   reset_peak_memory_stats(device);
+  Training training{c, device, train, sampler, ddp, *opt, scaler, *model};
   auto t_start = Clock::now();
   int64_t steps_run = 0;
   double loss_value = 0;
   for (; step < c.max_steps; ++step) {
     opt->set_lr(schedule.at(step));
     sampler.set_epoch(step * tokens_per_step / static_cast<int64_t>(train.size()));
-    opt->zero_grad();
-    double step_loss = 0;
-    for (int64_t k = 0; k < c.accum; ++k) {
-      auto [x, y] = data::window_batch(train, sampler.offsets(step * c.accum + k, c.batch_size), c.block_size);
-      Tensor logits = ddp(x.to(device)).to(DType::f32);
-      Tensor loss = cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), y.to(device).reshape({-1}));
-      Tensor scaled = scaler.scale(loss * (1.0 / static_cast<double>(c.accum)));
-      if (k + 1 < c.accum) {
-        auto no_sync = ddp.no_sync();
-        scaled.backward();
-      } else {
-        scaled.backward();
-      }
-      step_loss += loss.item() / static_cast<double>(c.accum);
-    }
-    scaler.unscale_(*opt);
-    examples::clip_gradients(*opt, model->parameters(), c.clip);  // sharded: the global norm of the shards
-    scaler.step(*opt);
-    scaler.update();
-    loss_value = step_loss;
+    loss_value = train_step(training, step);
     ++steps_run;
     const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
     if ((step + 1) % c.log_every == 0 || step + 1 == c.max_steps) {

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "examples/common/fingerprint.h"
 #include "examples/common/zero.h"
@@ -87,15 +88,8 @@ void log(const char* format, Args... args) {
   std::fflush(stdout);
 }
 
-// The whole training run. Every object that holds a process group lives in here, so that all of
-// them are gone before main calls dist::finalize.
-int run(Config& c, const dist::World& world) {
-  if (c.threads > 0) set_num_threads(c.threads);
-  manual_seed(c.seed);
-  const DType dtype = precision_dtype(c.precision);
-
-  // A malformed --resume file is refused now, before seconds of data loading, not after them.
-  if (!c.resume.empty()) (void)optim::checkpoint_metadata(c.resume);
+// The images, normalised as --input-norm says.
+data::Mnist load_data(const Config& c) {
   auto t_load = Clock::now();
   data::Mnist mnist = data::load_mnist(c.data, /*normalize=*/c.input_norm == "standard");
   if (c.input_norm == "half") {
@@ -103,24 +97,17 @@ int run(Config& c, const dist::World& world) {
     mnist.test.images = (mnist.test.images - 0.5) * 2.0;
     mnist.mean = mnist.std = 0.5;
   }
-  auto train = std::make_shared<data::TensorDataset>(mnist.train.images, mnist.train.labels);
   log("data: %s: %lld train, %lld test images (loaded in %.1f s; inputs (p - %.4f) / %.4f)\n", c.data.c_str(),
-      (long long)train->size(), (long long)mnist.test.images.size(0), seconds_since(t_load), mnist.mean, mnist.std);
+      (long long)mnist.train.images.size(0), (long long)mnist.test.images.size(0), seconds_since(t_load), mnist.mean,
+      mnist.std);
+  return mnist;
+}
 
-  // The model lives on one device; each batch is copied there as it is used. For a GPU the loader
-  // pins its batches, so that copy is asynchronous (queued before the forward's kernels).
-  const Device device = parse_device(c.device, world.local_rank);
-  auto model = mnist::make_model(c.model);
-  model->to(dtype);
-  model->to(device);
-  dist::GroupOptions group_options;
-  if (c.simulated_network)
-    group_options.simulated_network = dist::SimulatedNetwork{c.simulated_network->first, c.simulated_network->second};
-  auto group = dist::new_group(c.backend, group_options);
-  // Flags that must match on every rank (they differ only under an MPMD launch): a different seed
-  // would give overlapping shards, a different batch or accumulation a wrong mean or a hang.
-  dist::check_same_settings(*group, "mnist's flags",
-                            {{"--device (kind)", device.is_cpu() ? "cpu" : "cuda"},
+// Flags that must match on every rank (they differ only under an MPMD launch): a different seed
+// would give overlapping shards, a different batch or accumulation a wrong mean or a hang.
+void check_same_flags(dist::ProcessGroup& group, const Config& c, Device device) {
+  dist::check_same_settings(group, "mnist's flags",
+                            {{"--device (kind)", device.kind()},
                              {"--model", c.model},
                              {"--optimizer", c.optimizer},
                              {"--precision", c.precision},
@@ -139,6 +126,104 @@ int run(Config& c, const dist::World& world) {
                              {"--comm-hook", c.comm_hook},
                              {"--zero", std::to_string(c.zero)},
                              {"--trace given", c.trace.empty() ? "no" : "yes"}});
+}
+
+// What one training step works with.
+struct Training {
+  const Config& c;
+  const dist::World& world;
+  Device device;
+  DType dtype;
+  dist::DistributedDataParallel& ddp;
+  optim::Optimizer& opt;
+  optim::GradScaler& scaler;
+  data::DataLoader& loader;
+  int64_t& global_step;
+  std::function<void()> save;  // a checkpoint, when --checkpoint asks for one
+};
+
+// What one epoch did on this rank.
+struct EpochTotals {
+  int64_t steps = 0, samples = 0;
+  double loss_sum = 0, seconds = 0;
+};
+
+// One micro-batch: forward, loss, backward, and the optimizer step when it ends a step. Gradient
+// accumulation: micro-batches 1..K-1 of a step only accumulate (no communication); the K-th
+// backward averages the sum across ranks once. Each loss is scaled by 1/K so the step equals one
+// on a K times larger batch. Returns the (unscaled) loss.
+double train_micro_batch(Training& t, const data::Example& batch, int micro, bool last_micro) {
+  if (micro == 0) t.opt.zero_grad();
+  Tensor logits = t.ddp(batch.input.to(t.device, /*non_blocking=*/true).to(t.dtype));
+  Tensor loss = nn::F::cross_entropy(logits, batch.target.to(t.device, /*non_blocking=*/true));
+  Tensor scaled = t.scaler.scale(loss * (1.0 / t.c.accum));
+  if (last_micro) {
+    scaled.backward();
+    t.scaler.step(t.opt);
+    t.scaler.update();
+  } else {
+    auto no_sync = t.ddp.no_sync();
+    scaled.backward();
+  }
+  return loss.item();
+}
+
+// The rest of one epoch (a resumed pass begins after the batches the checkpoint had taken), with
+// progress lines, statistics and checkpoints as the flags ask.
+EpochTotals train_epoch(Training& t, int epoch, bool tty) {
+  const Config& c = t.c;
+  const int64_t steps_per_epoch = t.loader.num_batches();
+  auto t_epoch = Clock::now();
+  EpochTotals e;
+  for (const data::Example& batch : t.loader) {
+    int64_t step_in_epoch = t.loader.batches_taken() - 1;
+    const int micro = static_cast<int>(step_in_epoch % c.accum);
+    const bool last_micro = micro == c.accum - 1 || step_in_epoch + 1 == steps_per_epoch;
+    const double loss_value = train_micro_batch(t, batch, micro, last_micro);
+    ++step_in_epoch;
+    ++e.steps;
+    ++t.global_step;
+    e.samples += batch.input.size(0);
+    e.loss_sum += loss_value;
+    const double elapsed = seconds_since(t_epoch);
+    const double rate = static_cast<double>(e.samples) / elapsed;  // this rank's
+    const double eta = static_cast<double>(steps_per_epoch - step_in_epoch) * c.batch_size / rate;
+    if (tty || step_in_epoch % 100 == 0 || step_in_epoch == steps_per_epoch)
+      log("%sepoch %d step %lld/%lld  loss (rank 0) %.4f  %.0f samples/s (all ranks)  ETA %.0f s%s", tty ? "\r" : "",
+          epoch + 1, (long long)step_in_epoch, (long long)steps_per_epoch, loss_value, rate * t.world.size, eta,
+          tty ? "   " : "\n");
+    if (c.stats_every > 0 && t.global_step % c.stats_every == 0) log("%s\n", t.ddp.stats().summary().c_str());
+    if (c.checkpoint_every > 0 && t.global_step % c.checkpoint_every == 0) t.save();
+    if (c.limit_steps > 0 && t.global_step >= c.limit_steps) break;
+  }
+  if (tty) log("\n");
+  e.seconds = seconds_since(t_epoch);
+  return e;
+}
+
+// The whole training run. Every object that holds a process group lives in here, so that all of
+// them are gone before main calls dist::finalize.
+int run(Config& c, const dist::World& world) {
+  if (c.threads > 0) set_num_threads(c.threads);
+  manual_seed(c.seed);
+  const DType dtype = precision_dtype(c.precision);
+
+  // A malformed --resume file is refused now, before seconds of data loading, not after them.
+  if (!c.resume.empty()) (void)optim::checkpoint_metadata(c.resume);
+  data::Mnist mnist = load_data(c);
+  auto train = std::make_shared<data::TensorDataset>(mnist.train.images, mnist.train.labels);
+
+  // The model lives on one device; each batch is copied there as it is used. For a GPU the loader
+  // pins its batches, so that copy is asynchronous (queued before the forward's kernels).
+  const Device device = parse_device(c.device, world.local_rank);
+  auto model = mnist::make_model(c.model);
+  model->to(dtype);
+  model->to(device);
+  dist::GroupOptions group_options;
+  if (c.simulated_network)
+    group_options.simulated_network = dist::SimulatedNetwork{c.simulated_network->first, c.simulated_network->second};
+  auto group = dist::new_group(c.backend, group_options);
+  check_same_flags(*group, c, device);
   // Wrapping checks that every rank built the same model and copies rank 0's weights everywhere.
   dist::DistributedDataParallel ddp(model, group,
                                     {.bucket_cap_mb = c.bucket_mb,
@@ -197,63 +282,22 @@ int run(Config& c, const dist::World& world) {
   const bool tty = isatty(STDOUT_FILENO) && world.size == 1;
   const size_t allocated_before = memory_stats(device).allocated;  // --memory-report
   reset_peak_memory_stats(device);
-  const int64_t steps_per_epoch = loader.num_batches();
+  Training training{c, world, device, dtype, ddp, *opt, scaler, loader, global_step, save};
   auto t_train = Clock::now();
   int64_t trained_samples = 0;
   double train_seconds = 0;
   for (int epoch = static_cast<int>(sampler->epoch()); epoch < c.epochs; ++epoch) {
     sampler->set_epoch(epoch);
-    auto t_epoch = Clock::now();
-    int64_t trained_steps = 0, epoch_samples = 0;
-    double loss_sum = 0;
-    for (const data::Example& batch : loader) {
-      // A resumed pass begins after the batches the checkpoint had taken.
-      int64_t step_in_epoch = loader.batches_taken() - 1;
-      // Gradient accumulation: micro-batches 1..K-1 of a step only accumulate (no communication);
-      // the K-th backward averages the sum across ranks once. Each loss is scaled by 1/K so the
-      // step equals one on a K times larger batch.
-      const int micro = static_cast<int>(step_in_epoch % c.accum);
-      const bool last_micro = micro == c.accum - 1 || step_in_epoch + 1 == steps_per_epoch;
-      if (micro == 0) opt->zero_grad();
-      Tensor logits = ddp(batch.input.to(device, /*non_blocking=*/true).to(dtype));
-      Tensor loss = nn::F::cross_entropy(logits, batch.target.to(device, /*non_blocking=*/true));
-      Tensor scaled = scaler.scale(loss * (1.0 / c.accum));
-      if (last_micro) {
-        scaled.backward();
-        scaler.step(*opt);
-        scaler.update();
-      } else {
-        auto no_sync = ddp.no_sync();
-        scaled.backward();
-      }
-      ++step_in_epoch;
-      ++trained_steps;
-      ++global_step;
-      epoch_samples += batch.input.size(0);
-      const double loss_value = loss.item();
-      loss_sum += loss_value;
-      const double elapsed = seconds_since(t_epoch);
-      const double rate = static_cast<double>(epoch_samples) / elapsed;  // this rank's
-      const double eta = static_cast<double>(steps_per_epoch - step_in_epoch) * c.batch_size / rate;
-      if (tty || step_in_epoch % 100 == 0 || step_in_epoch == steps_per_epoch)
-        log("%sepoch %d step %lld/%lld  loss (rank 0) %.4f  %.0f samples/s (all ranks)  ETA %.0f s%s", tty ? "\r" : "",
-            epoch + 1, (long long)step_in_epoch, (long long)steps_per_epoch, loss_value, rate * world.size, eta,
-            tty ? "   " : "\n");
-      if (c.stats_every > 0 && global_step % c.stats_every == 0) log("%s\n", ddp.stats().summary().c_str());
-      if (c.checkpoint_every > 0 && global_step % c.checkpoint_every == 0) save();
-      if (c.limit_steps > 0 && global_step >= c.limit_steps) break;
-    }
-    if (tty) log("\n");
-    const double epoch_seconds = seconds_since(t_epoch);
-    train_seconds += epoch_seconds;
-    trained_samples += epoch_samples;
+    const EpochTotals e = train_epoch(training, epoch, tty);
+    train_seconds += e.seconds;
+    trained_samples += e.samples;
     const double accuracy = evaluate(*model, mnist.test, dtype, device, *group);
     log("epoch %d: train loss (rank 0) %.5f, test accuracy %.2f%%, %.1f s, %.0f samples/s (all ranks)\n", epoch + 1,
-        trained_steps ? loss_sum / static_cast<double>(trained_steps) : 0.0, accuracy, epoch_seconds,
-        static_cast<double>(epoch_samples) * world.size / epoch_seconds);
+        e.steps ? e.loss_sum / static_cast<double>(e.steps) : 0.0, accuracy, e.seconds,
+        static_cast<double>(e.samples) * world.size / e.seconds);
     // A finished epoch: the checkpoint then stands at the next one's start (a run stopped by
     // --limit-steps stays inside this one).
-    if (loader.batches_taken() == steps_per_epoch) sampler->set_epoch(epoch + 1);
+    if (loader.batches_taken() == loader.num_batches()) sampler->set_epoch(epoch + 1);
     save();
     if (c.limit_steps > 0 && global_step >= c.limit_steps) break;
   }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "dist/consistency.h"
+#include "dist/ddp/comm_hook.h"
 #include "dist_test_util.h"
 
 namespace {
@@ -976,4 +977,124 @@ TEST_CASE("a small collective started on the caller's thread is handed over when
     CHECK(mismatch(a, [&](int64_t i) { return expected_reduce(dist::ReduceOp::sum, rg::DType::f32, i); }) == "");
     CHECK(mismatch(b, [&](int64_t i) { return expected_reduce(dist::ReduceOp::max, rg::DType::i64, i); }) == "");
   }
+}
+
+TEST_CASE("a shared reduction buffer reduces itself only on the group that made it") {
+  // Note [Buffers that reduce themselves]: the buffer's storage carries its collectives, for the
+  // group that made it. Another group sees an ordinary tensor and reduces it over messages.
+  const int N = dist::world().size, r = dist::world().rank;
+  if (N == 1) return;
+  dist::GroupOptions options = test_options();
+  options.shared_memory = true;  // whatever RINGGRAD_DIST_SHM says
+  auto maker = dist::new_group("tree", options);
+  auto other = dist::new_group("tree", options);
+  const int64_t n = 3000;
+  rg::Tensor buffer = maker->new_reduction_buffer(n, rg::DType::f32);
+  REQUIRE(maker->reduces_in_place(buffer));
+  CHECK(maker->reduces_in_place(buffer.narrow(0, 64, 100)));      // a view of it too
+  CHECK_FALSE(maker->reduces_in_place(buffer.narrow(0, 64, 0)));  // nothing to reduce
+  CHECK_FALSE(other->reduces_in_place(buffer));
+  CHECK_FALSE(maker->reduces_in_place(rg::zeros({n})));
+  auto fill = [&] { buffer.copy_(rg::full({n}, r + 1.0)); };
+  fill();
+  other->allreduce(buffer)->wait();
+  CHECK(mismatch(buffer, [&](int64_t) { return N * (N + 1) / 2.0; }) == "");
+  fill();
+  maker->allreduce(buffer, dist::ReduceOp::avg)->wait();
+  CHECK(mismatch(buffer, [&](int64_t) { return (N + 1) / 2.0; }) == "");
+  // Another group's collectives leave the maker's in-place op order intact: one more in place.
+  fill();
+  maker->allreduce(buffer.narrow(0, 1000, 1000), dist::ReduceOp::max)->wait();
+  CHECK(mismatch(buffer.narrow(0, 1000, 1000), [&](int64_t) { return static_cast<double>(N); }) == "");
+}
+
+namespace {
+
+// A group that adds in the tensor's own dtype (as nccl does f16 and bf16), for the averaging
+// policy; it runs no collective.
+class AddsInDtype final : public dist::ProcessGroup {
+ public:
+  explicit AddsInDtype(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  const std::string& backend() const override { return name_; }
+  double timeout_seconds() const override { return 1; }
+  bool adds_in_dtype(rg::DType dtype) const override { return dtype == rg::DType::f16 || dtype == rg::DType::bf16; }
+  std::shared_ptr<dist::Work> allreduce(const rg::Tensor&, dist::ReduceOp) override { return none(); }
+  std::shared_ptr<dist::Work> broadcast(const rg::Tensor&, int) override { return none(); }
+  std::shared_ptr<dist::Work> allgather(const rg::Tensor&, const rg::Tensor&) override { return none(); }
+  std::shared_ptr<dist::Work> reduce_scatter(const rg::Tensor&, const rg::Tensor&, dist::ReduceOp) override {
+    return none();
+  }
+  std::shared_ptr<dist::Work> barrier() override { return none(); }
+  std::shared_ptr<dist::Work> send(const rg::Tensor&, int, int) override { return none(); }
+  std::shared_ptr<dist::Work> recv(const rg::Tensor&, int, int) override { return none(); }
+  dist::GroupStats stats() const override { return {}; }
+  std::vector<rg::TraceEvent> trace_events() const override { return {}; }
+
+ private:
+  static std::shared_ptr<dist::Work> none() { throw std::logic_error("AddsInDtype runs no collective"); }
+  int size_;
+  std::string name_ = "adds-in-dtype";
+};
+
+}  // namespace
+
+TEST_CASE("averaging half precision: pre-scaled only where the group adds f16 in f16") {
+  // Note [Averaging half precision]: the one policy of DDP's buckets and ZeRO's reduce-scatter.
+  const AddsInDtype four(4), one(1);
+  const dist::Averaging f16_on_four = dist::average_over(four, rg::DType::f16);
+  CHECK(f16_on_four.pre_scale == 0.25);
+  CHECK(f16_on_four.op == dist::ReduceOp::sum);
+  for (const rg::DType dt : {rg::DType::f32, rg::DType::bf16, rg::DType::f64}) {
+    CAPTURE(rg::dtype_name(dt));
+    CHECK(dist::average_over(four, dt).pre_scale == 1);  // bf16 has f32's range: no overflow to avoid
+    CHECK(dist::average_over(four, dt).op == dist::ReduceOp::avg);
+  }
+  CHECK(dist::average_over(one, rg::DType::f16).op == dist::ReduceOp::avg);  // nothing is added
+  // Every MPI backend adds in the accumulation type, so it averages with one division.
+  for (const std::string backend : {"mpi", "ring", "tree", "auto", "hierarchical"}) {
+    CAPTURE(backend);
+    dist::GroupOptions options = test_options();
+    if (backend == "hierarchical") options.ranks_per_node = 2;
+    auto pg = dist::new_group(backend, options);
+    CHECK_FALSE(pg->adds_in_dtype(rg::DType::f16));
+    CHECK(dist::average_over(*pg, rg::DType::f16).op == dist::ReduceOp::avg);
+    // DDP's default hook then averages an f16 bucket with one avg AllReduce: (N + 1) / 2, exact in f16.
+    const int N = pg->size(), r = pg->rank();
+    dist::GradBucket bucket{.index = 0,
+                            .buffer = rg::full({64}, r + 1.0, {.dtype = rg::DType::f16}),
+                            .parameter_names = {}};
+    dist::HookWork work = dist::allreduce_hook(*pg, bucket);
+    work.work->wait();
+    CHECK(mismatch(bucket.buffer, [&](int64_t) { return (N + 1) / 2.0; }) == "");
+  }
+}
+
+TEST_CASE("a simulated network holds each op, and the ops queued behind it, for its latency") {
+  // Note [Simulated network]: an op counts as finished no earlier than latency + bytes / bandwidth
+  // after it started, and the group runs one collective at a time. A lower bound on the modelled
+  // time, which a slow machine only makes longer.
+  dist::GroupOptions options = test_options();
+  options.simulated_network = dist::SimulatedNetwork{.bandwidth_gbps = 0, .latency_us = 20000};
+  auto pg = dist::new_group("ring", options);
+  const int N = pg->size(), r = pg->rank();
+  rg::Tensor a = rg::full({100}, r + 1.0), b = rg::full({100}, 2.0 * (r + 1));
+  auto wa = pg->allreduce(a);
+  auto wb = pg->allreduce(b);
+  wb->wait();
+  wa->wait();
+  CHECK(mismatch(a, [&](int64_t) { return N * (N + 1) / 2.0; }) == "");
+  CHECK(mismatch(b, [&](int64_t) { return N * (N + 1.0); }) == "");
+  CHECK(wa->end_us() - wa->start_us() >= 20000);
+  CHECK(wb->start_us() >= wa->end_us());  // b waited behind a
+  CHECK(wb->end_us() - wb->start_us() >= 20000);
+  // Bandwidth: 1000 bytes at 0.0001 GB/s (100 KB/s) take 10 ms.
+  options.simulated_network = dist::SimulatedNetwork{.bandwidth_gbps = 0.0001, .latency_us = 0};
+  auto slow = dist::new_group("mpi", options);
+  rg::Tensor c = rg::full({250}, 1.0);  // 1000 bytes
+  auto wc = slow->allreduce(c);
+  wc->wait();
+  CHECK(wc->end_us() - wc->start_us() >= 10000);
+  CHECK(mismatch(c, [&](int64_t) { return static_cast<double>(N); }) == "");
 }

@@ -56,9 +56,9 @@ const char* reduce_op_name(ReduceOp op);  // "sum", ...
 
 // A slower network than the one there is, for experiments (GroupOptions::simulated_network): an
 // operation of b bytes counts as finished no earlier than latency_us + b / bandwidth after it
-// started. The delay is on the communication thread, so like a real link it also holds back the
-// operations queued behind it -- which is what makes overlap visible on one machine, where the
-// loopback "network" is a memcpy. 0 switches a term off.
+// started, and runs until then, so like a real link it also holds back the operations queued
+// behind it -- which is what makes overlap visible on one machine, where the loopback "network" is
+// a memcpy (Note [Simulated network] in dist/simulated_network.h). 0 switches a term off.
 struct SimulatedNetwork {
   double bandwidth_gbps = 0;  // GB/s of tensor bytes
   double latency_us = 0;

@@ -20,7 +20,8 @@ std::unique_ptr<PendingOp> mpi_allreduce(const Tensor& t, ReduceOp op, Channel c
     const int64_t n = t.numel();
     T* data = static_cast<T*>(t.raw_data());
     MPI_Request request;
-    RG_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), mpi_type<Acc>(), mpi_op(op), ch.comm, &request));
+    RG_MPI_CHECK(
+        MPI_Iallreduce(MPI_IN_PLACE, acc, static_cast<int>(n), mpi_type<Acc>(), mpi_op(op), ch.comm, &request));
     auto on_done = [data, acc, n, op, N = ch.size] {
       if (static_cast<void*>(data) != static_cast<void*>(acc) || op == ReduceOp::avg) finish_into(data, acc, n, op, N);
     };

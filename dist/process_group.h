@@ -70,7 +70,7 @@ struct GroupOptions {
   // The communication thread sleeps at most this long between polls of an unfinished operation.
   // See Note [Polling, not spinning] in dist/comm_thread.h.
   int max_poll_sleep_us = 100;
-  // ring: segment size of the pipeline (Note [Ring pipelining] in dist/algorithms/ring_pipeline.h).
+  // ring: segment size of the pipeline (Note [Ring pipelining] in dist/algorithms/ring_pipeline.cpp).
   size_t ring_segment_bytes = size_t{1} << 20;
   // auto: AllReduces below this many bytes use the tree, the rest the ring. Unset:
   // RINGGRAD_AUTO_THRESHOLD (bytes, K/M suffixes allowed), else kAutoThresholdBytes.

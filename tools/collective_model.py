@@ -7,7 +7,7 @@ the code, message for message, as the per-message network model charges them (No
 message], dist/algorithms/network_model.h):
 
   ring          2(N-1) steps; each sends one chunk of S/N as ceil(chunk / segment) segments
-                (ring_pipeline.h), every step waiting on the slowest link of the ring
+                (ring_pipeline.cpp), every step waiting on the slowest link of the ring
   tree          recursive doubling (tree.cpp): log2(p) exchanges of the whole tensor with partner
                 r XOR 2^k (p: the largest power of two <= N), plus two for the N - p folded-in ranks
   hierarchical  a binomial reduce in each node (ceil(log2 k) messages of S), the leaders' ring over

@@ -2,8 +2,8 @@
 //
 // dist/algorithms/ holds the algorithms; dist/backends/ the backends (mpi, ring, tree, auto,
 // hierarchical) whose tables choose among them. Each algorithm is a state machine over nonblocking
-// MPI calls that the group's communication thread polls (dist/comm_thread.h): ring.cpp /
-// ring_pipeline.h (ring reduce-scatter, all-reduce, all-gather, chain broadcast), tree.cpp
+// MPI calls that the group's communication thread polls (dist/comm_thread.h): ring_pipeline.cpp
+// (the pipelined ring AllReduce and reduce-scatter), ring.cpp (ring all-gather, chain broadcast), tree.cpp
 // (recursive doubling), hierarchical.cpp (within nodes, then the ring among their leaders) and
 // mpi_library.cpp (the MPI library's own collectives); reduce_kernels.h holds the elementwise
 // pieces every reduction shares. Nothing here knows of shared memory (dist/shm/, which uses these
@@ -103,6 +103,11 @@ std::unique_ptr<PendingOp> ring_allreduce(const Tensor& t, ReduceOp op, Channel 
 // input: (N * m) elements, output: (m); rank r's output = op over ranks of input block r.
 std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, Channel ch,
                                                Scratch& scratch, RingTuning tuning);
+// The pipelined ring AllReduce of n partial sums held in their accumulation type (Acc: float,
+// double, int32_t or int64_t), in place and not divided for AVG: hierarchical's stage among leaders.
+template <class Acc>
+std::unique_ptr<PendingOp> ring_allreduce_sums(Acc* sums, int64_t n, ReduceOp op, Channel ch, Acc* slots,
+                                               RingTuning tuning);
 // input: S, output: (N, *S).
 std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch);
 std::unique_ptr<PendingOp> chain_broadcast(const Tensor& t, int root, Channel ch);

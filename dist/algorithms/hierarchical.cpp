@@ -2,7 +2,7 @@
 // dist/backends/hierarchical.cpp, which builds the Topology: what a "node" is).
 //
 //   1. reduce inside each node to its leader (node rank 0)      a binomial tree of point-to-point messages
-//   2. AllReduce among the leaders, one per node                 the pipelined ring (ring_pipeline.h)
+//   2. AllReduce among the leaders, one per node                 the pipelined ring (ring_pipeline.cpp)
 //   3. broadcast inside each node from its leader                the same tree, the other way
 //
 // Why: inside a node ranks share memory (or NVLink); between nodes there is a slower network. What
@@ -14,7 +14,7 @@
 // than a factor of 2 whatever k (nearly 2 at M = 2, hardly at all across many nodes), while the
 // steps that wait on the network fall from 2(N-1) to 2(M-1), at least k times fewer. For f16 / bf16
 // the leaders' ring carries f32 in every step (stage 1 already summed in f32): 4(M-1)/M S per link,
-// against the flat ring's (3N-4)/N S (Note [Each chunk is reduced once] in ring_pipeline.h) -- with
+// against the flat ring's (3N-4)/N S (Note [Each chunk is reduced once] in ring_pipeline.cpp) -- with
 // 4 nodes or more, more bytes than the flat ring, not fewer.
 //
 // The price: only the leader talks across nodes, so where every rank has a network interface of its
@@ -36,7 +36,6 @@
 #include "dist/algorithms/algorithms.h"
 #include "dist/algorithms/network_model.h"
 #include "dist/algorithms/reduce_kernels.h"
-#include "dist/algorithms/ring_pipeline.h"
 #include "dist/requests.h"
 
 namespace ringgrad::dist::detail {
@@ -175,9 +174,8 @@ class HierarchicalAllreduce : public PendingOp {
     if (topo_.num_nodes > 1) {
       // AVG sums among leaders too; the leader divides by the world size once, below.
       const ReduceOp ring_op = op_ == ReduceOp::avg ? ReduceOp::sum : op_;
-      ring_ = std::make_unique<RingPipeline<Acc>>(RingPipeline<Acc>::Mode::allreduce, n_, ring_op, 1,
-                                                  Channel{topo_.leaders, topo_.leader_rank, topo_.num_nodes, tag_},
-                                                  work_, work_, work_, slots_, tuning_, std::vector<Tensor>{});
+      ring_ = ring_allreduce_sums(work_, n_, ring_op, Channel{topo_.leaders, topo_.leader_rank, topo_.num_nodes, tag_},
+                                  slots_, tuning_);
       stage_ = Stage::leaders;
       return;
     }
@@ -213,7 +211,7 @@ class HierarchicalAllreduce : public PendingOp {
   std::vector<NodeMessage> messages_;  // this in-node stage's, in order
   size_t next_ = 0;
   MPI_Request request_ = MPI_REQUEST_NULL;
-  std::unique_ptr<RingPipeline<Acc>> ring_;
+  std::unique_ptr<PendingOp> ring_;  // the leaders' pipelined ring (ring_pipeline.cpp)
 };
 
 }  // namespace

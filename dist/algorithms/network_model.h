@@ -14,7 +14,7 @@
 // extra: the peer paid for the message before sending it. The real transfer (a memory copy here)
 // comes on top; with a slow enough model it is a small part.
 //
-// What it charges, per algorithm: the ring (dist/algorithms/ring_pipeline.h) each segment it sends;
+// What it charges, per algorithm: the ring (dist/algorithms/ring_pipeline.cpp) each segment it sends;
 // the tree (tree.cpp) each step's exchange, once whatever its eager pieces; hierarchical
 // (hierarchical.cpp) its leaders' ring as the ring, and each message of its in-node binomial trees
 // (ceil(log2 k) of the whole tensor on the way in, as many on the way out). The

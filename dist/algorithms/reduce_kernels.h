@@ -36,7 +36,7 @@ void reduce_into(Acc* dst, const Acc* src, int64_t n, ReduceOp op) {
 }
 
 // dst[i] = load(mine[i]) (op) load(theirs[i]), in Acc; dst may be mine itself. With theirs null,
-// dst[i] = load(mine[i]). Note [Each chunk is reduced once] in dist/algorithms/ring_pipeline.h.
+// dst[i] = load(mine[i]). Note [Each chunk is reduced once] in dist/algorithms/ring_pipeline.cpp.
 template <class Acc, class Mine, class Theirs>
 void combine_into(Acc* dst, const Mine* mine, const Theirs* theirs, int64_t n, ReduceOp op) {
   if (theirs == nullptr) {

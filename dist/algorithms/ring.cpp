@@ -1,19 +1,16 @@
-// The ring algorithms: AllReduce and ReduceScatter by the pipelined ring (ring_pipeline.h), a ring
-// all-gather and a pipelined chain broadcast, all over MPI point-to-point (MPI_Isend / MPI_Irecv).
-// Backend "ring" runs all four (dist/backends/ring.cpp).
-//
-// The ring is bandwidth-optimal: each rank sends 2(N-1)/N of the data for an AllReduce whatever N
-// (f16 / bf16: (3N-4)/N of their bytes, the partial sums travelling as f32; ring_pipeline.h).
-// Its cost is 2(N-1) message latencies, which is why small tensors want the tree (tree.cpp) and why
-// backend "auto" switches between the two (dist/backends/auto.cpp).
+// The ring's all-gather and a pipelined chain broadcast, over MPI point-to-point (MPI_Isend /
+// MPI_Irecv). The ring AllReduce and ReduceScatter are the pipelined ring, ring_pipeline.cpp;
+// backend "ring" runs all four (MpiGroupBase::ring_collectives, dist/backends/mpi_group.cpp).
 #include <mpi.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
-#include <type_traits>
+#include <vector>
 
 #include "dist/algorithms/algorithms.h"
 #include "dist/algorithms/network_model.h"
-#include "dist/algorithms/ring_pipeline.h"
+#include "dist/mpi_check.h"
 
 namespace ringgrad::dist::detail {
 
@@ -163,63 +160,6 @@ class ChainBroadcast : public PendingOp {
 };
 
 }  // namespace
-
-namespace {
-
-// The pipeline's receive slots: window segments, in scratch buffer 1.
-template <class Acc>
-Acc* ring_slots(Scratch& scratch, RingTuning tuning) {
-  return reinterpret_cast<Acc*>(scratch.get(1, tuning.slot_elems(sizeof(Acc)) * sizeof(Acc)));
-}
-
-// The ring reads each rank's input in place and writes the partial sums chunk by chunk as they
-// arrive (Note [Each chunk is reduced once] in dist/algorithms/ring_pipeline.h), so nothing is
-// copied or widened before it starts. in_place: the partial sums may live in `input` itself (an
-// AllReduce of a tensor whose storage type is its accumulation type); otherwise they go to scratch
-// buffer 0.
-template <class Make>
-std::unique_ptr<PendingOp> with_ring_buffers(Scratch& scratch, const Tensor& input, bool in_place, RingTuning tuning,
-                                             Make make) {
-  return dispatch_dtype(input.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
-    using T = decltype(zero);
-    using Acc = compute_t<T>;
-    if constexpr (std::is_same_v<T, uint8_t>) {
-      RG_FAIL("dist.reduce", "u8 is not supported");  // rejected at submission already
-    } else {
-      T* in = static_cast<T*>(input.raw_data());
-      Acc* work = in_place && std::is_same_v<T, Acc>
-                      ? reinterpret_cast<Acc*>(in)
-                      : reinterpret_cast<Acc*>(scratch.get(0, input.numel() * sizeof(Acc)));
-      return make(zero, in, work, ring_slots<Acc>(scratch, tuning));
-    }
-  });
-}
-
-}  // namespace
-
-std::unique_ptr<PendingOp> ring_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch,
-                                          RingTuning tuning) {
-  return with_ring_buffers(scratch, t, /*in_place=*/true, tuning,
-                           [&](auto zero, auto* data, auto* work, auto* slots) -> std::unique_ptr<PendingOp> {
-                             using T = decltype(zero);
-                             return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::allreduce, t.numel(), op,
-                                                                      ch.size, ch, data, data, work, slots, tuning,
-                                                                      std::vector<Tensor>{t});
-                           });
-}
-
-std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, Channel ch,
-                                               Scratch& scratch, RingTuning tuning) {
-  // The input must survive: it is only read, and the partial sums go to scratch.
-  return with_ring_buffers(scratch, input, /*in_place=*/false, tuning,
-                           [&](auto zero, auto* in, auto* work, auto* slots) -> std::unique_ptr<PendingOp> {
-                             using T = decltype(zero);
-                             return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::reduce_scatter,
-                                                                      input.numel(), op, ch.size, ch, in,
-                                                                      static_cast<T*>(output.raw_data()), work, slots,
-                                                                      tuning, std::vector<Tensor>{output, input});
-                           });
-}
 
 std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch) {
   return std::make_unique<RingAllgather>(output, input, ch.tag, ch.comm, ch.rank, ch.size);

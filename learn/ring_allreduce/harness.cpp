@@ -1,6 +1,6 @@
 // The harness of the ring exercise. Every rank holds its own vector; your ring_allreduce sums them
 // in place. The check: the result equals what ringgrad's production ring (backend "ring":
-// dist/algorithms/ring_pipeline.h) computes from the same vectors, and the bytes every rank sent
+// dist/algorithms/ring_pipeline.cpp) computes from the same vectors, and the bytes every rank sent
 // add up to 2(N-1) S -- each rank sends 2(N-1)/N S, the ring's bandwidth optimum.
 #include <mpi.h>
 

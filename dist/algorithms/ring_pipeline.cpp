@@ -1,4 +1,10 @@
-// RingPipeline: the ring reduce-scatter (and optional all-gather), chunked and pipelined (internal).
+// The pipelined ring: AllReduce and ReduceScatter by the ring reduce-scatter (and, for AllReduce,
+// its all-gather), chunked and pipelined -- RingPipeline, and the entry points that lend it buffers:
+// ring_allreduce, ring_reduce_scatter, and ring_allreduce_sums for hierarchical's leaders.
+//
+// The ring is bandwidth-optimal: each rank sends 2(N-1)/N of the data for an AllReduce whatever N.
+// Its cost is 2(N-1) message latencies, which is why small tensors want the tree (tree.cpp) and why
+// backend "auto" switches between the two (dist/backends/auto.cpp).
 //
 // N ranks stand in a ring; rank r sends to r+1 and receives from r-1 (mod N). The n elements are
 // cut into N chunks (chunk_begin / chunk_size in dist/algorithms/reduce_kernels.h: any n works, 0
@@ -39,11 +45,10 @@
 // anything: it travels as T. Only the partial sums of steps 1 .. N-2 need Acc. With 2 ranks an
 // f16 / bf16 AllReduce therefore moves only f16 / bf16 (half the bytes of summing in f32 on the
 // wire), while every sum is still formed in f32 and rounded once.
-#pragma once
-
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -52,6 +57,8 @@
 #include "dist/mpi_check.h"
 
 namespace ringgrad::dist::detail {
+
+namespace {
 
 template <class T>
 class RingPipeline : public PendingOp {
@@ -237,5 +244,71 @@ class RingPipeline : public PendingOp {
   size_t next_send_ = 0, next_post_ = 0, received_ = 0;
   bool rs_sends_done_ = false;
 };
+
+// The pipeline's receive slots: window segments, in scratch buffer 1.
+template <class Acc>
+Acc* ring_slots(Scratch& scratch, RingTuning tuning) {
+  return reinterpret_cast<Acc*>(scratch.get(1, tuning.slot_elems(sizeof(Acc)) * sizeof(Acc)));
+}
+
+// The ring reads each rank's input in place and writes the partial sums chunk by chunk as they
+// arrive (Note [Each chunk is reduced once] above), so nothing is
+// copied or widened before it starts. in_place: the partial sums may live in `input` itself (an
+// AllReduce of a tensor whose storage type is its accumulation type); otherwise they go to scratch
+// buffer 0.
+template <class Make>
+std::unique_ptr<PendingOp> with_ring_buffers(Scratch& scratch, const Tensor& input, bool in_place, RingTuning tuning,
+                                             Make make) {
+  return dispatch_dtype(input.dtype(), [&](auto zero) -> std::unique_ptr<PendingOp> {
+    using T = decltype(zero);
+    using Acc = compute_t<T>;
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      RG_FAIL("dist.reduce", "u8 is not supported");  // rejected at submission already
+    } else {
+      T* in = static_cast<T*>(input.raw_data());
+      Acc* work = in_place && std::is_same_v<T, Acc>
+                      ? reinterpret_cast<Acc*>(in)
+                      : reinterpret_cast<Acc*>(scratch.get(0, input.numel() * sizeof(Acc)));
+      return make(zero, in, work, ring_slots<Acc>(scratch, tuning));
+    }
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<PendingOp> ring_allreduce(const Tensor& t, ReduceOp op, Channel ch, Scratch& scratch,
+                                          RingTuning tuning) {
+  return with_ring_buffers(scratch, t, /*in_place=*/true, tuning,
+                           [&](auto zero, auto* data, auto* work, auto* slots) -> std::unique_ptr<PendingOp> {
+                             using T = decltype(zero);
+                             return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::allreduce, t.numel(), op,
+                                                                      ch.size, ch, data, data, work, slots, tuning,
+                                                                      std::vector<Tensor>{t});
+                           });
+}
+
+std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, Channel ch,
+                                               Scratch& scratch, RingTuning tuning) {
+  // The input must survive: it is only read, and the partial sums go to scratch.
+  return with_ring_buffers(scratch, input, /*in_place=*/false, tuning,
+                           [&](auto zero, auto* in, auto* work, auto* slots) -> std::unique_ptr<PendingOp> {
+                             using T = decltype(zero);
+                             return std::make_unique<RingPipeline<T>>(RingPipeline<T>::Mode::reduce_scatter,
+                                                                      input.numel(), op, ch.size, ch, in,
+                                                                      static_cast<T*>(output.raw_data()), work, slots,
+                                                                      tuning, std::vector<Tensor>{output, input});
+                           });
+}
+
+template <class Acc>
+std::unique_ptr<PendingOp> ring_allreduce_sums(Acc* sums, int64_t n, ReduceOp op, Channel ch, Acc* slots,
+                                               RingTuning tuning) {
+  return std::make_unique<RingPipeline<Acc>>(RingPipeline<Acc>::Mode::allreduce, n, op, 1, ch, sums, sums, sums, slots,
+                                             tuning, std::vector<Tensor>{});
+}
+template std::unique_ptr<PendingOp> ring_allreduce_sums(float*, int64_t, ReduceOp, Channel, float*, RingTuning);
+template std::unique_ptr<PendingOp> ring_allreduce_sums(double*, int64_t, ReduceOp, Channel, double*, RingTuning);
+template std::unique_ptr<PendingOp> ring_allreduce_sums(int32_t*, int64_t, ReduceOp, Channel, int32_t*, RingTuning);
+template std::unique_ptr<PendingOp> ring_allreduce_sums(int64_t*, int64_t, ReduceOp, Channel, int64_t*, RingTuning);
 
 }  // namespace ringgrad::dist::detail

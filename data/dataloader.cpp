@@ -174,12 +174,19 @@ void DataLoader::load_state_dict(const StateDict& state) {
   const int64_t replicas = state_int(sampler_state, "num_replicas", who);
   RG_CHECK(position >= 0, who, "position ", position, " is negative");
   if (position > 0) {
-    RG_CHECK(batch_size == options_.batch_size && drop_last == options_.drop_last &&
-                 replicas == sampler_->num_replicas(),
-             who, "the state stands at batch ", position, " inside an epoch, saved with batch_size ", batch_size,
-             ", drop_last ", drop_last, " and ", replicas, " ranks; this loader has batch_size ", options_.batch_size,
-             ", drop_last ", options_.drop_last, " and ", sampler_->num_replicas(),
-             " ranks, so its batches are not the saved ones (resume at an epoch boundary to change them)");
+    // Note [Resuming at another world size]: the sampler deals the epoch's permutation out
+    // round-robin (index i to rank i mod N), so global batch k -- every rank's k-th batch together --
+    // holds positions [k*G, (k+1)*G) of the permutation, G = batch_size * ranks, whatever N is. A
+    // run that keeps G (2 ranks x 6 -> 3 ranks x 4) therefore continues with the very samples the
+    // saved run had not taken: only which rank holds which changes, and the averaged gradient does
+    // not see that. Another G would begin elsewhere in the epoch: refused.
+    const int64_t saved_global = batch_size * replicas;
+    const int64_t global = options_.batch_size * sampler_->num_replicas();
+    RG_CHECK(saved_global == global && drop_last == options_.drop_last, who, "the state stands at batch ", position,
+             " inside an epoch, saved with batch_size ", batch_size, ", drop_last ", drop_last, " and ", replicas,
+             " ranks (global batch ", saved_global, "); this loader has batch_size ", options_.batch_size,
+             ", drop_last ", options_.drop_last, " and ", sampler_->num_replicas(), " ranks (global batch ", global,
+             "), so its batches are not the saved ones (keep batch_size x ranks, or resume at an epoch boundary)");
   }
   sampler_->load_state_dict(sampler_state);  // checks seed and shuffle, sets the epoch
   resume_epoch_ = sampler_->epoch();

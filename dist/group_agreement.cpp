@@ -23,7 +23,7 @@ struct WireRecord {
   char backend[32];
   char host[64];
   double timeout_seconds;
-  int32_t debug_check, host_staging, group_index, world_size, local_rank, local_size;
+  int32_t debug_check, host_staging, group_index, world_size, local_rank, local_size, node;
   int64_t pid;
   uint64_t start_time;
 };
@@ -44,6 +44,7 @@ WireRecord to_wire(const CreationRecord& r) {
   w.world_size = r.world_size;
   w.local_rank = r.local_rank;
   w.local_size = r.local_size;
+  w.node = r.node;
   w.pid = r.pid;
   w.start_time = r.start_time;
   return w;
@@ -59,6 +60,7 @@ CreationRecord from_wire(const WireRecord& w) {
                         .host = std::string(w.host, strnlen(w.host, sizeof w.host)),
                         .local_rank = w.local_rank,
                         .local_size = w.local_size,
+                        .node = w.node,
                         .pid = static_cast<long>(w.pid),
                         .start_time = w.start_time};
 }
@@ -145,6 +147,7 @@ CreationRecord this_process_record(const std::string& backend, bool debug_check,
                         .host = host_name(),
                         .local_rank = w.local_rank,
                         .local_size = w.local_size,
+                        .node = w.node,
                         .pid = static_cast<long>(getpid()),
                         .start_time = proc_state(getpid()).start_time};
 }
@@ -169,9 +172,11 @@ std::vector<CreationRecord> agree_on_creation(const MpiComms& comms, const Creat
       who_holds("host staging", all, host_staging_of) + who_holds("collective timeout (s)", all, timeout_of) +
       who_holds("creation index of this group", all, index_of) + who_holds("world size", all, world_of);
   // World layout: each machine's ranks number themselves 0 .. local_size - 1, and count them right.
-  std::map<std::string, std::vector<int>> by_host;
-  for (int r = 0; r < size; ++r) by_host[all[static_cast<size_t>(r)].host].push_back(r);
-  for (const auto& [host, ranks] : by_host) {
+  // A machine is what MPI says shares memory (World::node), not a hostname: containers on host
+  // networking, or network namespaces, give two machines one name (Note [Machines by MPI, not by name]).
+  std::map<int, std::vector<int>> by_node;
+  for (int r = 0; r < size; ++r) by_node[all[static_cast<size_t>(r)].node].push_back(r);
+  for (const auto& [node, ranks] : by_node) {
     std::vector<bool> seen(ranks.size(), false);
     for (int r : ranks) {
       const CreationRecord& rec = all[static_cast<size_t>(r)];
@@ -179,8 +184,9 @@ std::vector<CreationRecord> agree_on_creation(const MpiComms& comms, const Creat
                         rec.local_rank < static_cast<int>(ranks.size()) && !seen[static_cast<size_t>(rec.local_rank)];
       if (fits) seen[static_cast<size_t>(rec.local_rank)] = true;
       else
-        differences += str_cat("\n  world layout: rank ", r, " on ", host, " says local rank ", rec.local_rank, " of ",
-                               rec.local_size, ", but ", ranks.size(), " ranks run on ", host);
+        differences +=
+            str_cat("\n  world layout: rank ", r, " on ", rec.host, " says local rank ", rec.local_rank, " of ",
+                    rec.local_size, ", but ", ranks.size(), " ranks share the machine of rank ", node);
     }
   }
   RG_CHECK(differences.empty(), "dist.new_group", "the ranks created process group #", mine.group_index,
@@ -192,15 +198,43 @@ std::vector<CreationRecord> agree_on_creation(const MpiComms& comms, const Creat
   return all;
 }
 
+std::string layout_note(const std::vector<CreationRecord>& records) {
+  // host name -> the machines (nodes) that report it, and node -> the names its ranks report.
+  std::map<std::string, std::map<int, int>> nodes_of_name;
+  std::map<int, std::map<std::string, int>> names_of_node;
+  for (const CreationRecord& r : records) {
+    ++nodes_of_name[r.host][r.node];
+    ++names_of_node[r.node][r.host];
+  }
+  std::string seen;
+  for (const auto& [name, nodes] : nodes_of_name)
+    if (nodes.size() > 1)
+      seen += str_cat("\n  hostname '", name, "' is reported from ", nodes.size(),
+                      " machines (MPI gives them no shared memory)");
+  for (const auto& [node, names] : names_of_node)
+    if (names.size() > 1) seen += str_cat("\n  the machine of rank ", node, " reports ", names.size(), " hostnames");
+  if (seen.empty()) return {};
+  return str_cat("[dist.new_group] note: hostnames and MPI's layout differ:", seen,
+                 "\n  ringgrad follows MPI: ranks share memory (and count as one machine) exactly when "
+                 "MPI_COMM_TYPE_SHARED puts them together; messages name a rank's host by its hostname. To "
+                 "group ranks into nodes yourself for the hierarchical backend, set RINGGRAD_RANKS_PER_NODE "
+                 "(GroupOptions::ranks_per_node); to keep shared memory out of small AllReduces, "
+                 "RINGGRAD_DIST_SHM=0.\n");
+}
+
 std::string peer_liveness(const std::vector<CreationRecord>& records, int my_rank) {
   if (records.empty() || my_rank < 0 || my_rank >= static_cast<int>(records.size())) return {};
-  const std::string& here = records[static_cast<size_t>(my_rank)].host;
-  std::string gone;
+  const int here = records[static_cast<size_t>(my_rank)].node;
+  const std::string& here_name = records[static_cast<size_t>(my_rank)].host;
+  std::string gone, remote;
   int checked = 0, elsewhere = 0, lost = 0;
   for (size_t r = 0; r < records.size(); ++r) {
     if (static_cast<int>(r) == my_rank) continue;
     const CreationRecord& rec = records[r];
-    if (rec.host != here) {
+    if (rec.node != here) {
+      // A process on another machine cannot be looked up here: name where it runs, so that the
+      // reader knows which host to look at (a few; the rest counted).
+      if (elsewhere < 4) remote += str_cat(remote.empty() ? "" : ", ", "rank ", r, " on ", rec.host);
       ++elsewhere;
       continue;
     }
@@ -213,11 +247,12 @@ std::string peer_liveness(const std::vector<CreationRecord>& records, int my_ran
       ++lost;
     }
   }
-  std::string out;
-  if (lost > 0) out = str_cat(gone, lost == 1 ? " is" : " are", " no longer running.");
-  else if (checked > 0) out = str_cat("Every other rank on ", here, " is still running.");
+  std::string out = str_cat("This rank runs on ", here_name, ".");
+  if (lost > 0) out += str_cat(" ", gone, lost == 1 ? " is" : " are", " no longer running.");
+  else if (checked > 0) out += str_cat(" Every other rank on ", here_name, " is still running.");
   if (elsewhere > 0)
-    out += str_cat(out.empty() ? "" : " ", elsewhere, " rank(s) on other machines could not be checked from here.");
+    out += str_cat(" ", elsewhere, " rank(s) on other machines could not be checked from here (", remote,
+                   elsewhere > 4 ? ", ..." : "", "): look at their hosts.");
   return out;
 }
 

@@ -35,6 +35,7 @@ struct CreationRecord {
   int world_size = 1;
   std::string host;
   int local_rank = 0, local_size = 1;
+  int node = 0;  // World::node: the machine as MPI sees it
   long pid = 0;
   unsigned long long start_time = 0;  // /proc/<pid>/stat field 22: tells a reused pid apart
 };
@@ -56,6 +57,14 @@ std::vector<CreationRecord> agree_on_creation(const MpiComms& comms, const Creat
 // Note [Who is gone]: one sentence on the peers of `records` on this machine whose process no
 // longer runs ("rank 1 (pid 4242 on node1) is no longer running"), or on their all running; says
 // when some ranks are on other machines, which cannot be checked from here.
+// Note [Machines by MPI, not by name]: which ranks share a machine is what MPI says
+// (MPI_COMM_TYPE_SHARED, World::node): it decides shared memory, the local rank, the hierarchical
+// backend's nodes. Hostnames only label messages. They may disagree with MPI -- two containers on
+// host networking, two network namespaces (tools/cluster.sh), both named like their host -- and such
+// a layout is legal: it is never refused. layout_note() says what differs (empty when nothing does);
+// rank 0 prints it once.
+std::string layout_note(const std::vector<CreationRecord>& records);
+
 std::string peer_liveness(const std::vector<CreationRecord>& records, int my_rank);
 
 }  // namespace ringgrad::dist::detail

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdio>
 #include <exception>
+#include <mutex>
 #include <regex>
 #include <utility>
 #include <vector>
@@ -63,6 +64,12 @@ GroupBase::GroupBase(std::string backend, const GroupOptions& options)
   // Note [Agreed at creation]: before anything else runs over the group.
   peers_ = agree_on_creation(*comms_, this_process_record(backend_, debug_check_, host_staging, timeout_seconds_, id));
   if (host_staging_error) std::rethrow_exception(host_staging_error);
+  // Note [Machines by MPI, not by name]: said once per process, by the group's rank 0.
+  static std::once_flag layout_noted;
+  if (rank_ == 0)
+    std::call_once(layout_noted, [this] {
+      if (const std::string note = layout_note(peers_); !note.empty()) fputs(note.c_str(), stderr);
+    });
   link_ = SimulatedLink(simulated_network_from(options));
   comm_thread_ =
       std::make_shared<CommThread>(backend_, rank_, size_, timeout_seconds_, options.max_poll_sleep_us, trace);

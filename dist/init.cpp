@@ -68,6 +68,7 @@ World init(int* argc, char*** argv) {
   RG_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local));
   RG_MPI_CHECK(MPI_Comm_rank(local, &w.local_rank));
   RG_MPI_CHECK(MPI_Comm_size(local, &w.local_size));
+  RG_MPI_CHECK(MPI_Allreduce(&w.rank, &w.node, 1, MPI_INT, MPI_MIN, local));
   RG_MPI_CHECK(MPI_Comm_free(&local));
   select_local_device(w.local_rank);  // one GPU per rank on a machine; opens no context yet
   g_world = w;

@@ -19,6 +19,9 @@ struct World {
   int size = 1;        // world size N
   int local_rank = 0;  // index among the ranks on this machine (MPI_COMM_TYPE_SHARED)
   int local_size = 1;  // ranks on this machine
+  // The world rank of the first rank on this machine: names the machine as MPI sees it, which is
+  // what decides who shares memory -- a hostname may repeat across machines (containers).
+  int node = 0;
   // The MPI thread level granted: MPI_THREAD_MULTIPLE normally. See Note [MPI thread level].
   int thread_level = 0;
   bool thread_multiple = true;

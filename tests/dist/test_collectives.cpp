@@ -15,6 +15,7 @@
 
 #include "dist/consistency.h"
 #include "dist/ddp/comm_hook.h"
+#include "dist/group_agreement.h"
 #include "dist_test_util.h"
 
 namespace {
@@ -1097,4 +1098,23 @@ TEST_CASE("a simulated network holds each op, and the ops queued behind it, for 
   wc->wait();
   CHECK(wc->end_us() - wc->start_us() >= 10000);
   CHECK(mismatch(c, [&](int64_t) { return static_cast<double>(N); }) == "");
+}
+
+// Note [Machines by MPI, not by name]: MPI's layout decides, a hostname only labels. Two machines
+// with one name (containers on host networking) are legal and get a note, never a refusal; the real
+// case runs on the namespace cluster (cluster_same_hostname in tests/cluster).
+TEST_CASE("world layout: machines are what MPI says, hostnames only label them") {
+  using dist::detail::CreationRecord;
+  auto record = [](const std::string& host, int node, int local_rank, int local_size) {
+    return CreationRecord{.host = host, .local_rank = local_rank, .local_size = local_size, .node = node};
+  };
+  // Two machines, two names: nothing to say.
+  CHECK(dist::detail::layout_note({record("a", 0, 0, 2), record("a", 0, 1, 2), record("b", 2, 0, 1)}).empty());
+  // Two machines, one name: said, with how MPI's layout is followed.
+  const std::string same_name = dist::detail::layout_note({record("vm", 0, 0, 1), record("vm", 1, 0, 1)});
+  CHECK(same_name.find("hostname 'vm' is reported from 2 machines") != std::string::npos);
+  CHECK(same_name.find("RINGGRAD_RANKS_PER_NODE") != std::string::npos);
+  // One machine, two names (a UTS namespace per rank): said too.
+  const std::string two_names = dist::detail::layout_note({record("x", 0, 0, 2), record("y", 0, 1, 2)});
+  CHECK(two_names.find("the machine of rank 0 reports 2 hostnames") != std::string::npos);
 }

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "ringgrad.h"
@@ -114,6 +115,60 @@ TEST_CASE("the DataLoader resumes inside an epoch with the batches the saved run
   CHECK_THROWS_WITH_AS(make(4, 9)->load_state_dict(saved), doctest::Contains("its batches are not the saved ones"),
                        Error);
   CHECK_THROWS_WITH_AS(make(5, 10)->load_state_dict(saved), doctest::Contains("saved with seed 9"), Error);
+}
+
+// Note [Resuming at another world size] in data/dataloader.cpp: 2 ranks x 6 saved inside an epoch,
+// 3 ranks x 4 resumed: each later global batch holds the same samples as in the saved run.
+TEST_CASE("the DataLoader resumes inside an epoch at another world size that keeps the global batch") {
+  Generator g(5);
+  auto dataset = std::make_shared<data::TensorDataset>(randn({48, 2}, g), arange(0, 48));
+  auto make = [&](int64_t batch_size, int64_t replicas, int64_t rank) {
+    auto sampler = std::make_shared<data::DistributedSampler>(48, data::SamplerOptions{.num_replicas = replicas,
+                                                                                       .rank = rank,
+                                                                                       .seed = 7});
+    sampler->set_epoch(2);
+    return std::make_unique<data::DataLoader>(dataset, sampler, data::DataLoaderOptions{.batch_size = batch_size});
+  };
+  // The samples of each global batch (all ranks' k-th batches), from `from` on, sorted.
+  auto global_batches = [](std::vector<std::unique_ptr<data::DataLoader>>& ranks, size_t from) {
+    std::vector<std::vector<int64_t>> out;
+    for (auto& loader : ranks) {
+      size_t k = 0;
+      for (const data::Example& b : *loader) {
+        if (k >= from) {
+          if (out.size() <= k - from) out.resize(k - from + 1);
+          for (double v : b.target.to_vector()) out[k - from].push_back(static_cast<int64_t>(v));
+        }
+        ++k;
+      }
+    }
+    for (auto& batch : out) std::sort(batch.begin(), batch.end());
+    return out;
+  };
+  std::vector<std::unique_ptr<data::DataLoader>> two;
+  for (int r = 0; r < 2; ++r) two.push_back(make(6, 2, r));
+  const auto whole = global_batches(two, 0);  // 4 global batches of 12
+  REQUIRE(whole.size() == 4);
+
+  // Rank 0 of the two-rank run, stopped after one batch.
+  auto saving = make(6, 2, 0);
+  StateDict saved;
+  for (const data::Example& b : *saving) {
+    (void)b;
+    saved = saving->state_dict();
+    break;
+  }
+  std::vector<std::unique_ptr<data::DataLoader>> three;
+  for (int r = 0; r < 3; ++r) {
+    three.push_back(make(4, 3, r));
+    three.back()->load_state_dict(saved);
+    three.back()->sampler().set_epoch(2);
+  }
+  const auto rest = global_batches(three, 0);
+  REQUIRE(rest.size() == 3);
+  for (size_t k = 0; k < rest.size(); ++k) CHECK(rest[k] == whole[k + 1]);
+  // Another global batch (3 x 5 = 15) would start elsewhere in the epoch: refused.
+  CHECK_THROWS_WITH_AS(make(5, 3, 0)->load_state_dict(saved), doctest::Contains("global batch 12"), Error);
 }
 
 TEST_CASE("the random state round-trips the default and dropout generators, 64-bit seeds exactly") {

@@ -41,6 +41,9 @@ World init(int* argc, char*** argv) {
   int already = 0;
   RG_MPI_CHECK(MPI_Initialized(&already));
   RG_CHECK(!already, "dist.init", "MPI is already initialised; call dist::init once, before any other MPI use");
+  // Note [Two TCP links per peer]: read by Open MPI's TCP transport during MPI_Init; a value the
+  // user set (environment, mpirun --mca) wins.
+  setenv("OMPI_MCA_btl_tcp_links", "2", /*overwrite=*/0);
   int provided = 0;
   RG_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   // From here on MPI errors on MPI_COMM_WORLD return codes (RG_MPI_CHECK turns them into Errors)

@@ -36,6 +36,15 @@ struct World {
 // MPI_THREAD_MULTIPLE. An MPI that grants only MPI_THREAD_SERIALIZED still works if the program
 // makes no MPI calls of its own, and creates / destroys process groups only while no collective is
 // outstanding; init prints a one-line warning saying so.
+//
+// Note [Two TCP links per peer]: across machines Open MPI's TCP transport carries each pair of ranks
+// over one connection by default, and when both directions stream at once -- as a ring's every step
+// does at N = 2, where the left and right neighbours are one rank -- each direction got half the
+// link: 0.47 Gbit/s of 0.92 on a 1 Gbit/s cable, one direction alone 0.88 (tests/cluster, measured
+// with a Sendrecv of 16 MiB; docs/across_machines.md). Two connections per pair (btl_tcp_links 2)
+// give each direction 0.88, and the ring's busbw goes from 58% of the link to 90%. So init sets
+// OMPI_MCA_btl_tcp_links=2 unless the environment already says otherwise (mpirun -x or --mca, or
+// an exported variable). Ranks on one machine talk through shared memory and are not affected.
 World init(int* argc = nullptr, char*** argv = nullptr);
 
 // The World filled by init. Throws when init has not run.

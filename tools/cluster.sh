@@ -28,6 +28,12 @@
 # so on. Every rank gets one compute thread (OMP/OpenBLAS/ringgrad's own): K hosts x P ranks on a
 # two-core machine oversubscribe it by K*P/2 -- the tests that use this say so.
 #
+# Cores: a real host computes and runs its network stack on cores of its own, so each host here is
+# confined to its own share of the machine's cores (taskset: with K <= cores, cores/K each; with
+# more hosts, core i mod cores), and mpirun binds nothing further (--bind-to none). Without that,
+# every host's daemon bound its first rank to core 0 -- two hosts' ranks shared one core at half
+# speed -- and unbound, a host's waiting threads took the cores another host's traffic needed.
+#
 # --same-hostname leaves every host the machine's own hostname (no UTS namespace), as containers on
 # host networking have: MPI still tells the hosts apart, and so must ringgrad.
 #
@@ -80,10 +86,11 @@ cmd_down() {
 }
 
 # tbf on one interface's egress: RATE, a burst of 1 ms at that rate (at least 64 KiB, so that TSO
-# segments pass), and at most 20 ms of queue.
+# segments pass), and at most 4 ms of queue: a switch port's buffer (with 1 ms a TCP stream no
+# longer reaches the rate; 20 ms only adds delay).
 shape() {
   local ns=$1 dev=$2 rate=$3
-  ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "$rate" burst "$(burst_bytes "$rate")" latency 20ms
+  ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "$rate" burst "$(burst_bytes "$rate")" latency 4ms
 }
 burst_bytes() {
   local rate=$1 bits
@@ -141,6 +148,18 @@ cmd_up() {
     { echo "127.0.0.1 localhost"; cat "$hosts_file"; } >"/etc/netns/$h/hosts"
   done
 
+  # Each host's share of the cores (see the top of this file).
+  local cores i_first i_last
+  cores=$(nproc)
+  for ((i = 0; i < k; i++)); do
+    if ((k <= cores)); then
+      i_first=$((i * cores / k)) i_last=$(((i + 1) * cores / k - 1))
+      echo "${i_first}-${i_last}" >"$dir/cpus.$(host_name "$i")"
+    else
+      echo "$((i % cores))" >"$dir/cpus.$(host_name "$i")"
+    fi
+  done
+
   # The hostfile names the hosts; slots are set by `run` (--per-host).
   : >"$dir/hostfile"
   for ((i = 0; i < k; i++)); do host_name "$i" >>"$dir/hostfile"; done
@@ -154,7 +173,7 @@ cmd_up() {
 # rsh agent of the ringgrad test cluster (tools/cluster.sh): run a command "on" a host.
 host=\$1
 shift
-exec ip netns exec "\$host" unshare --uts sh -c "${name_it}\$*"
+exec taskset -c "\$(cat "$dir/cpus.\$host")" ip netns exec "\$host" unshare --uts sh -c "${name_it}\$*"
 EOF
   chmod +x "$dir/rsh"
   printf 'hosts=%s\nrate=%s\nsubnet=%s.0/24\nuts=%s\n' "$k" "${rate:-unshaped}" "$subnet" "$uts" >"$dir/state"
@@ -165,10 +184,12 @@ cmd_exec() {
   local h=$1
   shift
   ip netns list | awk '{print $1}' | grep -qx "$h" || die "exec: no host '$h' (tools/cluster.sh status)"
+  local cpus
+  cpus=$(cat "$dir/cpus.$h")
   if [[ $(sed -n 's/^uts=//p' "$dir/state" 2>/dev/null) == 0 ]]; then
-    exec ip netns exec "$h" "$@"
+    exec taskset -c "$cpus" ip netns exec "$h" "$@"
   fi
-  exec ip netns exec "$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$h" "$@"
+  exec taskset -c "$cpus" ip netns exec "$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$h" "$@"
 }
 
 cmd_run() {
@@ -191,7 +212,7 @@ cmd_run() {
   sed "s/\$/ slots=$per_host/" "$dir/hostfile" >"$hostfile"
   # The first host runs mpirun; its daemons and the ranks talk over the cluster's subnet only.
   cmd_exec "$(host_name 0)" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    mpirun -np "$np" --hostfile "$hostfile" --map-by slot \
+    mpirun -np "$np" --hostfile "$hostfile" --map-by slot --bind-to none \
     --mca plm_rsh_agent "$dir/rsh" \
     --mca oob_tcp_if_include "${subnet}.0/24" --mca btl_tcp_if_include "${subnet}.0/24" \
     --mca btl self,vader,tcp \

@@ -1,9 +1,12 @@
 #include "dist/init.h"
 
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "core/device.h"
 #include "core/random.h"
+#include "dist/algorithms/network_model.h"
 #include "dist/mpi_check.h"
 #include "dist/process_group.h"
 
@@ -72,6 +75,10 @@ World init(int* argc, char*** argv) {
   RG_MPI_CHECK(MPI_Comm_rank(local, &w.local_rank));
   RG_MPI_CHECK(MPI_Comm_size(local, &w.local_size));
   RG_MPI_CHECK(MPI_Allreduce(&w.rank, &w.node, 1, MPI_INT, MPI_MIN, local));
+  // Every rank's machine, for counting bytes by transport (Note [Bytes by transport]).
+  std::vector<int> machine_of(static_cast<size_t>(w.size));
+  RG_MPI_CHECK(MPI_Allgather(&w.node, 1, MPI_INT, machine_of.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  detail::set_machine_layout(std::move(machine_of));
   RG_MPI_CHECK(MPI_Comm_free(&local));
   select_local_device(w.local_rank);  // one GPU per rank on a machine; opens no context yet
   g_world = w;

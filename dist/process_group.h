@@ -108,6 +108,17 @@ struct GroupStats {
   double busy_seconds = 0;  // wall time during which at least one operation was running
 };
 
+// The bytes this process sent in ringgrad's own messages since dist::init, every group together, by
+// where the receiving rank runs: this machine (MPI carries them through shared memory) or another
+// (the network). What the MPI library sends inside its own collectives, and shared-memory buffers
+// reduced in place, send no message of ours and are not in it (Note [Bytes by transport] in
+// dist/algorithms/network_model.h).
+struct TransportBytes {
+  uint64_t same_machine = 0;
+  uint64_t other_machines = 0;
+};
+TransportBytes transport_bytes();
+
 class ProcessGroup {
  public:
   // Every group registers itself while it lives, so that finalize() can refuse to end MPI under a

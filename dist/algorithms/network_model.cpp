@@ -1,5 +1,6 @@
 #include "dist/algorithms/network_model.h"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -10,6 +11,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "dist/mpi_check.h"
+#include "dist/process_group.h"
 
 namespace ringgrad::dist::detail {
 
@@ -74,7 +76,29 @@ int world_rank(MPI_Comm comm, int peer) {
 
 }  // namespace
 
+namespace {
+
+// Note [Bytes by transport]. The layout is written once by dist::init, before any group exists.
+std::vector<int> g_machine_of;  // world rank -> World::node
+std::atomic<uint64_t> g_same_machine{0}, g_other_machines{0};
+
+void count_by_transport(MPI_Comm comm, int peer, size_t bytes) {
+  if (g_machine_of.empty()) return;
+  int me = 0;
+  RG_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+  const int to = world_rank(comm, peer);
+  if (to < 0 || static_cast<size_t>(to) >= g_machine_of.size()) return;
+  auto& counter = g_machine_of[static_cast<size_t>(to)] == g_machine_of[static_cast<size_t>(me)] ? g_same_machine
+                                                                                                 : g_other_machines;
+  counter.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void set_machine_layout(std::vector<int> machine_of_world_rank) { g_machine_of = std::move(machine_of_world_rank); }
+
 void pay_for_message(MPI_Comm comm, int peer, size_t bytes) {
+  count_by_transport(comm, peer, bytes);
   const auto& model = network_model();
   if (!model) return;
   int me = 0;
@@ -84,3 +108,12 @@ void pay_for_message(MPI_Comm comm, int peer, size_t bytes) {
 }
 
 }  // namespace ringgrad::dist::detail
+
+namespace ringgrad::dist {
+
+TransportBytes transport_bytes() {
+  return TransportBytes{.same_machine = detail::g_same_machine.load(std::memory_order_relaxed),
+                        .other_machines = detail::g_other_machines.load(std::memory_order_relaxed)};
+}
+
+}  // namespace ringgrad::dist

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ringgrad::dist::detail {
 
@@ -52,7 +53,17 @@ const std::optional<NetworkModel>& network_model();
 NetworkModel parse_network_model(const std::string& text, const char* what);
 
 // Note [A price per message]: holds the calling thread for the price of sending `bytes` from this
-// rank to rank `peer` of `comm`. Nothing without a model.
+// rank to rank `peer` of `comm` (nothing without a model), and counts the bytes by transport (Note
+// [Bytes by transport]). Every algorithm calls it once per message it posts.
 void pay_for_message(MPI_Comm comm, int peer, size_t bytes);
+
+// Note [Bytes by transport]: every message ringgrad's own algorithms post -- the ring's, the tree's,
+// the chain broadcast's, hierarchical's in-node stages -- is counted by where its receiver runs: a
+// rank on this machine (MPI carries it through shared memory) or on another machine (the network),
+// as MPI sees machines (World::node). Per process, every group together; dist::transport_bytes()
+// reads the counters. Not counted, as no message of ours carries them: what the MPI library sends
+// inside its own collectives (backend mpi; the library's collectives the other backends use), and
+// shared-memory buffers that ranks on one machine reduce in place. dist::init gives the layout.
+void set_machine_layout(std::vector<int> machine_of_world_rank);
 
 }  // namespace ringgrad::dist::detail

@@ -4,6 +4,7 @@
 #
 #   cluster_case.sh up | down
 #   cluster_case.sh same LAYOUT MNIST BACKEND [--zero N ...]   # N ranks end where one process ends
+#   cluster_case.sh dist LAYOUT TEST_DIST [doctest args]       # test_dist's cases across the hosts
 #   cluster_case.sh same_hostname MNIST   # two hosts named alike: a legal layout, never refused
 #   cluster_case.sh resume MNIST DIR      # a checkpoint written at 2 hosts x 2 resumes at 1 x 3
 #   cluster_case.sh sigkill MNIST DIR     # a rank killed on the other host: diagnosed, no hang
@@ -61,6 +62,13 @@ case_same() {
   MPIRUN="$here/mpirun.sh" NP_FLAG=--np MPIRUN_ARGS="--per-host $per_host --" \
     bash "$root/tools/same_as_one_rank.sh" mnist "$mnist" "$np" 32 --model mlp --limit-steps 30 --threads 1 \
     --backend "$backend" "$@"
+}
+
+case_dist() {
+  local np per_host
+  read -r np per_host <<<"$(layout "$1")"
+  shift
+  "$cluster" run --np "$np" --per-host "$per_host" -- "$@"
 }
 
 case_same_hostname() {
@@ -178,6 +186,7 @@ case $what in
   up) exec "$cluster" up 3 ;;
   down) exec "$cluster" down ;;
   same) need_cluster; case_same "$@" ;;
+  dist) need_cluster; case_dist "$@" ;;
   same_hostname) case_same_hostname "$@" ;;
   resume) need_cluster; case_resume "$@" ;;
   sigkill) need_cluster; case_sigkill "$@" ;;

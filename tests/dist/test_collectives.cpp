@@ -1118,3 +1118,46 @@ TEST_CASE("world layout: machines are what MPI says, hostnames only label them")
   const std::string two_names = dist::detail::layout_note({record("x", 0, 0, 2), record("y", 0, 1, 2)});
   CHECK(two_names.find("the machine of rank 0 reports 2 hostnames") != std::string::npos);
 }
+
+// Note [Bytes by transport]: the ring's messages, each counted where its receiver runs. A ring
+// AllReduce of n elements sends 2(N-1) chunks of n/N to the right neighbour; the tree at N = 2 one
+// whole tensor to the other rank. On one machine every byte stays on it; on the namespace cluster
+// (cluster_bytes_by_transport_*) the ranks whose right neighbour is on another host send over the
+// network, the others through shared memory.
+TEST_CASE("bytes by transport: every message counted by where its receiver runs") {
+  const dist::World& w = dist::world();
+  const int N = w.size, r = w.rank;
+  if (N < 2) return;
+  std::vector<int> machine(static_cast<size_t>(N));
+  MPI_Allgather(&w.node, 1, MPI_INT, machine.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  const bool right_is_here = machine[static_cast<size_t>((r + 1) % N)] == machine[static_cast<size_t>(r)];
+
+  auto ring = dist::new_group("ring", test_options());
+  const int64_t n = 1000 * N;
+  rg::Tensor t = rg::full({n}, r + 1.0);
+  const dist::TransportBytes before = dist::transport_bytes();
+  ring->allreduce(t)->wait();
+  const dist::TransportBytes after = dist::transport_bytes();
+  CHECK(mismatch(t, [&](int64_t) { return N * (N + 1) / 2.0; }) == "");
+  const uint64_t ring_bytes = static_cast<uint64_t>(2 * (N - 1) * (n / N)) * sizeof(float);
+  const uint64_t here = after.same_machine - before.same_machine;
+  const uint64_t away = after.other_machines - before.other_machines;
+  INFO("rank ", r, "/", N, " on machine ", w.node, ", right neighbour here: ", right_is_here);
+  CHECK(here == (right_is_here ? ring_bytes : 0));
+  CHECK(away == (right_is_here ? 0 : ring_bytes));
+
+  if (N == 2) {
+    auto tree = dist::new_group("tree", [] {
+      dist::GroupOptions o = test_options();
+      o.shared_memory = false;  // messages, not the shared-memory slots
+      return o;
+    }());
+    rg::Tensor small = rg::full({256}, 1.0);
+    const dist::TransportBytes b0 = dist::transport_bytes();
+    tree->allreduce(small)->wait();
+    const dist::TransportBytes b1 = dist::transport_bytes();
+    const uint64_t sent = (b1.same_machine - b0.same_machine) + (b1.other_machines - b0.other_machines);
+    CHECK(sent == 256 * sizeof(float));
+    CHECK((right_is_here ? b1.same_machine - b0.same_machine : b1.other_machines - b0.other_machines) == sent);
+  }
+}

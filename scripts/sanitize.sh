@@ -57,10 +57,12 @@ if [[ $run_suite == 1 ]]; then
   # broadcast have tests of their own), and the comparisons of an example with one process, which
   # test numbers, not memory (their collectives run here in dist_staged_* and example_*_np*), the
   # whole dist suite at np 3 (its DDP, ZeRO and checkpoint cases run at np 3 in dist_staged_np3, and
-  # every case at np 2), and the namespace cluster's runs (label cluster: the same code over TCP).
+  # every case at np 2), the namespace cluster's runs (label cluster: the same code over TCP), and
+  # the two exhaustive GEMM sweeps against a triple loop (2 minutes under the sanitizers; their
+  # kernels run here in the suite's other GEMM, layer and training tests).
   step "test build-sanitize/ (the suite under ASan + UBSan)"
   ctest --test-dir build-sanitize --output-on-failure -LE 'fuzz|cluster' \
-    -E '^install_|_np4$|^dist_np3$|^dist_timeout_np3$|^example_mnist_resnet_np2$|same_as_one_rank'
+    -E '^install_|_np4$|^dist_np3$|^dist_timeout_np3$|^example_mnist_resnet_np2$|same_as_one_rank|^(tiled_sgemm|bf16_gemm) matches'
 fi
 if [[ $run_fuzz == 1 ]]; then
   step "fuzz build-sanitize/ (${fuzz_seconds} s per target)"

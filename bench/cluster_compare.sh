@@ -34,7 +34,7 @@ done
 mkdir -p "$out"
 cluster=tools/cluster.sh
 trap '$cluster down >/dev/null' EXIT
-master=$(RINGGRAD_CLUSTER_SUBNET=${RINGGRAD_CLUSTER_SUBNET:-10.213.47} && echo "${RINGGRAD_CLUSTER_SUBNET}.10")
+master="${RINGGRAD_CLUSTER_SUBNET:-10.213.47}.10"  # rgc-h0, where mpirun and rank 0 run
 rate_arg() { [[ $1 == unshaped ]] || echo "--rate $1"; }
 up() {
   # shellcheck disable=SC2046 # no --rate for an unshaped link

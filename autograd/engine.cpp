@@ -95,16 +95,18 @@ void queue_callback(std::function<void()> callback) {
   t_current_task->callbacks.push_back(std::move(callback));
 }
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
-  RG_CHECK(t_current_task == nullptr, "backward", "backward() called from inside a backward pass");
-  RG_CHECK(grads.empty() || grads.size() == roots.size(), "backward", roots.size(), " roots but ", grads.size(),
-           " gradients");
-  GraphTask task;
-  struct TaskScope {
-    explicit TaskScope(GraphTask* t) { t_current_task = t; }
-    ~TaskScope() { t_current_task = nullptr; }
-  } scope(&task);
-  NoGradGuard no_grad;
+namespace {
+
+// Runs every node reachable from `root_edges` (each given its gradient) in the order of the contract,
+// except the nodes `captured` points at: those are neither run nor traversed, and the gradient that
+// reaches each captured edge is returned instead (undefined where none did). backward() captures
+// nothing; a checkpoint's recompute captures its block's way out (Note [Recompute inside backward]
+// in autograd/checkpoint.h).
+TensorList run_graph(const std::vector<Edge>& root_edges, const TensorList& root_grads,
+                     const std::vector<Edge>& captured, bool retain_graph) {
+  std::unordered_set<const Node*> stops;
+  for (const Edge& e : captured)
+    if (e.valid()) stops.insert(e.node.get());
 
   // Input buffers: gradients arriving at each node, summed per output slot.
   std::unordered_map<Node*, TensorList> buffers;
@@ -115,37 +117,23 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     slot = slot.defined() ? native::binary(BinaryOp::add, slot, grad) : grad;
   };
 
-  std::vector<std::shared_ptr<Node>> root_nodes;
-  for (size_t i = 0; i < roots.size(); ++i) {
-    const Tensor& root = roots[i];
-    RG_CHECK(root.defined() && root.requires_grad(), "backward", "tensor ", root.desc(),
-             " does not require grad and has no grad_fn");
-    Tensor grad = grads.empty() ? Tensor() : grads[i];
-    if (!grad.defined()) {
-      RG_CHECK(root.numel() == 1, "backward",
-               "grad can be implicitly created only for one-element outputs; "
-               "got ",
-               root.desc(), ", pass an explicit gradient of the same shape");
-      grad = ones_like(root);
-    }
-    RG_CHECK(grad.shape() == root.shape(), "backward", "gradient ", grad.desc(), " does not match output ",
-             root.desc());
-    Edge edge = gradient_edge(root);
-    deliver(edge, grad);
-    root_nodes.push_back(edge.node);
+  std::vector<Node*> root_nodes;
+  for (size_t i = 0; i < root_edges.size(); ++i) {
+    deliver(root_edges[i], root_grads[i]);
+    if (!stops.count(root_edges[i].node.get())) root_nodes.push_back(root_edges[i].node.get());
   }
 
   // Dependency counts: how many edges from reachable nodes point at each node.
   std::unordered_map<Node*, int> dependencies;
   std::unordered_set<Node*> seen;
   std::vector<Node*> stack;
-  for (auto& n : root_nodes)
-    if (seen.insert(n.get()).second) stack.push_back(n.get());
+  for (Node* n : root_nodes)
+    if (seen.insert(n).second) stack.push_back(n);
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next_edges) {
-      if (!e.valid()) continue;
+      if (!e.valid() || stops.count(e.node.get())) continue;
       dependencies[e.node.get()]++;
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
     }
@@ -153,8 +141,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
   std::unordered_set<Node*> queued;
-  for (auto& n : root_nodes)
-    if (dependencies[n.get()] == 0 && queued.insert(n.get()).second) ready.push(n.get());
+  for (Node* n : root_nodes)
+    if (dependencies[n] == 0 && queued.insert(n).second) ready.push(n);
 
   while (!ready.empty()) {
     Node* node = ready.top();
@@ -182,9 +170,54 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       const Edge& e = node->next_edges[i];
       if (!e.valid()) continue;
       if (i < outputs.size() && outputs[i].defined()) deliver(e, outputs[i]);
+      if (stops.count(e.node.get())) continue;
       if (--dependencies[e.node.get()] == 0) ready.push(e.node.get());
     }
   }
+
+  TensorList result(captured.size());
+  for (size_t i = 0; i < captured.size(); ++i) {
+    if (!captured[i].valid()) continue;
+    auto it = buffers.find(captured[i].node.get());
+    if (it != buffers.end() && captured[i].input_nr < it->second.size())
+      result[i] = std::move(it->second[captured[i].input_nr]);
+  }
+  return result;
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  RG_CHECK(t_current_task == nullptr, "backward", "backward() called from inside a backward pass");
+  RG_CHECK(grads.empty() || grads.size() == roots.size(), "backward", roots.size(), " roots but ", grads.size(),
+           " gradients");
+  GraphTask task;
+  struct TaskScope {
+    explicit TaskScope(GraphTask* t) { t_current_task = t; }
+    ~TaskScope() { t_current_task = nullptr; }
+  } scope(&task);
+  NoGradGuard no_grad;
+
+  std::vector<Edge> root_edges;
+  TensorList root_grads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& root = roots[i];
+    RG_CHECK(root.defined() && root.requires_grad(), "backward", "tensor ", root.desc(),
+             " does not require grad and has no grad_fn");
+    Tensor grad = grads.empty() ? Tensor() : grads[i];
+    if (!grad.defined()) {
+      RG_CHECK(root.numel() == 1, "backward",
+               "grad can be implicitly created only for one-element outputs; "
+               "got ",
+               root.desc(), ", pass an explicit gradient of the same shape");
+      grad = ones_like(root);
+    }
+    RG_CHECK(grad.shape() == root.shape(), "backward", "gradient ", grad.desc(), " does not match output ",
+             root.desc());
+    root_edges.push_back(gradient_edge(root));
+    root_grads.push_back(grad);
+  }
+  run_graph(root_edges, root_grads, /*captured=*/{}, retain_graph);
 
   // End-of-backward callbacks; a callback may queue more.
   for (size_t i = 0; i < task.callbacks.size(); ++i) {
@@ -192,5 +225,22 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     cb();
   }
 }
+
+namespace detail {
+TensorList backward_to(const std::vector<Tensor>& roots, const TensorList& grads, const std::vector<Edge>& captured) {
+  RG_CHECK(t_current_task != nullptr, "backward_to", "runs only inside a backward pass");
+  RG_CHECK(roots.size() == grads.size(), "backward_to", roots.size(), " roots but ", grads.size(), " gradients");
+  NoGradGuard no_grad;
+  std::vector<Edge> root_edges;
+  TensorList root_grads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    Edge edge = gradient_edge(roots[i]);
+    if (!edge.valid() || !grads[i].defined()) continue;  // an output no gradient reached, or a constant
+    root_edges.push_back(std::move(edge));
+    root_grads.push_back(grads[i]);
+  }
+  return run_graph(root_edges, root_grads, captured, /*retain_graph=*/false);
+}
+}  // namespace detail
 
 }  // namespace ringgrad::autograd

@@ -60,6 +60,12 @@ void set_grad_destination(const Tensor& leaf, const Tensor& destination);
 namespace detail {
 // True the first time `key` is claimed in the backward running on this thread (false outside one).
 bool claim_in_this_backward(const void* key);
+// Inside a running backward (from a node's apply): runs the graph below `roots`, each given its
+// gradient (undefined: skipped), but stops at the nodes `captured` points at -- they do not run --
+// and returns the gradient that reached each captured edge (undefined where none did). It belongs
+// to the backward that calls it: gradient destinations are claimed once across both, and hooks
+// queue their callbacks to its end. A checkpoint's recompute uses it (autograd/checkpoint.h).
+TensorList backward_to(const std::vector<Tensor>& roots, const TensorList& grads, const std::vector<Edge>& captured);
 }  // namespace detail
 
 // Schedules `callback` to run once at the end of the backward now running (see the contract above).

@@ -13,6 +13,8 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 
 Node::Node() : sequence_nr(g_next_sequence_nr++) {}
 
+uint64_t next_sequence_nr() { return g_next_sequence_nr.load(); }
+
 // Destroying the last reference to a long chain of nodes (a graph 100k ops deep) would recurse once
 // per node inside nested destructors and overflow the stack. Instead each destructor hands the
 // children it owns alone to a per-thread list, which the outermost destructor drains in a loop.

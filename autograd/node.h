@@ -67,6 +67,9 @@ struct AutogradMeta {
 
 AutogradMeta& autograd_meta(const Tensor& t);  // creates the meta when missing
 
+// The sequence_nr the next node created will get: every node with a smaller one existed before.
+uint64_t next_sequence_nr();
+
 // The edge through which a gradient for `t` flows: its grad_fn's output, its leaf accumulator, or an
 // invalid edge when `t` does not require grad.
 Edge gradient_edge(const Tensor& t);

@@ -4,6 +4,7 @@
 //   build/bench/gpt_train --threads 1                 # variant (a)
 //   build/bench/gpt_train --threads 2                 # variant (b)
 //   mpirun -np 2 build/bench/gpt_train --threads 1    # variant (c)
+//   ... --checkpoint-activations 1                    # each block recomputed in backward
 //
 // W3: n_layer 4, n_head 4, n_embd 128, block 128, batch 16 per rank, no dropout, AdamW (lr 3e-4,
 // betas 0.9 / 0.95, weight decay 0.1 on matrices only). The corpus is read and encoded before the
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
   bench::TrainFlags flags;  // W3's defaults:
   flags.data = "/usr/share/games/fortunes";
   flags.batch = 16;
-  if (!bench::parse_train_flags(argc, argv, flags, {"--block"})) return 2;
+  if (!bench::parse_train_flags(argc, argv, flags, {"--block", "--checkpoint-activations"})) return 2;
   const int batch = flags.batch, block = flags.block;
   try {
     const dist::World w = dist::init(&argc, &argv);
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
       auto model = std::make_shared<nn::GPT>(
           nn::GPTConfig{.vocab_size = vocab.size(), .block_size = block, .n_layer = 4, .n_head = 4, .n_embd = 128},
           &init_gen);
+      if (flags.checkpoint_activations)  // each block recomputed in backward (autograd/activation_checkpoint.h)
+        for (const auto& b : *model->h) b->checkpoint_activations();
       model->to(bench::precision_dtype(flags));  // bf16: AdamW keeps f32 master weights and moments
       optim::ParamGroup decay{{}, 3e-4, 0.1}, no_decay{{}, 3e-4, 0.0};
       for (const auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
@@ -80,9 +83,10 @@ int main(int argc, char** argv) {
     }
     if (w.rank == 0)
       std::printf(
-          "RESULT impl=ringgrad model=gpt ranks=%d threads=%d batch=%d steps=%d precision=%s zero=%d "
+          "RESULT impl=ringgrad model=gpt ranks=%d threads=%d batch=%d steps=%d precision=%s zero=%d checkpoint=%d "
           "tokens_per_s=%.1f overlap=%.0f\n",
-          w.size, flags.threads, batch, flags.steps, flags.precision.c_str(), flags.zero, tokens_per_s, overlap);
+          w.size, flags.threads, batch, flags.steps, flags.precision.c_str(), flags.zero,
+          flags.checkpoint_activations ? 1 : 0, tokens_per_s, overlap);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

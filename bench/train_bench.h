@@ -24,6 +24,7 @@ struct TrainFlags {
   std::string precision = "fp32";  // --precision fp32|bf16: the parameters' dtype (bf16: f32 master weights)
   int steps = 200, warmup = 20, threads = 1, batch = 0, block = 128;
   int zero = 0;  // --zero 1|2: the optimizer wrapped in dist::ZeroOptimizer (DDP even at one rank)
+  bool checkpoint_activations = false;         // --checkpoint-activations 0|1 (gpt_train: per block)
   double bucket_mb = 25, first_bucket_mb = 1;  // DDPOptions' defaults
   double staging_mb = 1;                       // ZeroOptions' default (stage 2's shared staging)
 };
@@ -31,7 +32,7 @@ struct TrainFlags {
 // Parses "--flag value" pairs into `flags` (its fields hold the program's defaults). `extra` names
 // the flags beyond the common --data --steps --warmup --threads --batch --backend --bucket-mb
 // --first-bucket-mb --comm-hook --step-times --trace --precision --zero --staging-mb that this
-// program takes (--model, --block).
+// program takes (--model, --block, --checkpoint-activations).
 // False, after printing the flags it takes, on anything else.
 inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
   std::string accepted =
@@ -67,7 +68,13 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
       flags.precision = value;
     } else if (is_extra && flag == "--model") flags.model = value;
     else if (is_extra && flag == "--block") flags.block = std::stoi(value);
-    else {
+    else if (is_extra && flag == "--checkpoint-activations") {
+      if (value != "0" && value != "1") {
+        std::fprintf(stderr, "--checkpoint-activations takes 0 or 1, got %s\n", value.c_str());
+        return false;
+      }
+      flags.checkpoint_activations = value == "1";
+    } else {
       std::fprintf(stderr, "unknown flag %s (flags: %s)\n", flag.c_str(), accepted.c_str());
       return false;
     }

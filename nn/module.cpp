@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "autograd/activation_checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/node.h"
 #include "core/native/native.h"
@@ -61,6 +62,9 @@ Module::~Module() {
 
 Tensor Module::operator()(const Tensor& input) {
   try {
+    // The recompute calls forward() on this module during backward: the module outlives the step.
+    if (checkpoint_activations_ && autograd::grad_enabled())
+      return autograd::checkpoint([this](const Tensor& x) { return forward(x); }, input);
     return forward(input);
   } catch (const Error&) {
     rethrow_with_path();

@@ -42,6 +42,13 @@ class Module : public std::enable_shared_from_this<Module> {
   // The innermost module called this way names itself (its path from the root), so call children
   // as (*child)(x) rather than child->forward(x) for the message to say which one failed.
   Tensor operator()(const Tensor& input);
+  // Activation checkpointing for this module's calls through operator(): with grad mode on, the tensors its forward saves for backward are dropped when the forward ends and
+  // recomputed from its input during backward (autograd/activation_checkpoint.h). Parameter names,
+  // gradients and checkpoints are unchanged; memory falls by this module's activations, compute
+  // rises by one more forward of it. Set it per block (each GPT block), not on a whole model: the
+  // recompute needs as much memory as the checkpointed module's activations.
+  void checkpoint_activations(bool on = true) { checkpoint_activations_ = on; }
+  bool activations_checkpointed() const { return checkpoint_activations_; }
   // Dotted path from the module that registered this one first, up to the root ("" for the root):
   // the names named_modules() gives it from the root.
   std::string path() const;
@@ -104,6 +111,7 @@ class Module : public std::enable_shared_from_this<Module> {
 
   std::string type_name_;
   bool training_ = true;
+  bool checkpoint_activations_ = false;
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -55,8 +55,13 @@ inline std::optional<int64_t> zero_save_id(const optim::TrainingCheckpoint& chec
 // state, and the allocator's figures around training. Collective (sums over ranks); every rank
 // gets the text, rank 0 prints it.
 //   allocated_before: memory_stats(device).allocated when training began, after which the peak was reset.
+//   activations: measured by the caller, if it did (ActivationMeasure).
+struct ActivationMeasure {
+  size_t activation_bytes = 0;  // the most a forward left allocated for its backward; 0: not measured
+  std::string activation_note;  // what they are (e.g. whether blocks were checkpointed)
+};
 inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt, dist::DistributedDataParallel& ddp,
-                                 Device device, size_t allocated_before) {
+                                 Device device, size_t allocated_before, const ActivationMeasure& activations = {}) {
   int64_t psi = 0;
   size_t param_bytes = 0;
   for (const Tensor& p : model.parameters())
@@ -112,6 +117,10 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
   }
   out += line("model state       ", model_state,
               persistent ? "the sum of the above" : "the sum of the above, less the buckets: between steps");
+  if (activations.activation_bytes > 0)
+    out += line("activations       ", static_cast<double>(activations.activation_bytes),
+                str_cat("measured: allocated after a forward less before it, the largest micro-batch; ",
+                        activations.activation_note));
   out += str_cat("  allocator         ", mib(allocated_before),
                  " allocated when training began (data, parameters, optimizer state); peak during training ",
                  mib(stats.peak_allocated), ", ",

@@ -56,6 +56,9 @@ void add_flags(CLI::App& app, Config& c) {
                  "communication starts early")
       ->check(flags::finite_in(0, 1 << 20, true));
   flags::add_zero_flags(app, c.zero, c.memory_report);
+  app.add_flag("--checkpoint-activations", c.checkpoint_activations,
+               "keep only each transformer block's input in forward and recompute the block in backward: its "
+               "activations' memory for one more forward per block (autograd/activation_checkpoint.h)");
 }
 
 void finish(Config& c) {

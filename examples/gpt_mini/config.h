@@ -19,8 +19,9 @@ struct Config {
   double first_bucket_mb = 1;  // DDPOptions' defaults, as bucket_mb
   uint64_t seed = 1;
   bool generate = false;
-  int zero = 0;                // ZeRO stage: 0 plain DDP, 1 optimizer state sharded, 2 gradients too
-  bool memory_report = false;  // print where a rank's memory goes after training
+  int zero = 0;                         // ZeRO stage: 0 plain DDP, 1 optimizer state sharded, 2 gradients too
+  bool memory_report = false;           // print where a rank's memory goes after training
+  bool checkpoint_activations = false;  // recompute each block's activations in backward
 };
 
 // Bounds that keep a typo from allocating without end: tokens in one micro-batch (batch x block)

@@ -203,6 +203,7 @@ struct Training {
   optim::Optimizer& opt;
   optim::GradScaler& scaler;
   nn::Module& model;
+  size_t activation_bytes = 0;  // --memory-report: the most a forward left allocated for its backward
 };
 
 // One optimizer step over --accum micro-batches: only the last backward synchronises (no_sync
@@ -214,8 +215,13 @@ double train_step(Training& t, int64_t step) {
   double step_loss = 0;
   for (int64_t k = 0; k < c.accum; ++k) {
     auto [x, y] = data::window_batch(t.train, t.sampler.offsets(step * c.accum + k, c.batch_size), c.block_size);
-    Tensor logits = t.ddp(x.to(t.device)).to(DType::f32);
-    Tensor loss = cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), y.to(t.device).reshape({-1}));
+    Tensor input = x.to(t.device), target = y.to(t.device).reshape({-1});
+    const size_t before_forward = c.memory_report ? memory_stats(t.device).allocated : 0;
+    Tensor logits = t.ddp(input).to(DType::f32);
+    Tensor loss = cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), target);
+    // Activations: what the forward leaves allocated for its backward (saved tensors, logits).
+    if (c.memory_report)
+      t.activation_bytes = std::max(t.activation_bytes, memory_stats(t.device).allocated - before_forward);
     Tensor scaled = t.scaler.scale(loss * (1.0 / static_cast<double>(c.accum)));
     if (k + 1 < c.accum) {
       auto no_sync = t.ddp.no_sync();
@@ -254,6 +260,8 @@ int run(Config& c, const dist::World& world) {
   // ---- model, optimizer, DDP ----
   Generator init_gen(c.seed);
   auto model = std::make_shared<nn::GPT>(config_from(c, vocab.size()), &init_gen);
+  if (c.checkpoint_activations)
+    for (const auto& block : *model->h) block->checkpoint_activations();
   const Device device = parse_device(c.device, world.local_rank);  // batches are copied there per step
   model->to(dtype);
   model->to(device);
@@ -342,7 +350,14 @@ int run(Config& c, const dist::World& world) {
   log("done: %lld steps in %.1f s, %.0f tokens/s (all ranks)\n", (long long)steps_run, seconds,
       static_cast<double>(steps_run * tokens_per_step) / std::max(seconds, 1e-9));
   log("%s\n", ddp.stats().summary().c_str());
-  if (c.memory_report) log("%s\n", examples::memory_report(*model, *opt, ddp, device, allocated_before).c_str());
+  if (c.memory_report)
+    log("%s\n",
+        examples::memory_report(*model, *opt, ddp, device, allocated_before,
+                                {.activation_bytes = training.activation_bytes,
+                                 .activation_note = c.checkpoint_activations
+                                                        ? "each block's input; its activations recomputed in backward"
+                                                        : "every block's saved tensors"})
+            .c_str());
   const examples::ParameterFingerprint fingerprint = examples::parameter_fingerprint(*model);
   log("final loss %.17g, parameter checksum %.17g, norm %.17g\n", loss_value, fingerprint.checksum, fingerprint.norm);
   save(step);

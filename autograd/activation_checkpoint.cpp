@@ -25,15 +25,40 @@ class GradModeScope {
   bool previous_;
 };
 
+// Generators of layers' own met in a block's forward (replay_in_recompute), each with its state
+// before the block's first draw from it.
+using OwnGenerators = std::vector<std::pair<std::shared_ptr<Generator>, Generator>>;
+
+// The blocks whose forward is running on this thread, innermost last: a draw inside a nested block
+// is a draw of every block around it too.
+thread_local std::vector<OwnGenerators*> t_recording;
+
 // The generators dropout and initialisation draw from: recorded at the forward, replayed by the
 // recompute (core/random.h).
 struct RandomStreams {
   Generator default_stream = default_generator();
   Generator dropout_stream = dropout_generator();
+  OwnGenerators own;
   void make_current() const {
     default_generator() = default_stream;
     dropout_generator() = dropout_stream;
+    for (const auto& [generator, state] : own) *generator = state;
   }
+  // The state of now, for the same generators as `recorded`.
+  static RandomStreams now_for(const RandomStreams& recorded) {
+    RandomStreams now;
+    for (const auto& entry : recorded.own) now.own.emplace_back(entry.first, *entry.first);
+    return now;
+  }
+};
+
+// Records the draws of layers' own generators while a block's forward runs.
+class RecordingScope {
+ public:
+  explicit RecordingScope(OwnGenerators* into) { t_recording.push_back(into); }
+  ~RecordingScope() { t_recording.pop_back(); }
+  RecordingScope(const RecordingScope&) = delete;
+  RecordingScope& operator=(const RecordingScope&) = delete;
 };
 
 // Copies of the inputs that share their memory but none of their history: the block's graph starts
@@ -112,7 +137,7 @@ class CheckpointNode : public Node {
     TensorList outputs;
     uint64_t first_sequence_nr = 0;
     {
-      const RandomStreams now;
+      const RandomStreams now = RandomStreams::now_for(streams_);
       streams_.make_current();
       GradModeScope grad_on(true);
       for (const Tensor& x : inputs_) {
@@ -179,10 +204,14 @@ class CheckpointNode : public Node {
 TensorList checkpoint(const CheckpointFunction& fn, const TensorList& inputs) {
   RG_CHECK(fn != nullptr, "checkpoint", "needs a function to run");
   if (!grad_enabled()) return fn(inputs);
-  const RandomStreams streams;
+  RandomStreams streams;
   const TensorList block_inputs = detached_inputs(inputs);
   const uint64_t first_sequence_nr = next_sequence_nr();
-  TensorList outputs = fn(block_inputs);
+  TensorList outputs;
+  {
+    RecordingScope recording(&streams.own);
+    outputs = fn(block_inputs);
+  }
   const std::vector<Edge> exits = block_exits(outputs, block_inputs, first_sequence_nr);
   const bool any_input_needs_grad = std::any_of(block_inputs.begin(), block_inputs.end(),
                                                 [](const Tensor& x) { return x.defined() && x.requires_grad(); });
@@ -211,6 +240,14 @@ TensorList checkpoint(const CheckpointFunction& fn, const TensorList& inputs) {
     result.push_back(std::move(y));
   }
   return result;
+}
+
+void replay_in_recompute(const std::shared_ptr<Generator>& generator) {
+  if (generator == nullptr) return;
+  for (OwnGenerators* own : t_recording) {
+    const bool seen = std::any_of(own->begin(), own->end(), [&](const auto& e) { return e.first == generator; });
+    if (!seen) own->emplace_back(generator, *generator);
+  }
 }
 
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {

@@ -24,7 +24,9 @@
 //     is the block's backward.
 //   * Dropout inside the block draws the same numbers in the recompute: the default and dropout
 //     generators' states (core/random.h) are recorded at the forward, set for the recompute, and put
-//     back after it, so the draws of code that runs after the backward do not change either.
+//     back after it, so the draws of code that runs after the backward do not change either. A
+//     generator of a layer's own (nn::Dropout's) is replayed alike when the layer announces it
+//     (replay_in_recompute, below), as nn::Dropout does.
 //   * Each parameter's gradient arrives once per backward, through the backward that is running
 //     (Note [Recompute inside backward]), so its post-accumulate-grad hook -- DDP's, ZeRO's -- fires
 //     once, and in the same place on every rank. A block whose inputs do not require grad still
@@ -57,6 +59,7 @@
 #include <functional>
 
 #include "autograd/node.h"
+#include "core/random.h"
 #include "core/tensor.h"
 
 namespace ringgrad::autograd {
@@ -70,5 +73,11 @@ TensorList checkpoint(const CheckpointFunction& fn, const TensorList& inputs);
 
 // One tensor in, one out.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
+
+// Code that draws from a generator other than the default and dropout streams calls this before
+// drawing: inside a checkpointed block's forward, the generator's state is recorded (once per
+// block), and the recompute starts it from there and puts it back afterwards. Elsewhere it does
+// nothing. The checkpoint keeps the generator alive until its backward.
+void replay_in_recompute(const std::shared_ptr<Generator>& generator);
 
 }  // namespace ringgrad::autograd

@@ -53,8 +53,9 @@ for n in $ranks; do
       peak=$(sed -n 's/.*peak during training \([0-9.]*\) MiB.*/\1/p' "$tmp/report")
       # Stage 2's buckets exist only during a backward: the report says so and leaves them out of
       # the model state; they are part of "other" (temporaries) here.
-      grep -q "only during a backward" "$tmp/report" && grads=0
-      label="N=$n z$stage$( ((checkpoint)) && echo ' ckpt')"
+      if grep -q "only during a backward" "$tmp/report"; then grads=0; fi
+      label="N=$n z$stage"
+      if ((checkpoint)); then label+=" ckpt"; fi
       awk -v OFS='\t' -v l="$label" -v n="$n" -v s="$stage" -v c="$checkpoint" -v p="$params" -v g="$grads" \
         -v r="$reduced" -v o="$state" -v a="$acts" -v k="$peak" \
         'BEGIN { other = k - p - g - r - o - a; print l, n, s, c, p, g, r, o, a, (other > 0 ? other : 0), k }' \

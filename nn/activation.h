@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "autograd/activation_checkpoint.h"
 #include "core/random.h"
 #include "nn/functional.h"
 #include "nn/module.h"
@@ -36,7 +37,9 @@ class Dropout : public Module {
   explicit Dropout(double p = 0.5, std::shared_ptr<Generator> generator = nullptr)
       : Module("Dropout"), p(p), generator_(std::move(generator)) {}
   Tensor forward(const Tensor& x) override {
-    return functional::dropout(x, p, is_training(), generator_ ? *generator_ : dropout_generator());
+    if (!generator_) return functional::dropout(x, p, is_training(), dropout_generator());
+    autograd::replay_in_recompute(generator_);  // a checkpointed block's recompute draws the same
+    return functional::dropout(x, p, is_training(), *generator_);
   }
   double p;
 

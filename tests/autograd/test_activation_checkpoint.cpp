@@ -207,3 +207,26 @@ TEST_CASE("checkpoint: with grad mode off the block just runs, and records nothi
   CHECK_FALSE(y.requires_grad());
   CHECK(equal(y, linear(x, fc->weight, fc->bias)));
 }
+
+TEST_CASE("checkpoint: a Dropout with a generator of its own is replayed too, and its stream put back") {
+  Generator gen(14);
+  auto fc = std::make_shared<nn::Linear>(16, 16, nn::LinearOptions{.generator = &gen});
+  auto own = std::make_shared<Generator>(99);
+  auto block = std::make_shared<nn::Sequential>();
+  block->push_back(fc);
+  block->push_back(std::make_shared<nn::Dropout>(0.5, own));
+  block->push_back(std::make_shared<nn::GELU>());
+  Tensor x = randn({8, 16}, gen).requires_grad_();
+  auto run = [&](bool checkpointed) {
+    block->checkpoint_activations(checkpointed);
+    block->zero_grad();
+    x.set_grad(Tensor());
+    *own = Generator(99);
+    (*block)(x).pow(2).sum().backward();
+    std::vector<Tensor> g = gradients(*block);
+    g.push_back(x.grad().clone());
+    g.push_back(full({1}, static_cast<double>(own->offset())));  // where the stream stands after
+    return g;
+  };
+  check_bit_equal(run(false), run(true));
+}

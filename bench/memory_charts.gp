@@ -17,5 +17,5 @@ plot out."/memory.tsv" using 5:xtic(1) title "parameters", \
   '' using 6 title "gradient buckets", \
   '' using 7 title "reduced gradient", \
   '' using 8 title "optimizer state", \
-  '' using 9 title "activations", \
-  '' using 10 title "temporaries (rest of the peak)"
+  '' using 9 title "activations kept for backward", \
+  '' using 10 title "rest of the peak: temporaries, a block's recompute"

@@ -44,7 +44,7 @@ for n in $ranks; do
       flags=(--precision fp16 --zero "$stage" --backend ring --memory-report --max-steps 5 --warmup 1
              --eval-every 0 --log-every 5 --threads 1)
       ((checkpoint)) && flags+=(--checkpoint-activations)
-      if ! mpirun -np "$n" --bind-to none build/examples/gpt_mini "${flags[@]}" >"$tmp/report" 2>&1; then
+      if ! mpirun -np "$n" --oversubscribe --bind-to none build/examples/gpt_mini "${flags[@]}" >"$tmp/report" 2>&1; then
         cat "$tmp/report" >&2
         exit 1
       fi

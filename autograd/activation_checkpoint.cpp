@@ -52,6 +52,17 @@ struct RandomStreams {
   }
 };
 
+// How many recomputes are running on this thread (nested checkpoints recompute inside one another).
+thread_local int t_recompute_depth = 0;
+
+class RecomputeScope {
+ public:
+  RecomputeScope() { ++t_recompute_depth; }
+  ~RecomputeScope() { --t_recompute_depth; }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+};
+
 // Records the draws of layers' own generators while a block's forward runs.
 class RecordingScope {
  public:
@@ -85,9 +96,15 @@ bool same_edge(const Edge& a, const Edge& b) { return a.node == b.node && a.inpu
 // began (sequence_nr < first_sequence_nr: a tensor the block's closure captured). In the order
 // a depth-first walk from the outputs meets them, once each.
 std::vector<Edge> block_exits(const TensorList& outputs, const TensorList& block_inputs, uint64_t first_sequence_nr) {
+  // The inputs' accumulators are held through the walk: one made here for an input fn did not use
+  // would otherwise be freed at once, and its address could come back as another node's.
+  std::vector<Edge> input_edges;
   std::unordered_set<const Node*> input_leaves;
   for (const Tensor& x : block_inputs)
-    if (x.defined() && x.requires_grad()) input_leaves.insert(gradient_edge(x).node.get());
+    if (x.defined() && x.requires_grad()) {
+      input_edges.push_back(gradient_edge(x));
+      input_leaves.insert(input_edges.back().node.get());
+    }
   std::vector<Edge> exits;
   std::unordered_set<const Node*> visited;
   std::vector<Edge> stack;
@@ -146,6 +163,7 @@ class CheckpointNode : public Node {
       }
       first_sequence_nr = next_sequence_nr();
       try {
+        RecomputeScope recompute;
         outputs = fn_(block_inputs);
       } catch (...) {
         now.make_current();
@@ -212,6 +230,9 @@ TensorList checkpoint(const CheckpointFunction& fn, const TensorList& inputs) {
     RecordingScope recording(&streams.own);
     outputs = fn(block_inputs);
   }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    RG_CHECK(outputs[i].defined(), "checkpoint", "the checkpointed function returned an undefined tensor as output ", i,
+             " of ", outputs.size(), "; return only defined tensors");
   const std::vector<Edge> exits = block_exits(outputs, block_inputs, first_sequence_nr);
   const bool any_input_needs_grad = std::any_of(block_inputs.begin(), block_inputs.end(),
                                                 [](const Tensor& x) { return x.defined() && x.requires_grad(); });
@@ -241,6 +262,8 @@ TensorList checkpoint(const CheckpointFunction& fn, const TensorList& inputs) {
   }
   return result;
 }
+
+bool recomputing() { return t_recompute_depth > 0; }
 
 void replay_in_recompute(const std::shared_ptr<Generator>& generator) {
   if (generator == nullptr) return;

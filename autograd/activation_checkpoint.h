@@ -21,7 +21,9 @@
 // What it guarantees:
 //   * The gradients are the ones without checkpointing, bit for bit: the recompute runs the same
 //     kernels on the same inputs in the same order (both times with grad mode on), and its backward
-//     is the block's backward.
+//     is the block's backward. One exception: a tensor used twice or more inside the block and
+//     again outside it gets its in-block contributions summed first, then the outside one, where
+//     the plain backward sums in arrival order -- the same terms, rounded in another order.
 //   * Dropout inside the block draws the same numbers in the recompute: the default and dropout
 //     generators' states (core/random.h) are recorded at the forward, set for the recompute, and put
 //     back after it, so the draws of code that runs after the backward do not change either. A
@@ -34,6 +36,8 @@
 //   * Nested checkpoints are supported: a checkpointed block may contain checkpointed blocks. The
 //     inner ones recompute again inside the outer recompute (three forwards of the innermost block
 //     in all), which saves memory only where the outer block's activations dominate.
+//   * State a forward updates is updated once: BatchNorm2d's running statistics skip their update in
+//     the recompute (recomputing(), below), where PyTorch's checkpoint updates them twice.
 //   * With grad mode off (evaluation), fn simply runs.
 //
 // What it refuses, with an error that names the checkpoint: a recompute that does not reach the
@@ -73,6 +77,11 @@ TensorList checkpoint(const CheckpointFunction& fn, const TensorList& inputs);
 
 // One tensor in, one out.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
+
+// True while a checkpointed block is being computed again, during backward, on this thread. A
+// module whose forward updates its own state (BatchNorm2d's running statistics) skips the update
+// then: the forward already made it.
+bool recomputing();
 
 // Code that draws from a generator other than the default and dropout streams calls this before
 // drawing: inside a checkpointed block's forward, the generator's state is recorded (once per

@@ -1,5 +1,6 @@
 #include "nn/normalization.h"
 
+#include "autograd/activation_checkpoint.h"
 #include "autograd/engine.h"
 #include "nn/init.h"
 
@@ -46,11 +47,14 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     RG_CHECK(n > 1, "BatchNorm2d", "training needs more than one value per channel, got ", x.desc());
     mean = xc.mean({0, 2, 3}, /*keepdim=*/true);
     var = var_of(xc, mean);
-    NoGradGuard no_grad;
-    const Tensor batch_mean = mean.detach().reshape({C}), batch_var = var.detach().reshape({C}) * (n / (n - 1.0));
-    running_mean.copy_(running_mean * (1 - momentum) + batch_mean.to(running_mean.dtype()) * momentum);
-    running_var.copy_(running_var * (1 - momentum) + batch_var.to(running_var.dtype()) * momentum);
-    num_batches_tracked.copy_(num_batches_tracked + 1.0);
+    // A checkpointed block's recompute sees the same batch again: its statistics are already in.
+    if (!autograd::recomputing()) {
+      NoGradGuard no_grad;
+      const Tensor batch_mean = mean.detach().reshape({C}), batch_var = var.detach().reshape({C}) * (n / (n - 1.0));
+      running_mean.copy_(running_mean * (1 - momentum) + batch_mean.to(running_mean.dtype()) * momentum);
+      running_var.copy_(running_var * (1 - momentum) + batch_var.to(running_var.dtype()) * momentum);
+      num_batches_tracked.copy_(num_batches_tracked + 1.0);
+    }
   } else {
     mean = running_mean.to(xc.dtype()).reshape(per_channel);
     var = running_var.to(xc.dtype()).reshape(per_channel);

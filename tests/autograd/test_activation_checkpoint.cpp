@@ -10,6 +10,7 @@
 #include "ringgrad.h"
 
 using namespace ringgrad;
+using autograd::TensorList;
 
 namespace {
 
@@ -229,4 +230,53 @@ TEST_CASE("checkpoint: a Dropout with a generator of its own is replayed too, an
     return g;
   };
   check_bit_equal(run(false), run(true));
+}
+
+TEST_CASE("checkpoint: BatchNorm2d's running statistics are updated once, not again in the recompute") {
+  Generator gen(15);
+  auto conv = std::make_shared<nn::Conv2d>(2, 4, 3, nn::Conv2dOptions{.padding = 1, .generator = &gen});
+  auto bn = std::make_shared<nn::BatchNorm2d>(4);
+  auto block = std::make_shared<nn::Sequential>();
+  block->push_back(conv);
+  block->push_back(bn);
+  block->push_back(std::make_shared<nn::ReLU>());
+  Tensor x = randn({3, 2, 5, 5}, gen).requires_grad_();
+  auto run = [&](bool checkpointed) {
+    block->checkpoint_activations(checkpointed);
+    block->zero_grad();
+    x.set_grad(Tensor());
+    bn->running_mean.copy_(zeros({4}));
+    bn->running_var.copy_(ones({4}));
+    bn->num_batches_tracked.copy_(zeros({}, {.dtype = DType::i64}));
+    (*block)(x).pow(2).sum().backward();
+    std::vector<Tensor> g = gradients(*block);
+    g.push_back(x.grad().clone());
+    g.push_back(bn->running_mean.clone());
+    g.push_back(bn->running_var.clone());
+    g.push_back(bn->num_batches_tracked.clone());
+    return g;
+  };
+  const std::vector<Tensor> plain = run(false), checkpointed = run(true);
+  check_bit_equal(plain, checkpointed);
+  CHECK(checkpointed.back().item() == 1);  // one forward, one update
+}
+
+TEST_CASE("checkpoint: an input returned unchanged, an input left unused, and an undefined output") {
+  Generator gen(16);
+  Tensor w = randn({3, 3}, gen).requires_grad_();
+  Tensor a = randn({2, 3}, gen).requires_grad_(), b = randn({2, 3}, gen).requires_grad_();
+  Tensor c = randn({2, 3}, gen).requires_grad_();
+  // Output 1 is input 1 itself; input 2 is never used.
+  auto block = [w](const TensorList& in) { return TensorList{linear(in[0], w).tanh(), in[1]}; };
+  auto run = [&](bool checkpointed) {
+    for (Tensor* t : {&w, &a, &b, &c}) t->set_grad(Tensor());
+    const TensorList out = checkpointed ? autograd::checkpoint(block, {a, b, c}) : block({a, b, c});
+    ((out[0] * out[1]).sum() + out[1].sum()).backward();
+    CHECK_FALSE(c.grad().defined());
+    return std::vector<Tensor>{w.grad().clone(), a.grad().clone(), b.grad().clone()};
+  };
+  check_bit_equal(run(false), run(true));
+  auto undefined = [](const TensorList& in) { return TensorList{in[0] * 2.0, Tensor()}; };
+  CHECK_THROWS_WITH_AS(autograd::checkpoint(undefined, {a}),
+                       doctest::Contains("returned an undefined tensor as output 1 of 2"), Error);
 }

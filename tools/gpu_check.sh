@@ -22,7 +22,8 @@
 #                         error when two ranks share the GPU; a GPU checkpoint resumed (plain and
 #                         ZeRO-2 -> ZeRO-1) against the run that never stopped
 #                         (tests/dist/gpt_mini_check.cmake, within TOLERANCE: the GPU's atomics
-#                         make its sums order-dependent)
+#                         make its sums order-dependent); gpt_mini --checkpoint-activations against
+#                         the run without (tests/dist/checkpoint_activations_check.sh)
 #   6. memcheck           compute-sanitizer --tool memcheck on a subset of test_cuda
 #   7. throughput         MNIST CNN samples/s and GPT-mini tokens/s (fp32, bf16) on one GPU, then
 #                         PyTorch on the same GPU for the same workloads, eager and torch.compile'd
@@ -223,6 +224,10 @@ else
     fi
     echo "expected a failure naming both ranks, got exit $rc"
     exit 1' _ "$PROBE_MPIRUN" "$build_dir/examples/mnist" "$mnist_data" "$out/nccl_np2_output.txt"
+  # --checkpoint-activations trains as without it (within the atomics' rounding) with fewer activations.
+  run_step gpt_mini_np2_checkpoint_activations 60 "with:" env TOLERANCE=1e-4 \
+    bash tests/dist/checkpoint_activations_check.sh "$PROBE_MPIRUN" -np 2 "$build_dir/examples/gpt_mini" \
+    --device cuda --precision fp16 "${tiny_gpt[@]}"
   run_step gpu_resume_np2 90 "" cmake "-DMPIRUN=$PROBE_MPIRUN;-np;2;--oversubscribe" \
     "-DGPT=$build_dir/examples/gpt_mini" "-DDATA=$fortunes/computers" "-DWORK=$build_dir/gpu_resume" \
     "-DEXTRA=--device;cuda" -DTOLERANCE=1e-4 -P tests/dist/gpt_mini_check.cmake

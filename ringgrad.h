@@ -1,6 +1,7 @@
 // ringgrad: the umbrella header for users. `#include <ringgrad.h>` brings in the whole public API.
 #pragma once
 
+#include "autograd/activation_checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"

@@ -60,15 +60,48 @@ Module::~Module() {
     if (child->parent_ == this) child->parent_ = nullptr;
 }
 
+int Module::register_forward_pre_hook(ForwardPreHook hook) {
+  RG_CHECK(hook != nullptr, "register_forward_pre_hook", "the hook is empty");
+  forward_pre_hooks_.emplace_back(next_hook_handle_, std::move(hook));
+  return next_hook_handle_++;
+}
+
+int Module::register_forward_hook(ForwardHook hook) {
+  RG_CHECK(hook != nullptr, "register_forward_hook", "the hook is empty");
+  forward_hooks_.emplace_back(next_hook_handle_, std::move(hook));
+  return next_hook_handle_++;
+}
+
+bool Module::remove_forward_hook(int handle) {
+  auto same = [handle](const auto& entry) { return entry.first == handle; };
+  const size_t before = forward_pre_hooks_.size() + forward_hooks_.size();
+  std::erase_if(forward_pre_hooks_, same);
+  std::erase_if(forward_hooks_, same);
+  return forward_pre_hooks_.size() + forward_hooks_.size() < before;
+}
+
 Tensor Module::operator()(const Tensor& input) {
   try {
-    // The recompute calls forward() on this module during backward: the module outlives the step.
-    if (checkpoint_activations_ && autograd::grad_enabled())
-      return autograd::checkpoint([this](const Tensor& x) { return forward(x); }, input);
-    return forward(input);
+    if (forward_pre_hooks_.empty() && forward_hooks_.empty()) return call_forward(input);
+    Tensor x = input;
+    const auto pre_hooks = forward_pre_hooks_;  // a hook may register or remove hooks
+    for (const auto& [handle, hook] : pre_hooks)
+      if (Tensor replaced = hook(*this, x); replaced.defined()) x = std::move(replaced);
+    Tensor y = call_forward(x);
+    const auto hooks = forward_hooks_;
+    for (const auto& [handle, hook] : hooks)
+      if (Tensor replaced = hook(*this, x, y); replaced.defined()) y = std::move(replaced);
+    return y;
   } catch (const Error&) {
     rethrow_with_path();
   }
+}
+
+Tensor Module::call_forward(const Tensor& input) {
+  // The recompute calls forward() on this module during backward: the module outlives the step.
+  if (checkpoint_activations_ && autograd::grad_enabled())
+    return autograd::checkpoint([this](const Tensor& x) { return forward(x); }, input);
+  return forward(input);
 }
 
 std::string Module::path() const {

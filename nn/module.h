@@ -49,6 +49,20 @@ class Module : public std::enable_shared_from_this<Module> {
   // recompute needs as much memory as the checkpointed module's activations.
   void checkpoint_activations(bool on = true) { checkpoint_activations_ = on; }
   bool activations_checkpointed() const { return checkpoint_activations_; }
+  // ---- forward hooks (PyTorch's register_forward_pre_hook / register_forward_hook) ---------------
+  // Around every call through operator(), in registration order: pre-hooks see the input before
+  // forward (and may replace it by returning a defined tensor), hooks see input and output after it
+  // (and may replace the output). They run outside activation checkpointing: a checkpointed
+  // module's own hooks fire once per call, not again in its recompute (its children's, called
+  // through operator() inside its forward, do fire again; autograd::recomputing() tells them).
+  // An error a hook throws names this module, as forward's do. Returns a handle for removal.
+  using ForwardPreHook = std::function<Tensor(Module& module, const Tensor& input)>;
+  using ForwardHook = std::function<Tensor(Module& module, const Tensor& input, const Tensor& output)>;
+  int register_forward_pre_hook(ForwardPreHook hook);
+  int register_forward_hook(ForwardHook hook);
+  // Removes the hook with this handle (of either kind); false if there was none.
+  bool remove_forward_hook(int handle);
+
   // Dotted path from the module that registered this one first, up to the root ("" for the root):
   // the names named_modules() gives it from the root.
   std::string path() const;
@@ -106,12 +120,16 @@ class Module : public std::enable_shared_from_this<Module> {
   [[noreturn]] void rethrow_with_path() const;
 
  private:
+  Tensor call_forward(const Tensor& input);  // forward, through a checkpoint when it is set
   void collect(const std::string& prefix, bool recurse, bool buffers,
                std::vector<std::pair<std::string, Tensor>>& out) const;
 
   std::string type_name_;
   bool training_ = true;
   bool checkpoint_activations_ = false;
+  int next_hook_handle_ = 0;
+  std::vector<std::pair<int, ForwardPreHook>> forward_pre_hooks_;
+  std::vector<std::pair<int, ForwardHook>> forward_hooks_;
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "ringgrad.h"
 
@@ -416,4 +418,69 @@ TEST_CASE("functional losses and accuracy against hand-computed values") {
   Tensor logits = from_vector(std::vector<double>{0.1, 0.9, 0.8, 0.2, 0.3, 0.7}, {3, 2});
   Tensor target = from_vector(std::vector<int64_t>{1, 1, 1}, {3});
   CHECK(nn::F::accuracy(logits, target) == doctest::Approx(2.0 / 3.0));
+}
+
+TEST_CASE("Module: forward pre-hooks and hooks run around operator() in order, replace, and are removed") {
+  auto fc = std::make_shared<nn::Linear>(3, 2);
+  std::vector<std::string> calls;
+  const int pre = fc->register_forward_pre_hook([&](nn::Module& m, const Tensor& x) {
+    calls.push_back("pre:" + m.type_name());
+    return x * 2.0;  // replaces the input
+  });
+  fc->register_forward_pre_hook([&](nn::Module&, const Tensor&) {
+    calls.push_back("pre2");
+    return Tensor();  // keeps it
+  });
+  Tensor seen_input, seen_output;
+  const int post = fc->register_forward_hook([&](nn::Module&, const Tensor& x, const Tensor& y) {
+    calls.push_back("post");
+    seen_input = x;
+    seen_output = y;
+    return y + 1.0;  // replaces the output
+  });
+  Tensor x = ones({4, 3});
+  Tensor y = (*fc)(x);
+  CHECK(calls == std::vector<std::string>{"pre:Linear", "pre2", "post"});
+  CHECK(equal(seen_input, x * 2.0));
+  CHECK(equal(seen_output, fc->forward(x * 2.0)));
+  CHECK(equal(y, fc->forward(x * 2.0) + 1.0));
+  CHECK(fc->forward(x).defined());
+  CHECK(calls.size() == 3);  // forward() itself runs no hook
+
+  CHECK(fc->remove_forward_hook(pre));
+  CHECK(fc->remove_forward_hook(post));
+  CHECK_FALSE(fc->remove_forward_hook(post));
+  calls.clear();
+  CHECK(equal((*fc)(x), fc->forward(x)));
+  CHECK(calls == std::vector<std::string>{"pre2"});
+
+  fc->register_forward_hook(
+      [](nn::Module&, const Tensor&, const Tensor&) -> Tensor { throw Error("[probe] the hook failed"); });
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(fc);
+  CHECK_THROWS_WITH_AS((*model)(x), doctest::Contains("in module '0' (Linear)"), Error);
+}
+
+TEST_CASE("Module: a checkpointed module's own hooks fire once per call, its children's again in the recompute") {
+  auto inner = std::make_shared<nn::Linear>(3, 3);
+  auto block = std::make_shared<nn::Sequential>();
+  block->push_back(inner);
+  block->push_back(std::make_shared<nn::GELU>());
+  block->checkpoint_activations();
+  int block_calls = 0, inner_calls = 0, inner_recomputes = 0;
+  block->register_forward_pre_hook([&](nn::Module&, const Tensor&) {
+    ++block_calls;
+    return Tensor();
+  });
+  inner->register_forward_pre_hook([&](nn::Module&, const Tensor&) {
+    ++inner_calls;
+    if (autograd::recomputing()) ++inner_recomputes;
+    return Tensor();
+  });
+  Generator gen(2);
+  Tensor x = randn({2, 3}, gen).requires_grad_();
+  (*block)(x).sum().backward();
+  CHECK(block_calls == 1);
+  CHECK(inner_calls == 2);
+  CHECK(inner_recomputes == 1);
 }

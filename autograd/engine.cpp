@@ -101,7 +101,7 @@ namespace {
 // except the nodes `captured` points at: those are neither run nor traversed, and the gradient that
 // reaches each captured edge is returned instead (undefined where none did). backward() captures
 // nothing; a checkpoint's recompute captures its block's way out (Note [Recompute inside backward]
-// in autograd/checkpoint.h).
+// in autograd/activation_checkpoint.h).
 TensorList run_graph(const std::vector<Edge>& root_edges, const TensorList& root_grads,
                      const std::vector<Edge>& captured, bool retain_graph) {
   std::unordered_set<const Node*> stops;

@@ -64,7 +64,7 @@ bool claim_in_this_backward(const void* key);
 // gradient (undefined: skipped), but stops at the nodes `captured` points at -- they do not run --
 // and returns the gradient that reached each captured edge (undefined where none did). It belongs
 // to the backward that calls it: gradient destinations are claimed once across both, and hooks
-// queue their callbacks to its end. A checkpoint's recompute uses it (autograd/checkpoint.h).
+// queue their callbacks to its end. A checkpoint's recompute uses it (autograd/activation_checkpoint.h).
 TensorList backward_to(const std::vector<Tensor>& roots, const TensorList& grads, const std::vector<Edge>& captured);
 }  // namespace detail
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "core/device.h"
 
@@ -32,18 +33,38 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  // Throws when the memory is released (see release()).
+  void* data() const {
+    if (released_) [[unlikely]]
+      fail_released();
+    return data_;
+  }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool pinned() const { return pinned_; }
   StorageOwner* owner() const { return owner_.get(); }  // null unless wrapped with one
 
+  // Note [Released storage]: memory from the allocator can be given back while every view of it
+  // stays, and taken again later in the same place of those views (new bytes, same Storage). ZeRO
+  // stage 3 does this with a unit's gathered parameters between its uses (dist/zero/
+  // gathered_units.h), as FSDP resizes a flat parameter's storage to 0: the model's parameters
+  // and the graph's saved tensors keep pointing at this Storage, and read the gathered values
+  // again once it is materialised. While released, data() throws `why` -- what released it and
+  // how to get the values -- so a stray read is an error that names the tensor, never a read of
+  // freed memory. Only storage this class allocated can be released.
+  void release(std::string why);
+  void materialize();  // allocates nbytes() again; the contents are undefined until written
+  bool released() const { return released_; }
+
  private:
+  [[noreturn]] void fail_released() const;
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   bool from_allocator_ = false;
   bool pinned_ = false;
+  bool released_ = false;
+  std::string released_why_;
   std::function<void(void*)> deleter_;
   std::shared_ptr<StorageOwner> owner_;
 };

@@ -185,10 +185,12 @@ double DistributedDataParallel::begin_forward() {
     root = agreed.root;
   }
   sync_buffers(root);  // DDPOptions::broadcast_buffers
+  if (before_forward_) before_forward_();
   return trace_clock_us();
 }
 
 void DistributedDataParallel::end_forward(double start_us) {
+  if (after_forward_) after_forward_();
   if (options_.trace)
     reducer_->recorder().add_trace_event(
         TraceEvent{"forward", "compute", group_->rank(), "compute", start_us, trace_clock_us() - start_us, ""});
@@ -211,20 +213,31 @@ DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
 DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.reducer_->set_require_sync(previous_); }
 
 void DistributedDataParallel::set_comm_hook(CommHook hook) { reducer_->set_comm_hook(std::move(hook)); }
-void DistributedDataParallel::shard_buckets(int parts, const void* owner, bool release_gradients) {
+void DistributedDataParallel::shard_buckets(int parts, const void* owner, bool release_gradients,
+                                            const std::vector<std::vector<std::string>>& units) {
   RG_CHECK(join_ == nullptr, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
            ": the buckets cannot be sharded inside a dist::Join");
   RG_CHECK(shard_owner_ == nullptr, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
            ": another optimizer already shards this model's buckets (a dist::ZeroOptimizer is alive); destroy it "
            "before building the next one");
   RG_CHECK(owner != nullptr, "dist.DistributedDataParallel", "shard_buckets needs an owner");
-  reducer_->shard_buckets(parts, release_gradients);
+  reducer_->shard_buckets(parts, release_gradients, units);
   shard_owner_ = owner;
+}
+
+void DistributedDataParallel::set_forward_callbacks(const void* owner, std::function<void()> before,
+                                                    std::function<void()> after) {
+  RG_CHECK(owner != nullptr && owner == shard_owner_, "dist.DistributedDataParallel",
+           "set_forward_callbacks: only the optimizer sharding the buckets sets them");
+  before_forward_ = std::move(before);
+  after_forward_ = std::move(after);
 }
 
 void DistributedDataParallel::release_shard_owner(const void* owner) {
   if (owner == nullptr || owner != shard_owner_) return;
   shard_owner_ = nullptr;
+  before_forward_ = nullptr;
+  after_forward_ = nullptr;
   reducer_->set_comm_hook(options_.comm_hook);
   reducer_->keep_gradients();
 }

@@ -133,7 +133,13 @@ class DistributedDataParallel {
   // of the reduced gradient), the buffers exist only from a backward's first gradient until its
   // reductions completed, and .grad is none after a synchronising backward (Note [Gradient buffers
   // released after the reduction]). Collective; not during a backward.
-  void shard_buckets(int parts, const void* owner, bool release_gradients = false);
+  // `units` (ZeRO stage 3): one bucket per unit of parameter names, in this order (Reducer::shard_buckets).
+  void shard_buckets(int parts, const void* owner, bool release_gradients = false,
+                     const std::vector<std::vector<std::string>>& units = {});
+  // For the optimizer sharding the buckets (ZeRO stage 3 gathers the parameters outside any unit
+  // here): `before` runs as every forward through this DDP begins -- forward(), call(), forward_as()
+  // -- and `after` once it returned. Cleared when the owner lets go.
+  void set_forward_callbacks(const void* owner, std::function<void()> before, std::function<void()> after);
   // The owner lets go (its destructor): the communication hook is DDPOptions::comm_hook again, and
   // the buffers persist again from the next backward. The buckets stay padded, which changes
   // nothing for an ordinary optimizer.
@@ -170,9 +176,10 @@ class DistributedDataParallel {
   std::shared_ptr<ProcessGroup> group_;
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
-  std::unique_ptr<optim::StepCheckHandle> step_check_;  // Note [A step after no_sync]
-  Join* join_ = nullptr;                                // the Join this replica is in, if any
-  const void* shard_owner_ = nullptr;                   // the optimizer sharding the buckets, if any
+  std::unique_ptr<optim::StepCheckHandle> step_check_;    // Note [A step after no_sync]
+  Join* join_ = nullptr;                                  // the Join this replica is in, if any
+  const void* shard_owner_ = nullptr;                     // the optimizer sharding the buckets, if any
+  std::function<void()> before_forward_, after_forward_;  // set_forward_callbacks
 };
 
 // Mixed precision across ranks: makes `scaler` combine its found-inf flag over the group (max), so

@@ -44,8 +44,6 @@ Reducer::~Reducer() {
 void Reducer::build_buckets(const std::vector<int>& order) {
   const double MiB = 1024.0 * 1024.0;
   std::vector<std::vector<int>> members;
-  std::vector<DType> dtypes;
-  std::vector<Device> devices;
   std::vector<double> bytes;
   // The bucket being filled, per (dtype, device): a bucket is one buffer, so it holds one of each.
   std::map<std::pair<DType, std::string>, int> open;
@@ -62,13 +60,27 @@ void Reducer::build_buckets(const std::vector<int>& order) {
     if (open.find(key) == open.end()) {
       open[key] = static_cast<int>(members.size());
       members.emplace_back();
-      dtypes.push_back(t.dtype());
-      devices.push_back(t.device());
       bytes.push_back(0);
     }
     const int b = open[key];
     members[b].push_back(idx);
     bytes[b] += nbytes;
+  }
+  lay_out_buckets(members);
+}
+
+void Reducer::lay_out_buckets(const std::vector<std::vector<int>>& members) {
+  std::vector<DType> dtypes;
+  std::vector<Device> devices;
+  for (const std::vector<int>& m : members) {
+    const Tensor& first = params_.at(m.at(0)).tensor;
+    for (int idx : m)
+      RG_CHECK(params_[idx].tensor.dtype() == first.dtype() && params_[idx].tensor.device() == first.device(),
+               "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(), ": parameter '",
+               params_[idx].name, "' (", params_[idx].tensor.desc(), ") cannot share a bucket with '",
+               params_[m[0]].name, "' (", first.desc(), "): a bucket is one buffer of one dtype on one device");
+    dtypes.push_back(first.dtype());
+    devices.push_back(first.device());
   }
 
   // One reduction buffer per (dtype, device), each bucket a view of it starting on a cache line.
@@ -341,18 +353,41 @@ void Reducer::rebuild_buckets_from_observed_order() {
   build_buckets(agreed);
 }
 
-void Reducer::shard_buckets(int parts, bool release_gradients) {
+void Reducer::shard_buckets(int parts, bool release_gradients, const std::vector<std::vector<std::string>>& units) {
   RG_CHECK(parts >= 1, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
            ": shard_buckets: parts must be >= 1, got ", parts);
   RG_CHECK(!in_backward_, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
            ": the buckets cannot be sharded during a backward");
+  std::vector<std::vector<int>> members;  // the units' buckets, by parameter index
+  if (!units.empty()) {
+    std::map<std::string, int> index_of;
+    for (size_t i = 0; i < params_.size(); ++i) index_of[params_[i].name] = static_cast<int>(i);
+    std::vector<int> times(params_.size(), 0);
+    for (const std::vector<std::string>& unit : units) {
+      RG_CHECK(!unit.empty(), "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
+               ": shard_buckets: a unit holds no parameter");
+      members.emplace_back();
+      for (const std::string& name : unit) {
+        auto it = index_of.find(name);
+        RG_CHECK(it != index_of.end(), "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
+                 ": shard_buckets: '", name, "' is not a trainable parameter of the model");
+        ++times[it->second];
+        members.back().push_back(it->second);
+      }
+    }
+    for (size_t i = 0; i < params_.size(); ++i)
+      RG_CHECK(times[i] == 1, "dist.DistributedDataParallel", "rank ", group_->rank(), "/", group_->size(),
+               ": shard_buckets: parameter '", params_[i].name, "' is in ", times[i],
+               " units; every trainable parameter must be in exactly one");
+  }
   std::vector<int> order;  // the current layout, bucket by bucket
   for (const Bucket& b : buckets_) order.insert(order.end(), b.params.begin(), b.params.end());
   bucket_multiple_ = parts;
   release_after_sync_ = release_gradients;
   rebuilt_ = true;  // the layout is final
   observed_order_.clear();
-  build_buckets(order);
+  if (members.empty()) build_buckets(order);
+  else lay_out_buckets(members);
 }
 
 std::vector<BucketInfo> Reducer::buckets() const {

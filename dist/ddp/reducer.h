@@ -100,8 +100,10 @@ class Reducer {
   std::vector<BucketInfo> buckets() const;
   // Note [Buckets for sharding]: pads every bucket to a multiple of `parts` elements and keeps the
   // layout from now on; with `release_gradients`, Note [Gradient buffers released after the
-  // reduction]. Collective (the buckets are rebuilt).
-  void shard_buckets(int parts, bool release_gradients);
+  // reduction]. `units`, when given: one bucket per unit, holding exactly its parameters (by name;
+  // every trainable parameter in one unit), in this order -- ZeRO stage 3's buckets are its units
+  // (dist/zero/gathered_units.h). Collective (the buckets are rebuilt).
+  void shard_buckets(int parts, bool release_gradients, const std::vector<std::vector<std::string>>& units = {});
   // Back to persistent buffers (the sharding optimizer is gone). Released ones are allocated at
   // their next gradient, in plain memory: allocating shared memory is collective, which a
   // destructor must not be.
@@ -136,6 +138,8 @@ class Reducer {
 
   // Note [Bucket assignment]: `order` lists parameter indices, expected-ready first.
   void build_buckets(const std::vector<int>& order);
+  // The buckets' buffers and parameter slots, for buckets holding these parameter indices.
+  void lay_out_buckets(const std::vector<std::vector<int>>& members);
   // One tensor per arena, from ProcessGroup::new_reduction_buffer (collective).
   std::vector<Tensor> new_arenas(const std::vector<Arena>& arenas) const;
   // Points each bucket's buffer and each parameter's gradient destination into `arenas`; a gradient

@@ -41,4 +41,12 @@ int64_t ShardLayout::owned_numel(int rank) const {
   return n;
 }
 
+std::vector<std::pair<int, int64_t>> ShardLayout::places(int num_params) const {
+  std::vector<std::pair<int, int64_t>> out(num_params, {-1, -1});
+  for (int r = 0; r < world(); ++r)
+    for (const ShardPiece& piece : pieces_[r])
+      out.at(piece.param) = {piece.bucket, r * block_numel_[piece.bucket] + piece.block_offset - piece.param_offset};
+  return out;
+}
+
 }  // namespace ringgrad::dist

@@ -46,6 +46,9 @@ class ShardLayout {
   const std::vector<ShardPiece>& pieces(int rank) const { return pieces_.at(rank); }
   // Elements rank r owns (its pieces; the padding not counted).
   int64_t owned_numel(int rank) const;
+  // Where each of `num_params` parameters lies: {bucket, its first element in the bucket}, from any
+  // piece of it and its owner's block; {-1, -1} for a parameter without elements (no piece).
+  std::vector<std::pair<int, int64_t>> places(int num_params) const;
 
  private:
   std::vector<int64_t> block_numel_;

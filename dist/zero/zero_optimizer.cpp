@@ -5,9 +5,12 @@
 #include <map>
 #include <set>
 
+#include "autograd/activation_checkpoint.h"
 #include "autograd/engine.h"
+#include "autograd/node.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "nn/containers.h"
 
 namespace ringgrad::dist {
 
@@ -35,9 +38,12 @@ std::vector<std::string> names_in_model(const std::vector<Tensor>& params, const
 ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups, MakeOptimizer make,
                              ZeroOptions options)
     : Optimizer(std::move(groups)), ddp_(ddp), group_(ddp.group()), options_(options), make_(std::move(make)) {
-  RG_CHECK(options.stage == 1 || options.stage == 2, "dist.ZeroOptimizer",
-           "stage must be 1 (optimizer state) or 2 (and gradients), got ", options.stage,
+  RG_CHECK(options.stage >= 1 && options.stage <= 3, "dist.ZeroOptimizer",
+           "stage must be 1 (optimizer state), 2 (and gradients) or 3 (and parameters), got ", options.stage,
            ". Stage 0 is plain DDP with an ordinary optimizer");
+  RG_CHECK(options.units.empty() || options.stage == 3, "dist.ZeroOptimizer",
+           "ZeroOptions::units names the modules stage 3 gathers one at a time; stage ", options.stage,
+           " keeps every parameter whole on every rank");
   RG_CHECK(std::isfinite(options.staging_mb) && options.staging_mb > 0 && options.staging_mb <= (1 << 20),
            "dist.ZeroOptimizer", "staging_mb must be a positive number of MiB up to 1048576, got ", options.staging_mb);
   RG_CHECK(make_ != nullptr, "dist.ZeroOptimizer", "no function to build the sharded optimizer");
@@ -49,13 +55,87 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::Pa
   // the DDP model back, or no other optimizer could shard it.
   // Stage 2 keeps only this rank's reduced block, so the full-size buffers are released between
   // steps (Note [Gradient buffers released after the reduction], dist/ddp/reducer.h).
-  ddp.shard_buckets(N, this, /*release_gradients=*/options.stage == 2);
+  // Stage 3: one bucket per unit (Note [Units of stage 3] in dist/zero/gathered_units.h).
+  const std::vector<std::vector<std::string>> units = options.stage == 3 ? choose_units() : decltype(units){};
+  ddp.shard_buckets(N, this, /*release_gradients=*/options.stage >= 2, units);
   try {
     build_shards();
   } catch (...) {
     ddp.release_shard_owner(this);
     throw;
   }
+}
+
+std::vector<std::vector<std::string>> ZeroOptimizer::choose_units() {
+  nn::Module& model = ddp_.module();
+  const std::vector<std::pair<std::string, nn::Module*>> modules = model.named_modules();  // forward order
+  auto inside = [](const std::string& path, const std::string& unit) {
+    return unit.empty() || path.rfind(unit + ".", 0) == 0;
+  };
+  std::vector<std::pair<std::string, nn::Module*>> chosen;
+  if (!options_.units.empty()) {
+    for (const auto& [path, module] : modules)
+      if (std::find(options_.units.begin(), options_.units.end(), path) != options_.units.end())
+        chosen.emplace_back(path, module);
+    for (const std::string& want : options_.units) {
+      RG_CHECK(!want.empty() &&
+                   std::any_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.first == want; }),
+               "dist.ZeroOptimizer", "ZeroOptions::units names '", want, "', which is not a module of the model ",
+               model.type_name(), want.empty() ? " (the root is always a unit of its own)" : "");
+    }
+    for (size_t i = 0; i < chosen.size(); ++i)
+      for (size_t j = 0; j < chosen.size(); ++j)
+        RG_CHECK(i == j || !inside(chosen[i].first, chosen[j].first), "dist.ZeroOptimizer", "ZeroOptions::units: '",
+                 chosen[i].first, "' lies inside '", chosen[j].first, "'; units cannot nest");
+  } else {
+    // Every child of a ModuleList (Sequential included) holding trainable parameters, outermost first.
+    for (const auto& [path, module] : modules) {
+      if (dynamic_cast<nn::ModuleList*>(module) == nullptr) continue;
+      if (std::any_of(chosen.begin(), chosen.end(), [&](const auto& c) { return inside(path, c.first); })) continue;
+      for (const auto& [child_path, child] : modules) {
+        const std::string prefix = path.empty() ? "" : path + ".";
+        if (child_path.rfind(prefix, 0) != 0 || child_path == path) continue;
+        if (child_path.find('.', prefix.size()) != std::string::npos) continue;  // a direct child only
+        const auto params = child->named_parameters();
+        if (std::any_of(params.begin(), params.end(), [](const auto& p) { return p.second.requires_grad(); }))
+          chosen.emplace_back(child_path, child);
+      }
+    }
+  }
+  // Each parameter of the optimizer to the first unit holding it; a tensor in two units is refused.
+  std::map<const TensorImpl*, std::string> name_of;
+  for (size_t i = 0; i < params_.size(); ++i) name_of[params_[i].impl()] = names_[i];
+  std::map<const TensorImpl*, std::string> unit_of;
+  std::vector<std::vector<std::string>> members(chosen.size());
+  for (size_t k = 0; k < chosen.size(); ++k)
+    for (const auto& [local, t] : chosen[k].second->named_parameters()) {
+      auto it = name_of.find(t.impl());
+      if (it == name_of.end()) continue;  // frozen, or not this optimizer's
+      auto [where, fresh] = unit_of.emplace(t.impl(), chosen[k].first);
+      RG_CHECK(fresh, "dist.ZeroOptimizer", "parameter '", it->second, "' is used by unit '", where->second,
+               "' and by unit '", chosen[k].first,
+               "': a tensor shared between units (tied weights) must lie in one unit, or in none (the root); "
+               "name the units with ZeroOptions::units");
+      members[k].push_back(it->second);
+    }
+  std::vector<std::string> root;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!unit_of.count(params_[i].impl())) root.push_back(names_[i]);
+  // The units' order: forward. The buckets': backward (the last unit's gradients are ready first),
+  // the root last (its parameters -- the embeddings -- finish last).
+  if (!root.empty()) {
+    unit_paths_.push_back("(root)");
+    unit_modules_.push_back(nullptr);
+  }
+  std::vector<std::vector<std::string>> buckets;
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    if (members[k].empty()) continue;
+    unit_paths_.push_back(chosen[k].first);
+    unit_modules_.push_back(chosen[k].second);
+    buckets.insert(buckets.begin(), members[k]);
+  }
+  if (!root.empty()) buckets.push_back(root);
+  return buckets;
 }
 
 void ZeroOptimizer::build_shards() {
@@ -74,7 +154,8 @@ void ZeroOptimizer::build_shards() {
     bucket_type_.emplace_back(b.dtype, first.device());
   }
   // Before any view of a parameter is taken: the pieces below are views of wherever they live.
-  place_parameters_in_shared_memory();
+  if (options_.stage == 3) shard_parameters();
+  else place_parameters_in_shared_memory();
 
   // This rank's pieces, grouped as their parameters are.
   std::map<const TensorImpl*, size_t> group_of;
@@ -88,7 +169,13 @@ void ZeroOptimizer::build_shards() {
       if (group_of.at(params_[piece.param].impl()) != g) continue;
       // A piece that is a whole parameter keeps its shape, so that its state is shaped as a plain
       // optimizer's (a 0-dim parameter's moments are 0-dim, not (1)).
-      pieces_.push_back(whole(piece) ? params_[piece.param].detach() : flat(piece));
+      if (units_) {  // stage 3: views of the persistent shard, which the step updates in place
+        const Tensor slice =
+            units_->unit(units_->unit_of_bucket(piece.bucket)).shard.narrow(0, piece.block_offset, piece.numel);
+        pieces_.push_back(whole(piece) ? slice.view(params_[piece.param].shape()) : slice);
+      } else {
+        pieces_.push_back(whole(piece) ? params_[piece.param].detach() : flat(piece));
+      }
       piece_of_.push_back(piece);
       piece_groups[g].params.push_back(pieces_.back());
     }
@@ -98,7 +185,7 @@ void ZeroOptimizer::build_shards() {
                inner_->param_groups().size() == num_groups,
            "dist.ZeroOptimizer", "the sharded optimizer must be built over exactly the parameter groups it is given");
 
-  if (options_.stage == 2) {
+  if (options_.stage >= 2) {
     // On one machine each bucket's reduce-scatter goes through one shared staging buffer: the
     // largest bucket's size, at most staging_mb, and room for one element of every block of the
     // widest dtype (Note [Reduce-scatter through a shared buffer], dist/shm/reduction_buffer.h).
@@ -133,7 +220,10 @@ void ZeroOptimizer::build_shards() {
     // Step 2, stage 2: each bucket's reduction is a reduce-scatter into this rank's block, or added
     // to it when the block holds an earlier backward's gradient of the same step. The hook shares
     // the blocks, not `this`; the destructor puts DDP's own hook back.
-    ddp_.set_comm_hook([reduced = reduced_](ProcessGroup& group, GradBucket& bucket) -> HookWork {
+    // Stage 3: once a unit's bucket is reduced no node reads its parameters again in this backward,
+    // so they are released (Note [Gather, use, release] in dist/zero/gathered_units.h).
+    ddp_.set_comm_hook([reduced = reduced_, units = units_](ProcessGroup& group, GradBucket& bucket) -> HookWork {
+      if (units) units->release(units->unit_of_bucket(bucket.index));
       if (reduced->consumed) reduced->clear();  // Note [A step consumes the reduced gradient]
       Tensor block = reduced->blocks.at(bucket.index);
       const bool add = reduced->holds.at(bucket.index);
@@ -153,9 +243,154 @@ void ZeroOptimizer::build_shards() {
       return {group.reduce_scatter(out, bucket.buffer, averaging.op), then};
     });
   }
+  if (options_.stage == 3) {
+    // Stage 3 adds to stage 2's hook: once a unit's bucket is reduced no node reads its parameters
+    // again in this backward (Note [Gather, use, release]).
+    install_unit_hooks();
+  }
 }
 
-ZeroOptimizer::~ZeroOptimizer() { ddp_.release_shard_owner(this); }  // DDP's own hook again
+// Stage 3: the parameters go into one buffer per unit, laid out as its bucket (Note [Gather, use,
+// release] in dist/zero/gathered_units.h); this rank's block is copied out as the unit's shard.
+void ZeroOptimizer::shard_parameters() {
+  const int N = group_.size(), rank = group_.rank();
+  for (size_t i = 0; i < params_.size(); ++i)
+    RG_CHECK(params_[i].is_contiguous(), "dist.ZeroOptimizer", "rank ", rank, "/", N, ": stage 3 lays parameter '",
+             names_[i], "' (", params_[i].desc(), ") out in its unit's flat buffer, so it must be contiguous");
+  const auto places = layout_.places(static_cast<int>(params_.size()));  // {bucket, first element}
+  const std::vector<BucketInfo> buckets = ddp_.buckets();
+  std::vector<GatheredUnits::Unit> units(unit_paths_.size());
+  const bool has_root = !unit_modules_.empty() && unit_modules_[0] == nullptr;
+  const int K = static_cast<int>(unit_paths_.size()) - (has_root ? 1 : 0);  // units other than the root
+  NoGradGuard no_grad;
+  for (size_t u = 0; u < units.size(); ++u) {
+    GatheredUnits::Unit& unit = units[u];
+    unit.name = unit_paths_[u];
+    // Bucket order is backward order: the last unit first, the root last (choose_units).
+    unit.bucket = has_root && u == 0 ? K : K - 1 - static_cast<int>(u - (has_root ? 1 : 0));
+    const int b = unit.bucket;
+    const int64_t m = layout_.block_numel(b);
+    const TensorOptions type{.dtype = bucket_type_[b].first, .device = bucket_type_[b].second};
+    unit.full = zeros({N * m}, type);  // the padding stays zero: no parameter covers it
+    std::string names;
+    const std::vector<std::string>& in_bucket = buckets.at(b).parameter_names;
+    for (size_t k = 0; k < in_bucket.size() && k < 4; ++k) names += str_cat(k ? ", " : "", in_bucket[k]);
+    if (in_bucket.size() > 4) names += str_cat(" and ", in_bucket.size() - 4, " more");
+    unit.released_why = str_cat("under ZeRO stage 3 rank ", rank, "/", N, " keeps only its 1/", N, " of unit '",
+                                unit.name, "' (", names,
+                                ") outside the unit's forward and backward. Read or write the parameters inside "
+                                "ZeroOptimizer::gathered_parameters(), or run the model through its forward");
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (places[i].first != b) continue;
+      Tensor& p = params_[i];
+      p.move_into(unit.full.narrow(0, places[i].second, p.numel()).view(p.shape()));
+    }
+    unit.shard = unit.full.narrow(0, rank * m, m).clone();
+  }
+  units_ = std::make_shared<GatheredUnits>(group_, std::move(units), has_root);
+  units_->release_all();
+}
+
+// Note [Gather, use, release] in dist/zero/gathered_units.h: the hooks that gather each unit.
+void ZeroOptimizer::install_unit_hooks() {
+  std::weak_ptr<GatheredUnits> weak = units_;
+  // The identity node on a unit's output: its backward runs before any of the unit's nodes.
+  auto gather_for_backward = [weak](int u, const Tensor& y) -> Tensor {
+    Tensor out = y.detach();
+    autograd::record("zero3_gather_for_backward", {out}, {y},
+                     [weak, u](const autograd::TensorList& grads, const autograd::NeedsGrad&) {
+                       if (auto units = weak.lock()) {
+                         units->gather(u);
+                         if (const int before = units->previous(u); before >= 0) units->prefetch(before);
+                         if (!units->release_queued) {  // a backward without reductions (no_sync) releases at its end
+                           units->release_queued = true;
+                           autograd::queue_callback([weak] {
+                             if (auto all = weak.lock()) {
+                               all->release_queued = false;
+                               all->release_all();
+                             }
+                           });
+                         }
+                       }
+                       return grads;
+                     });
+    return out;
+  };
+  for (int u = 0; u < units_->size(); ++u) {
+    nn::Module* module = unit_modules_[u];
+    if (module == nullptr) continue;  // the root: below
+    unit_hooks_.emplace_back(module, module->register_forward_pre_hook([weak, u](nn::Module&, const Tensor&) {
+      if (auto units = weak.lock()) {
+        units->gather(u);
+        // Not in a checkpoint's recompute, inside backward: the next unit's forward is not coming.
+        if (const int after = units->next(u); after >= 0 && !autograd::recomputing()) units->prefetch(after);
+      }
+      return Tensor();
+    }));
+    unit_hooks_.emplace_back(module, module->register_forward_hook(
+                                         [weak, u, gather_for_backward](nn::Module&, const Tensor&, const Tensor& y) {
+                                           auto units = weak.lock();
+                                           if (!units) return Tensor();
+                                           units->release(u);
+                                           if (!autograd::grad_enabled() || !y.defined() || !y.requires_grad())
+                                             return Tensor();
+                                           return gather_for_backward(u, y);
+                                         }));
+  }
+  // The root unit: from the start of the forward; after it only when no backward follows.
+  const int root = units_->root();
+  auto before = [weak, root] {
+    auto units = weak.lock();
+    if (!units) return;
+    if (root >= 0) units->gather(root);
+    if (units->size() > root + 1) units->prefetch(root + 1);  // the first unit's forward comes next
+  };
+  auto after = [weak, root] {
+    auto units = weak.lock();
+    if (units && root >= 0 && !autograd::grad_enabled()) units->release(root);
+  };
+  ddp_.set_forward_callbacks(this, before, after);
+  // A forward of the model itself (an evaluation outside DDP) does the same through its hooks.
+  nn::Module& model = ddp_.module();
+  unit_hooks_.emplace_back(&model, model.register_forward_pre_hook([before](nn::Module&, const Tensor&) {
+    before();
+    return Tensor();
+  }));
+  unit_hooks_.emplace_back(&model, model.register_forward_hook([after](nn::Module&, const Tensor&, const Tensor&) {
+    after();
+    return Tensor();
+  }));
+}
+
+ZeroOptimizer::GatheredParameters::GatheredParameters(std::shared_ptr<GatheredUnits> units, bool write_back)
+    : units_(std::move(units)), write_back_(write_back) {
+  if (units_) units_->gather_all();
+}
+
+ZeroOptimizer::GatheredParameters::~GatheredParameters() {
+  if (!units_) return;
+  if (write_back_) units_->write_back();
+  units_->release_all();
+}
+
+ZeroOptimizer::GatheredParameters ZeroOptimizer::gathered_parameters(bool write_back) {
+  return GatheredParameters(units_, write_back);
+}
+
+size_t ZeroOptimizer::parameter_shard_bytes() const { return units_ ? units_->shard_bytes() : 0; }
+size_t ZeroOptimizer::peak_gathered_bytes() const { return units_ ? units_->peak_gathered_bytes() : 0; }
+void ZeroOptimizer::reset_gathered_peak() {
+  if (units_) units_->reset_peak();
+}
+std::vector<std::string> ZeroOptimizer::unit_names() const { return unit_paths_; }
+
+// Stage 3 leaves the parameters as they are: released units stay released (gathering them would be
+// collective, which a destructor must not be) -- end training inside gathered_parameters() to keep
+// the full model.
+ZeroOptimizer::~ZeroOptimizer() {
+  for (const auto& [module, handle] : unit_hooks_) module->remove_forward_hook(handle);
+  ddp_.release_shard_owner(this);  // DDP's own hook again
+}
 
 std::string ZeroOptimizer::name() const { return str_cat("ZeRO-", options_.stage, "(", inner_->name(), ")"); }
 
@@ -195,13 +430,7 @@ void ZeroOptimizer::place_parameters_in_shared_memory() {
   for (const Tensor& p : params_)
     if (!p.is_contiguous()) return;
   // Where each parameter starts in its bucket: any piece of it tells, from its owner's block.
-  std::vector<int64_t> start(params_.size(), -1);
-  for (int r = 0; r < N; ++r)
-    for (const ShardPiece& piece : layout_.pieces(r))
-      start[piece.param] = r * layout_.block_numel(piece.bucket) + piece.block_offset - piece.param_offset;
-  std::vector<int> bucket_of(params_.size(), -1);
-  for (int r = 0; r < N; ++r)
-    for (const ShardPiece& piece : layout_.pieces(r)) bucket_of[piece.param] = piece.bucket;
+  const auto places = layout_.places(static_cast<int>(params_.size()));
 
   std::vector<Tensor> arenas;
   for (int b = 0; b < layout_.num_buckets(); ++b) {
@@ -214,9 +443,10 @@ void ZeroOptimizer::place_parameters_in_shared_memory() {
   NoGradGuard no_grad;
   for (Tensor& arena : arenas) arena.zero_();  // the padding stays zero: no piece covers it
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (start[i] < 0) continue;  // no elements, so no piece
+    const auto [bucket, start] = places[i];
+    if (bucket < 0) continue;  // no elements, so no piece
     Tensor& p = params_[i];
-    p.move_into(arenas[bucket_of[i]].narrow(0, start[i], p.numel()).view(p.shape()));
+    p.move_into(arenas[bucket].narrow(0, start, p.numel()).view(p.shape()));
   }
   param_arenas_ = std::move(arenas);
 }
@@ -231,7 +461,7 @@ void ZeroOptimizer::set_piece_gradients() {
   for (size_t j = 0; j < pieces_.size(); ++j) {
     const ShardPiece& piece = piece_of_[j];
     const Tensor& param = params_[piece.param];
-    if (options_.stage == 2) {  // .grad is none: the buffers were released after the reduction
+    if (options_.stage >= 2) {  // .grad is none: the buffers were released after the reduction
       if (!reduced_->holds[piece.bucket]) {
         pieces_[j].set_grad(Tensor());
         continue;
@@ -300,7 +530,8 @@ void ZeroOptimizer::update() {
   }
   inner_->step();
   if (reduced_) reduced_->consumed = true;
-  gather_parameters();
+  if (units_) units_->release_all();  // stage 3: the shards changed; the next forward gathers them
+  else gather_parameters();
 }
 
 void ZeroOptimizer::gather_parameters() {

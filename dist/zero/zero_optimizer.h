@@ -89,6 +89,7 @@
 #include <vector>
 
 #include "dist/ddp/ddp.h"
+#include "dist/zero/gathered_units.h"
 #include "dist/zero/shard_layout.h"
 #include "optim/optimizer.h"
 
@@ -96,7 +97,14 @@ namespace ringgrad::dist {
 
 struct ZeroOptions {
   // 1: optimizer state sharded, gradients AllReduced as by DDP. 2: gradients reduce-scattered too.
+  // 3: parameters sharded too, each unit gathered only while its forward and backward run (Note
+  // [Gather, use, release] in dist/zero/gathered_units.h).
   int stage = 1;
+  // Stage 3: the modules gathered and released together, by path ("h.0", "h.1", ...), none inside
+  // another. Empty: every child of an nn::Sequential / nn::ModuleList that holds parameters (GPT's
+  // blocks, an MLP's layers). The parameters in no unit form the root unit, gathered from the start
+  // of a forward to the end of its backward (Note [Units of stage 3]).
+  std::vector<std::string> units;
   // Stage 2 on one machine: the most shared memory per rank its reduce-scatters pass through (Note
   // [Reduce-scatter through a shared buffer], dist/shm/reduction_buffer.h). Smaller: less memory,
   // a larger bucket takes more rounds, each an arrival of every rank (keep a round in the hundreds
@@ -146,6 +154,34 @@ class ZeroOptimizer : public optim::Optimizer {
   // Whether the parameters live in shared memory (Note [Parameters in shared memory]).
   bool parameters_in_shared_memory() const { return !param_arenas_.empty(); }
 
+  // Stage 3 (Note [Gather, use, release], dist/zero/gathered_units.h). Outside a unit's forward and
+  // backward its parameters are released: a read of them throws. Read or write the whole model
+  // inside this scope (FSDP's summon_full_params): it gathers every unit (collective) and releases
+  // them when it ends; with `write_back`, what was written into the parameters meanwhile (a loaded
+  // state dict) is copied into the shards first, so training goes on from it. A no-op below stage 3.
+  //   { auto full = zero.gathered_parameters(); save(model.state_dict()); }
+  class GatheredParameters {
+   public:
+    GatheredParameters(GatheredParameters&& other) noexcept
+        : units_(std::move(other.units_)), write_back_(other.write_back_) {}
+    GatheredParameters(const GatheredParameters&) = delete;
+    GatheredParameters& operator=(const GatheredParameters&) = delete;
+    ~GatheredParameters();
+
+   private:
+    friend class ZeroOptimizer;
+    GatheredParameters(std::shared_ptr<GatheredUnits> units, bool write_back);
+    std::shared_ptr<GatheredUnits> units_;
+    bool write_back_;
+  };
+  [[nodiscard]] GatheredParameters gathered_parameters(bool write_back = false);
+  // Stage 3: this rank's shards of the parameters (persistent), the gathered units' bytes at their
+  // most since construction or reset_gathered_peak(), and the units' names in forward order.
+  size_t parameter_shard_bytes() const;
+  size_t peak_gathered_bytes() const;
+  void reset_gathered_peak();
+  std::vector<std::string> unit_names() const;
+
   // Stage 1: every parameter's .grad (each rank holds the whole averaged gradient). Stage 2: the
   // gradient of this rank's pieces, from the reduce-scattered blocks.
   std::vector<Tensor> step_gradients() override;
@@ -185,9 +221,14 @@ class ZeroOptimizer : public optim::Optimizer {
   void update() override;
 
  private:
-  void build_shards();                         // the constructor's work once DDP's buckets are this optimizer's
-  void set_piece_gradients();                  // points each piece's .grad at its gradient for this step
-  void place_parameters_in_shared_memory();    // Note [Parameters in shared memory]
+  void build_shards();                       // the constructor's work once DDP's buckets are this optimizer's
+  void set_piece_gradients();                // points each piece's .grad at its gradient for this step
+  void place_parameters_in_shared_memory();  // Note [Parameters in shared memory]
+  // Stage 3: the units' parameter names, in bucket order (the last unit first, the root last), and
+  // the modules whose hooks gather them (Note [Units of stage 3]).
+  std::vector<std::vector<std::string>> choose_units();
+  void shard_parameters();  // stage 3: the parameters into gathered buffers, the shards cut out
+  void install_unit_hooks();
   void gather_parameters();                    // step 4: the allgather of every bucket's updated blocks
   Tensor flat(const ShardPiece& piece) const;  // the piece's elements in its parameter (a 1-D view)
   bool whole(const ShardPiece& piece) const;   // the piece is its whole parameter
@@ -214,6 +255,12 @@ class ZeroOptimizer : public optim::Optimizer {
   std::vector<Tensor> param_arenas_;
   size_t staging_bytes_ = 0;
   std::unique_ptr<optim::Optimizer> inner_;  // steps pieces_
+  // Stage 3: the units (root first, when it holds parameters, then forward order), their modules
+  // (null for the root), and the forward hooks installed on them.
+  std::vector<std::string> unit_paths_;
+  std::vector<nn::Module*> unit_modules_;
+  std::vector<std::pair<nn::Module*, int>> unit_hooks_;
+  std::shared_ptr<GatheredUnits> units_;
 };
 
 // The full optimizer state of the sharded checkpoint in `dir` (its latest save, or save `save_id`), keyed by parameter name as

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "autograd/engine.h"
 #include "dist/ddp/join.h"
 #include "dist/zero/zero_optimizer.h"
 #include "dist_test_util.h"
@@ -133,9 +134,9 @@ bool some_parameter_is_cut(const dist::ZeroOptimizer& zero) {
 
 }  // namespace
 
-TEST_CASE("zero: stages 1 and 2 == DDP with the same optimizer after 20 steps (SGD, Adam, AdamW)") {
+TEST_CASE("zero: stages 1, 2 and 3 == DDP with the same optimizer after 20 steps (SGD, Adam, AdamW)") {
   const int N = dist::world().size;
-  for (int stage : {1, 2})
+  for (int stage : {1, 2, 3})
     for (const OptimizerKind& kind : optimizer_kinds()) {
       CAPTURE(stage);
       CAPTURE(kind.name);
@@ -149,6 +150,7 @@ TEST_CASE("zero: stages 1 and 2 == DDP with the same optimizer after 20 steps (S
       for (const dist::BucketInfo& b : ddp.buckets()) CHECK(b.numel % N == 0);
       if (N > 1) CHECK(some_parameter_is_cut(zero));
       train_side_by_side(ref_ddp, *ref_opt, ddp, zero, 20);
+      auto full = zero.gathered_parameters();  // stage 3: the whole model, to compare
       const double diff = max_rel_l2(*reference, *model);
       CHECK(diff <= 1e-6);
       if (stage == 1) CHECK(diff == 0);  // the same reduction, the same elementwise update
@@ -231,16 +233,20 @@ TEST_CASE("zero: optimizer state per rank is 1/N of a replica's, and adds up to 
 }
 
 TEST_CASE("zero: unused parameters (find_unused_parameters) step as DDP steps them") {
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     CAPTURE(stage);
     auto reference = std::make_shared<WithUnused>(4), model = std::make_shared<WithUnused>(4);
     dist::DDPOptions options = kSmallBuckets;
     options.find_unused_parameters = true;
     dist::DistributedDataParallel ref_ddp(reference, ring(), options), ddp(model, ring(), options);
     optim::AdamW ref_opt(reference->parameters(), {.lr = 1e-2, .weight_decay = 0.1});
+    // Stage 3: each head a unit of its own; the unused one is never gathered for a forward.
+    dist::ZeroOptions zero_options{.stage = stage};
+    if (stage == 3) zero_options.units = {"fc", "unused"};
     auto zero = dist::ZeroOptimizer::over<optim::AdamW>(ddp, optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1},
-                                                        {.stage = stage});
+                                                        zero_options);
     train_side_by_side(ref_ddp, ref_opt, ddp, *zero, 20);
+    auto full = zero->gathered_parameters();
     CHECK(max_rel_l2(*reference, *model) <= 1e-6);
     // AdamW's decay moved the unused head although it never had a gradient of its own.
     WithUnused initial(4);
@@ -250,7 +256,7 @@ TEST_CASE("zero: unused parameters (find_unused_parameters) step as DDP steps th
 
 TEST_CASE("zero: no_sync accumulation reduces once per step and matches DDP") {
   constexpr int K = 3;
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     CAPTURE(stage);
     auto reference = make_mlp(5), model = make_mlp(5);
     dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets), ddp(model, ring(), kSmallBuckets);
@@ -274,6 +280,7 @@ TEST_CASE("zero: no_sync accumulation reduces once per step and matches DDP") {
       ref_opt.step();
       zero->step();
     }
+    auto full = zero->gathered_parameters();
     CHECK(max_rel_l2(*reference, *model) <= 1e-6);
     CHECK(ddp.stats().bucket_reductions == 20 * static_cast<int64_t>(ddp.buckets().size()));
   }
@@ -332,7 +339,7 @@ TEST_CASE("zero: stage 2 frees the full-size gradient buffers once reduced; a st
 }
 
 TEST_CASE("zero: clip_grad_norm uses the global norm, as clip_grad_norm over the whole model does") {
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     CAPTURE(stage);
     auto reference = make_mlp(6), model = make_mlp(6);
     dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets), ddp(model, ring(), kSmallBuckets);
@@ -354,13 +361,14 @@ TEST_CASE("zero: clip_grad_norm uses the global norm, as clip_grad_norm over the
       clipped += ref_norm > 0.3;
     }
     CHECK(clipped > 5);  // the clipping really acted
+    auto full = zero->gathered_parameters();
     CHECK(max_rel_l2(*reference, *model) <= 1e-6);
   }
 }
 
 TEST_CASE("zero: an f16 model with a GradScaler skips together when one rank's shard overflows") {
   const int N = dist::world().size, r = dist::world().rank;
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     CAPTURE(stage);
     auto reference = make_mlp(8), model = make_mlp(8);
     reference->to(rg::DType::f16);
@@ -395,14 +403,15 @@ TEST_CASE("zero: an f16 model with a GradScaler skips together when one rank's s
       CHECK(scaler.get_scale() == ref_scaler.get_scale());
     }
     CHECK(skipped == 1);
-    // DDP's f16 AllReduce divides every term by N in f16 before summing (NCCL sums in f16); stage 2
-    // sums in f32 and divides once, so at N = 3 the two round differently: within f16's precision.
-    CHECK(max_rel_l2(*reference, *model) <= (stage == 2 ? 2e-3 : 1e-6));
+    // DDP's f16 AllReduce divides every term by N in f16 before summing (NCCL sums in f16); stages
+    // 2 and 3 sum in f32 and divide once, so at N = 3 the two round differently: within f16's precision.
+    auto full = zero->gathered_parameters();
+    CHECK(max_rel_l2(*reference, *model) <= (stage >= 2 ? 2e-3 : 1e-6));
   }
 }
 
 TEST_CASE("zero: bf16 parameters step through f32 master pieces as DDP's Adam does") {
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     CAPTURE(stage);
     auto reference = make_mlp(10), model = make_mlp(10);
     reference->to(rg::DType::bf16);
@@ -422,6 +431,7 @@ TEST_CASE("zero: bf16 parameters step through f32 master pieces as DDP's Adam do
     CHECK(model->parameters()[0].dtype() == rg::DType::bf16);
     // The state is f32 master weights and moments for this rank's pieces: 12 bytes per element.
     CHECK(zero->state_bytes() == static_cast<size_t>(12 * zero->layout().owned_numel(dist::world().rank)));
+    auto full = zero->gathered_parameters();
     CHECK(max_rel_l2(*reference, *model) <= 1e-6);
   }
 }
@@ -429,7 +439,7 @@ TEST_CASE("zero: bf16 parameters step through f32 master pieces as DDP's Adam do
 TEST_CASE("zero: a sharded checkpoint resumes bit-exactly and consolidates to DDP's optimizer state") {
   const int r = dist::world().rank;
   const std::string dir = "test_zero_ckpt";  // shared by the ranks (one machine)
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     CAPTURE(stage);
     auto reference = make_mlp(9), model = make_mlp(9);
     dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets), ddp(model, ring(), kSmallBuckets);
@@ -448,8 +458,12 @@ TEST_CASE("zero: a sharded checkpoint resumes bit-exactly and consolidates to DD
     train(ddp, *zero, 0, 6);
     zero->save_sharded(dir);
     MPI_Barrier(MPI_COMM_WORLD);
-    nn::StateDict saved_model = model->state_dict();
-    for (auto& [key, t] : saved_model) t = t.clone();  // the entries alias the parameters
+    nn::StateDict saved_model;
+    {
+      auto whole = zero->gathered_parameters();
+      saved_model = model->state_dict();
+      for (auto& [key, t] : saved_model) t = t.clone();  // the entries alias the parameters
+    }
 
     // Consolidated: the plain optimizer's state, by name, to rounding.
     const nn::StateDict full = dist::consolidate_sharded(dir);
@@ -476,7 +490,11 @@ TEST_CASE("zero: a sharded checkpoint resumes bit-exactly and consolidates to DD
                                                 {.stage = stage});
     resumed_zero->load_sharded(dir);
     train(resumed_ddp, *resumed_zero, 6, 12);
-    CHECK(max_rel_l2(*model, *resumed) == 0);
+    {
+      auto whole = zero->gathered_parameters();
+      auto whole_resumed = resumed_zero->gathered_parameters();
+      CHECK(max_rel_l2(*model, *resumed) == 0);
+    }
 
     // A plain optimizer loads the consolidated state too.
     auto plain_model = make_mlp(9);
@@ -492,7 +510,7 @@ TEST_CASE("zero: a sharded checkpoint resumes bit-exactly and consolidates to DD
 TEST_CASE("zero: what it refuses, with the reason") {
   auto model = make_mlp(1);
   dist::DistributedDataParallel ddp(model, ring(), kSmallBuckets);
-  CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 3}),
+  CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 4}),
                        doctest::Contains("stage must be 1"), rg::Error);
   // Not a parameter of the model.
   rg::Tensor stray = rg::zeros({3});
@@ -665,7 +683,7 @@ TEST_CASE("zero: consolidate_sharded reads the file format as documented (the fu
 // stage 2 within its usual rounding, with the GPT's tied head and embedding among the parameters.
 // SGD: the key part of c_attn's bias has an exactly-zero gradient whose rounding noise (the sum's
 // order changes with the bucket layout at N = 3) Adam would turn into full-size steps.
-TEST_CASE("zero: stages 1 and 2 with checkpointed GPT blocks step as DDP without them (SGD, 5 steps)") {
+TEST_CASE("zero: stages 1, 2 and 3 with checkpointed GPT blocks step as DDP without them (SGD, 5 steps)") {
   const int N = dist::world().size, r = dist::world().rank;
   const nn::GPTConfig c{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
   const int64_t B = 2, T = 8;
@@ -681,7 +699,7 @@ TEST_CASE("zero: stages 1 and 2 with checkpointed GPT blocks step as DDP without
                           rg::from_vector(y, {B * T}, {.dtype = rg::DType::i64}));
   };
   const OptimizerKind sgd = optimizer_kinds()[0];
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     CAPTURE(stage);
     rg::Generator g_ref(4), g_model(4);
     auto reference = std::make_shared<nn::GPT>(c, &g_ref), model = std::make_shared<nn::GPT>(c, &g_model);
@@ -699,8 +717,115 @@ TEST_CASE("zero: stages 1 and 2 with checkpointed GPT blocks step as DDP without
       rg::cross_entropy(ddp(x).reshape({B * T, 11}), y).backward();
       zero.step();
     }
+    auto full = zero.gathered_parameters();
     const double diff = max_rel_l2(*reference, *model);
     CHECK(diff <= 1e-6);
     if (stage == 1 && N <= 2) CHECK(diff == 0);
   }
+}
+
+TEST_CASE("zero: stage 3 keeps 1/N of the parameters and gathers a unit or two at a time (ring, auto)") {
+  // Note [Gather, use, release] (dist/zero/gathered_units.h) against its observable consequences:
+  // reads between steps are refused, naming the unit; the shards add up to the model; a step
+  // never gathers much more than the root and two blocks; an evaluation forward gathers and releases
+  // by itself; a state written inside gathered_parameters(true) is what training goes on from.
+  const int N = dist::world().size, r = dist::world().rank;
+  const nn::GPTConfig c{.vocab_size = 11, .block_size = 8, .n_layer = 4, .n_head = 2, .n_embd = 16};
+  const int64_t B = 2, T = 8;
+  auto batch = [&](int step) {
+    std::vector<int64_t> x, y;
+    for (int64_t s = 0; s < B; ++s)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t seq = (r * B + s) * 5 + step;
+        x.push_back((seq + t * 2) % 11);
+        y.push_back((seq + (t + 1) * 2) % 11);
+      }
+    return std::make_pair(rg::from_vector(x, {B, T}, {.dtype = rg::DType::i64}),
+                          rg::from_vector(y, {B * T}, {.dtype = rg::DType::i64}));
+  };
+  for (const char* backend : {"ring", "auto"}) {
+    CAPTURE(backend);
+    rg::Generator g_ref(7), g_model(7), g_other(8);
+    auto reference = std::make_shared<nn::GPT>(c, &g_ref), model = std::make_shared<nn::GPT>(c, &g_model);
+    size_t model_bytes = 0, root_bytes = 0, block_bytes = 0;
+    for (const auto& [name, t] : model->named_parameters()) {
+      model_bytes += t.nbytes();
+      if (name.rfind("h.", 0) != 0) root_bytes += t.nbytes();
+      if (name.rfind("h.0.", 0) == 0) block_bytes += t.nbytes();
+    }
+    auto pg = [&] { return dist::new_group(backend, test_options()); };
+    dist::DistributedDataParallel ref_ddp(reference, pg()), ddp(model, pg());
+    // SGD: at N = 3 Adam amplifies the rounding noise of c_attn's key bias, whose gradient is zero.
+    optim::SGD ref_opt(reference->parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3});
+    auto zero =
+        dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3},
+                                              {.stage = 3});
+    CHECK(zero->unit_names() == std::vector<std::string>{"(root)", "h.0", "h.1", "h.2", "h.3"});
+    CHECK(ddp.buckets().size() == 5);
+    CHECK(ddp.buckets().back().parameter_names.front() == "wte.weight");  // the root's bucket is reduced last
+    // The shards add up to the model, up to each unit's padding (fewer than N elements).
+    const size_t shards = zero->parameter_shard_bytes();
+    CHECK(shards * N >= model_bytes);
+    CHECK(shards * N < model_bytes + 5 * N * sizeof(float));
+    if (N > 1) CHECK(some_parameter_is_cut(*zero));
+
+    auto step_both = [&](int step) {
+      const auto [x, y] = batch(step);
+      ref_opt.zero_grad();
+      rg::cross_entropy(ref_ddp(x).reshape({B * T, 11}), y).backward();
+      ref_opt.step();
+      zero->zero_grad();
+      rg::cross_entropy(ddp(x).reshape({B * T, 11}), y).backward();
+      zero->step();
+    };
+    zero->reset_gathered_peak();
+    for (int step = 0; step < 3; ++step) step_both(step);
+    if (N > 1) {
+      // Between steps nothing is gathered, and a read says why.
+      CHECK_THROWS_WITH_AS((*model->h)[1]->parameters()[0].to_vector(),
+                           doctest::Contains(("keeps only its 1/" + std::to_string(N) + " of unit 'h.1'").c_str()),
+                           rg::Error);
+      CHECK_THROWS_WITH_AS(model->wte->weight.sum().item(), doctest::Contains("gathered_parameters()"), rg::Error);
+      // The root and at most two blocks (the one computing, the one prefetched) at a time.
+      CHECK(zero->peak_gathered_bytes() <= root_bytes + 2 * block_bytes + 3 * N * sizeof(float));
+      CHECK(zero->peak_gathered_bytes() < model_bytes);
+    }
+    {
+      auto full = zero->gathered_parameters();
+      CHECK(max_rel_l2(*reference, *model) <= 1e-6);
+    }
+    // An evaluation forward of the model itself, without DDP and without grad mode.
+    {
+      rg::NoGradGuard no_grad;
+      const auto [x, y] = batch(9);
+      const rg::Tensor expected = (*reference)(x), got = (*model)(x);
+      CHECK(rel_l2(expected, got) <= 1e-6);
+    }
+    if (N > 1)
+      CHECK_THROWS_WITH_AS(model->ln_f->parameters()[0].to_vector(), doctest::Contains("unit '(root)'"), rg::Error);
+    // A state loaded inside gathered_parameters(true) is what the shards step from.
+    nn::GPT other(c, &g_other);
+    reference->load_state_dict(other.state_dict());
+    {
+      auto full = zero->gathered_parameters(/*write_back=*/true);
+      model->load_state_dict(other.state_dict());
+    }
+    for (int step = 3; step < 6; ++step) step_both(step);
+    auto full = zero->gathered_parameters();
+    CHECK(max_rel_l2(*reference, *model) <= 1e-6);
+  }
+}
+
+TEST_CASE("zero: stage 3 units as given, and what it refuses") {
+  auto model = make_mlp(13);
+  dist::DistributedDataParallel ddp(model, ring(), kSmallBuckets);
+  CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 2, .units = {"0"}}),
+                       doctest::Contains("ZeroOptions::units names the modules stage 3 gathers"), rg::Error);
+  CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 3, .units = {"7"}}),
+                       doctest::Contains("names '7', which is not a module of the model"), rg::Error);
+  // Nothing was changed by the refusals: a plain default construction still works.
+  auto zero = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.1}, {.stage = 3, .units = {"2"}});
+  CHECK(zero->unit_names() == std::vector<std::string>{"(root)", "2"});
+  CHECK(ddp.buckets().size() == 2);
+  CHECK(zero->name() == "ZeRO-3(SGD)");
 }

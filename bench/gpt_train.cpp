@@ -62,11 +62,10 @@ int main(int argc, char** argv) {
         return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::AdamW>(std::move(g), adamw));
       };
       std::unique_ptr<optim::Optimizer> opt =
-          flags.zero > 0
-              ? std::make_unique<dist::ZeroOptimizer>(*ddp, std::vector<optim::ParamGroup>{decay, no_decay}, make_adamw,
-                                                      dist::ZeroOptions{.stage = flags.zero,
-                                                                        .staging_mb = flags.staging_mb})
-              : make_adamw({decay, no_decay});
+          flags.zero > 0 ? std::make_unique<dist::ZeroOptimizer>(
+                               *ddp, std::vector<optim::ParamGroup>{decay, no_decay}, make_adamw,
+                               dist::ZeroOptions{.stage = flags.zero, .staging_mb = flags.staging_mb, .units = {}})
+                         : make_adamw({decay, no_decay});
 
       int64_t step_index = 0;
       auto step = [&] {

@@ -23,7 +23,7 @@ struct TrainFlags {
   std::string trace;               // --trace FILE: DDP's Chrome trace of every rank (2+ ranks), all steps
   std::string precision = "fp32";  // --precision fp32|bf16: the parameters' dtype (bf16: f32 master weights)
   int steps = 200, warmup = 20, threads = 1, batch = 0, block = 128;
-  int zero = 0;  // --zero 1|2: the optimizer wrapped in dist::ZeroOptimizer (DDP even at one rank)
+  int zero = 0;  // --zero 1|2|3: the optimizer wrapped in dist::ZeroOptimizer (DDP even at one rank)
   bool checkpoint_activations = false;         // --checkpoint-activations 0|1 (gpt_train: per block)
   double bucket_mb = 25, first_bucket_mb = 1;  // DDPOptions' defaults
   double staging_mb = 1;                       // ZeroOptions' default (stage 2's shared staging)
@@ -56,8 +56,8 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
     else if (flag == "--trace") flags.trace = value;
     else if (flag == "--zero") {
       flags.zero = std::stoi(value);
-      if (flags.zero < 0 || flags.zero > 2) {
-        std::fprintf(stderr, "--zero takes 0, 1 or 2, got %s\n", value.c_str());
+      if (flags.zero < 0 || flags.zero > 3) {
+        std::fprintf(stderr, "--zero takes 0, 1, 2 or 3, got %s\n", value.c_str());
         return false;
       }
     } else if (flag == "--precision") {

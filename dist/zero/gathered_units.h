@@ -35,6 +35,7 @@
 // deterministic order -- interleaved with the reducer's bucket launches, which follow that order too.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,10 +48,10 @@ namespace ringgrad::dist {
 class GatheredUnits {
  public:
   struct Unit {
-    std::string name;  // the module's path ("h.0"), or "(root)"
-    int bucket = 0;    // its DDP bucket
-    Tensor full;       // (N m): the parameters live here; released between uses
-    Tensor shard;      // (m): this rank's block
+    std::string name;               // the module's path ("h.0"), or "(root)"
+    int bucket = 0;                 // its DDP bucket
+    Tensor full;                    // (N m): the parameters live here; released between uses
+    Tensor shard;                   // (m): this rank's block
     std::shared_ptr<Work> pending;  // a prefetch in flight
     std::string released_why;       // what a read of the released parameters is told
   };
@@ -80,6 +81,7 @@ class GatheredUnits {
   size_t gathered_bytes() const { return gathered_bytes_; }
   size_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
   void reset_peak() { peak_gathered_bytes_ = gathered_bytes_; }
+  void restore_peak(size_t peak) { peak_gathered_bytes_ = std::max(peak, gathered_bytes_); }
   size_t shard_bytes() const;
   // The backward now running has a callback queued to release what it gathered.
   bool release_queued = false;

@@ -289,6 +289,7 @@ void ZeroOptimizer::shard_parameters() {
   }
   units_ = std::make_shared<GatheredUnits>(group_, std::move(units), has_root);
   units_->release_all();
+  units_->reset_peak();  // from here on
 }
 
 // Note [Gather, use, release] in dist/zero/gathered_units.h: the hooks that gather each unit.
@@ -364,13 +365,16 @@ void ZeroOptimizer::install_unit_hooks() {
 
 ZeroOptimizer::GatheredParameters::GatheredParameters(std::shared_ptr<GatheredUnits> units, bool write_back)
     : units_(std::move(units)), write_back_(write_back) {
-  if (units_) units_->gather_all();
+  if (!units_) return;
+  peak_before_ = units_->peak_gathered_bytes();
+  units_->gather_all();
 }
 
 ZeroOptimizer::GatheredParameters::~GatheredParameters() {
   if (!units_) return;
   if (write_back_) units_->write_back();
   units_->release_all();
+  units_->restore_peak(peak_before_);
 }
 
 ZeroOptimizer::GatheredParameters ZeroOptimizer::gathered_parameters(bool write_back) {

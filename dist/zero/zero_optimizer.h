@@ -100,16 +100,16 @@ struct ZeroOptions {
   // 3: parameters sharded too, each unit gathered only while its forward and backward run (Note
   // [Gather, use, release] in dist/zero/gathered_units.h).
   int stage = 1;
-  // Stage 3: the modules gathered and released together, by path ("h.0", "h.1", ...), none inside
-  // another. Empty: every child of an nn::Sequential / nn::ModuleList that holds parameters (GPT's
-  // blocks, an MLP's layers). The parameters in no unit form the root unit, gathered from the start
-  // of a forward to the end of its backward (Note [Units of stage 3]).
-  std::vector<std::string> units;
   // Stage 2 on one machine: the most shared memory per rank its reduce-scatters pass through (Note
   // [Reduce-scatter through a shared buffer], dist/shm/reduction_buffer.h). Smaller: less memory,
   // a larger bucket takes more rounds, each an arrival of every rank (keep a round in the hundreds
   // of KiB). Never more than the largest bucket. The same on every rank (checked).
   double staging_mb = 1;
+  // Stage 3: the modules gathered and released together, by path ("h.0", "h.1", ...), none inside
+  // another. Empty: every child of an nn::Sequential / nn::ModuleList that holds parameters (GPT's
+  // blocks, an MLP's layers). The parameters in no unit form the root unit, gathered from the start
+  // of a forward to the end of its backward (Note [Units of stage 3]).
+  std::vector<std::string> units;
 };
 
 class ZeroOptimizer : public optim::Optimizer {
@@ -159,11 +159,12 @@ class ZeroOptimizer : public optim::Optimizer {
   // inside this scope (FSDP's summon_full_params): it gathers every unit (collective) and releases
   // them when it ends; with `write_back`, what was written into the parameters meanwhile (a loaded
   // state dict) is copied into the shards first, so training goes on from it. A no-op below stage 3.
+  // Not counted in peak_gathered_bytes(), which is about training.
   //   { auto full = zero.gathered_parameters(); save(model.state_dict()); }
   class GatheredParameters {
    public:
     GatheredParameters(GatheredParameters&& other) noexcept
-        : units_(std::move(other.units_)), write_back_(other.write_back_) {}
+        : units_(std::move(other.units_)), write_back_(other.write_back_), peak_before_(other.peak_before_) {}
     GatheredParameters(const GatheredParameters&) = delete;
     GatheredParameters& operator=(const GatheredParameters&) = delete;
     ~GatheredParameters();
@@ -173,6 +174,7 @@ class ZeroOptimizer : public optim::Optimizer {
     GatheredParameters(std::shared_ptr<GatheredUnits> units, bool write_back);
     std::shared_ptr<GatheredUnits> units_;
     bool write_back_;
+    size_t peak_before_ = 0;  // the whole model gathered here is not training's peak
   };
   [[nodiscard]] GatheredParameters gathered_parameters(bool write_back = false);
   // Stage 3: this rank's shards of the parameters (persistent), the gathered units' bytes at their

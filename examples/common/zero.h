@@ -19,7 +19,7 @@
 
 namespace ringgrad::examples {
 
-// Stage 0: make(groups) itself. Stage 1 or 2: a ZeroOptimizer over `ddp` stepping this rank's
+// Stage 0: make(groups) itself. Stage 1, 2 or 3: a ZeroOptimizer over `ddp` stepping this rank's
 // pieces with what make builds. Collective when stage > 0.
 inline std::unique_ptr<optim::Optimizer> plain_or_sharded(int stage, dist::DistributedDataParallel& ddp,
                                                           std::vector<optim::ParamGroup> groups,
@@ -29,6 +29,15 @@ inline std::unique_ptr<optim::Optimizer> plain_or_sharded(int stage, dist::Distr
 }
 
 inline dist::ZeroOptimizer* as_sharded(optim::Optimizer& opt) { return dynamic_cast<dist::ZeroOptimizer*>(&opt); }
+
+// Stage 3 keeps 1/N of the parameters between forwards: what reads the whole model (a checksum, a
+// checkpoint's save) or writes it (a checkpoint's load: `write_back`) runs while this is alive.
+// Collective at stage 3; nothing otherwise.
+inline std::optional<dist::ZeroOptimizer::GatheredParameters> whole_model(optim::Optimizer& opt,
+                                                                          bool write_back = false) {
+  if (dist::ZeroOptimizer* zero = as_sharded(opt)) return zero->gathered_parameters(write_back);
+  return std::nullopt;
+}
 
 // Global-norm clipping: over the model's gradients, or (sharded) over each rank's pieces plus one
 // AllReduce -- at stage 2 a parameter's .grad is not the averaged gradient.
@@ -69,6 +78,9 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
       psi += p.numel();
       param_bytes += p.nbytes();
     }
+  dist::ZeroOptimizer* zero = as_sharded(opt);
+  const bool stage3 = zero != nullptr && zero->stage() == 3;
+  if (stage3) param_bytes = zero->parameter_shard_bytes();
   size_t bucket_bytes = 0;
   bool shared = false, persistent = true;
   for (const dist::BucketInfo& b : ddp.buckets()) {
@@ -76,7 +88,6 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
     shared |= b.in_shared_memory;
     persistent &= b.persistent;
   }
-  dist::ZeroOptimizer* zero = as_sharded(opt);
   const size_t reduced = zero != nullptr ? zero->reduced_gradient_bytes() : 0;
   const size_t state = opt.state_bytes();
   Tensor all_state = full({1}, static_cast<double>(state), {.dtype = DType::i64});
@@ -95,13 +106,15 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
   std::string out =
       str_cat("memory report (rank ", ddp.group().rank(), " of ", N, ", ", opt.name(), "): Ψ = ", psi, " parameters\n");
   const bool params_shared = zero != nullptr && zero->parameters_in_shared_memory();
-  out +=
-      line("parameters        ", param_bytes, params_shared ? "in shared memory: outside the allocator's count" : "");
+  out += line("parameters        ", param_bytes,
+              params_shared ? "in shared memory: outside the allocator's count"
+              : stage3      ? "this rank's shards; each unit gathered only while its forward or backward runs"
+                            : "");
   out += line("gradients         ", bucket_bytes,
               !persistent ? "DDP buckets, only during a backward: freed once reduce-scattered"
               : shared    ? "DDP buckets, in shared memory: outside the allocator's count"
                           : "DDP buckets");
-  if (zero != nullptr && zero->stage() == 2)
+  if (zero != nullptr && zero->stage() >= 2)
     out += line("reduced gradient  ", reduced, "this rank's reduce-scattered blocks");
   if (zero != nullptr && zero->staging_bytes() > 0)
     out += line("scatter staging   ", static_cast<double>(zero->staging_bytes()),
@@ -117,6 +130,9 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
   }
   out += line("model state       ", model_state,
               persistent ? "the sum of the above" : "the sum of the above, less the buckets: between steps");
+  if (stage3)
+    out += line("gathered units    ", static_cast<double>(zero->peak_gathered_bytes()),
+                "the most gathered at once: the root unit and the units computing or prefetched; not model state");
   if (activations.activation_bytes > 0)
     out += line("activations       ", static_cast<double>(activations.activation_bytes),
                 str_cat("measured: allocated after a forward less before it, the largest micro-batch; ",

@@ -76,7 +76,7 @@ double evaluate(nn::GPT& model, const std::vector<int64_t>& val, const Config& c
   double total = 0;
   for (int64_t i = 0; i < c.eval_batches; ++i) {
     auto [x, y] = data::window_batch(val, sampler.offsets(i, c.batch_size), c.block_size);
-    Tensor logits = model.forward(x.to(device)).to(DType::f32);
+    Tensor logits = model(x.to(device)).to(DType::f32);  // through the hooks: ZeRO-3 gathers unit by unit
     total += cross_entropy(logits.reshape({c.batch_size * c.block_size, -1}), y.to(device).reshape({-1})).item();
   }
   Tensor mean = full({1}, total / static_cast<double>(c.eval_batches), {.dtype = DType::f64});
@@ -271,7 +271,8 @@ int run(Config& c, const dist::World& world) {
   auto group = dist::new_group(c.backend);
   check_same_flags(*group, c, device);
   dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb, .first_bucket_mb = c.first_bucket_mb});
-  // --zero 1/2: each rank keeps 1/N of AdamW's state (and at 2 of the reduced gradient).
+  // --zero 1/2/3: each rank keeps 1/N of AdamW's state (2: and of the reduced gradient; 3: and of the
+  // parameters, each block gathered for its forward and backward).
   const optim::AdamWOptions adamw{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = c.weight_decay};
   auto opt = examples::plain_or_sharded(c.zero, ddp, param_groups(*model, c.lr, c.weight_decay),
                                         [&adamw](std::vector<optim::ParamGroup> groups) {
@@ -298,7 +299,10 @@ int run(Config& c, const dist::World& world) {
   // A destination that cannot be written is found now, not after an epoch of training.
   if (!c.checkpoint.empty()) checkpoint.check_destination(c.checkpoint);
   if (!c.resume.empty()) {
-    log("%s\n", checkpoint.load(c.resume).describe().c_str());
+    {
+      auto whole = examples::whole_model(*opt, /*write_back=*/true);  // ZeRO-3: the loaded weights into the shards
+      log("%s\n", checkpoint.load(c.resume).describe().c_str());
+    }
     if (sharded != nullptr) sharded->load_sharded(examples::shard_folder(c.resume), examples::zero_save_id(checkpoint));
     step = next_step;
   }
@@ -319,6 +323,7 @@ int run(Config& c, const dist::World& world) {
     // checkpoint naming shards that are still there (the previous save's are kept).
     if (sharded != nullptr)
       checkpoint.metadata["zero_save_id"] = sharded->save_sharded(examples::shard_folder(c.checkpoint));
+    auto whole = examples::whole_model(*opt);
     checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
   };
 
@@ -358,7 +363,10 @@ int run(Config& c, const dist::World& world) {
                                                         ? "each block's input; its activations recomputed in backward"
                                                         : "every block's saved tensors"})
             .c_str());
-  const examples::ParameterFingerprint fingerprint = examples::parameter_fingerprint(*model);
+  const examples::ParameterFingerprint fingerprint = [&] {
+    auto whole = examples::whole_model(*opt);
+    return examples::parameter_fingerprint(*model);
+  }();
   log("final loss %.17g, parameter checksum %.17g, norm %.17g\n", loss_value, fingerprint.checksum, fingerprint.norm);
   save(step);
   return 0;

@@ -229,7 +229,8 @@ int run(Config& c, const dist::World& world) {
                                     {.bucket_cap_mb = c.bucket_mb,
                                      .comm_hook = dist::comm_hook_by_name(c.comm_hook),
                                      .trace = !c.trace.empty()});
-  // --zero 1/2: each rank keeps 1/N of the optimizer state (and at 2 of the reduced gradient).
+  // --zero 1/2/3: each rank keeps 1/N of the optimizer state (2: and of the reduced gradient; 3: and
+  // of the parameters, each layer gathered for its forward and backward).
   auto opt =
       examples::plain_or_sharded(c.zero, ddp, {{model->parameters(), c.lr, c.weight_decay}},
                                  [&c](std::vector<optim::ParamGroup> g) { return make_optimizer(c, std::move(g)); });
@@ -267,7 +268,10 @@ int run(Config& c, const dist::World& world) {
   // A destination that cannot be written is found now, not after an epoch of training.
   if (!c.checkpoint.empty()) checkpoint.check_destination(c.checkpoint);
   if (!c.resume.empty()) {
-    log("%s\n", checkpoint.load(c.resume).describe().c_str());
+    {
+      auto whole = examples::whole_model(*opt, /*write_back=*/true);  // ZeRO-3: the loaded weights into the shards
+      log("%s\n", checkpoint.load(c.resume).describe().c_str());
+    }
     if (sharded != nullptr) sharded->load_sharded(examples::shard_folder(c.resume), examples::zero_save_id(checkpoint));
   }
   auto save = [&] {
@@ -276,6 +280,7 @@ int run(Config& c, const dist::World& world) {
     // checkpoint naming shards that are still there (the previous save's are kept).
     if (sharded != nullptr)
       checkpoint.metadata["zero_save_id"] = sharded->save_sharded(examples::shard_folder(c.checkpoint));
+    auto whole = examples::whole_model(*opt);
     checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
   };
 
@@ -306,7 +311,10 @@ int run(Config& c, const dist::World& world) {
       static_cast<double>(trained_samples) * world.size / std::max(train_seconds, 1e-9));
   log("%s\n", ddp.stats().summary().c_str());
   if (c.memory_report) log("%s\n", examples::memory_report(*model, *opt, ddp, device, allocated_before).c_str());
-  const examples::ParameterFingerprint fingerprint = examples::parameter_fingerprint(*model);
+  const examples::ParameterFingerprint fingerprint = [&] {
+    auto whole = examples::whole_model(*opt);
+    return examples::parameter_fingerprint(*model);
+  }();
   log("parameter checksum %.17g, norm %.17g\n", fingerprint.checksum, fingerprint.norm);
   if (!c.trace.empty()) {
     ddp.write_trace(c.trace);  // collective: every rank sends its events to rank 0

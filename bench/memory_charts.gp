@@ -18,4 +18,5 @@ plot out."/memory.tsv" using 5:xtic(1) title "parameters", \
   '' using 7 title "reduced gradient", \
   '' using 8 title "optimizer state", \
   '' using 9 title "activations kept for backward", \
+  '' using 12 title "gathered units (stage 3)", \
   '' using 10 title "rest of the peak: temporaries, a block's recompute"

@@ -5,6 +5,7 @@
 #include "autograd/engine.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/trace.h"
 
 namespace ringgrad::dist {
 
@@ -31,6 +32,8 @@ void GatheredUnits::prefetch(int u) {
   materialize(unit);
   NoGradGuard no_grad;
   const int N = group_.size();
+  ++stats_.allgathers;
+  stats_.bytes += static_cast<int64_t>(unit.full.nbytes());
   if (N == 1) {
     unit.full.copy_(unit.shard);
     return;
@@ -44,7 +47,9 @@ void GatheredUnits::gather(int u) {
   if (unit.pending) {
     std::shared_ptr<Work> work = std::move(unit.pending);
     unit.pending = nullptr;
+    const double start_us = trace_clock_us();
     work->wait();  // throws the timeout's diagnosis if a rank never joins
+    stats_.exposed_ms += (trace_clock_us() - start_us) / 1000.0;
   }
 }
 

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,15 @@
 #include "dist/process_group.h"
 
 namespace ringgrad::dist {
+
+// What the gathers cost, since construction or reset: the allgathers issued, the bytes they
+// brought in (the whole unit, N m elements), and the time the training thread waited for them --
+// the part a prefetch did not hide (exposed), as DDP's statistics count exposed communication.
+struct GatherStats {
+  int64_t allgathers = 0;
+  int64_t bytes = 0;
+  double exposed_ms = 0;
+};
 
 class GatheredUnits {
  public:
@@ -83,6 +93,8 @@ class GatheredUnits {
   void reset_peak() { peak_gathered_bytes_ = gathered_bytes_; }
   void restore_peak(size_t peak) { peak_gathered_bytes_ = std::max(peak, gathered_bytes_); }
   size_t shard_bytes() const;
+  const GatherStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
   // The backward now running has a callback queued to release what it gathered.
   bool release_queued = false;
 
@@ -93,6 +105,7 @@ class GatheredUnits {
   std::vector<int> unit_of_bucket_;
   bool has_root_;
   size_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
+  GatherStats stats_;
 };
 
 }  // namespace ringgrad::dist

@@ -387,6 +387,10 @@ void ZeroOptimizer::reset_gathered_peak() {
   if (units_) units_->reset_peak();
 }
 std::vector<std::string> ZeroOptimizer::unit_names() const { return unit_paths_; }
+GatherStats ZeroOptimizer::gather_stats() const { return units_ ? units_->stats() : GatherStats{}; }
+void ZeroOptimizer::reset_gather_stats() {
+  if (units_) units_->reset_stats();
+}
 
 // Stage 3 leaves the parameters as they are: released units stay released (gathering them would be
 // collective, which a destructor must not be) -- end training inside gathered_parameters() to keep

@@ -183,6 +183,10 @@ class ZeroOptimizer : public optim::Optimizer {
   size_t peak_gathered_bytes() const;
   void reset_gathered_peak();
   std::vector<std::string> unit_names() const;
+  // Stage 3: the allgathers of the units and the time the training thread waited for them (Note
+  // [Gather, use, release]); zeros below stage 3.
+  GatherStats gather_stats() const;
+  void reset_gather_stats();
 
   // Stage 1: every parameter's .grad (each rank holds the whole averaged gradient). Stage 2: the
   // gradient of this rank's pieces, from the reduce-scattered blocks.

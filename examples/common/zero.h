@@ -39,6 +39,20 @@ inline std::optional<dist::ZeroOptimizer::GatheredParameters> whole_model(optim:
   return std::nullopt;
 }
 
+// Stage 3's gathers per step (Note [Gather, use, release]): how many, how many bytes, and how long
+// the training thread waited for them, i.e. what prefetching did not hide. Empty below stage 3.
+inline std::string gather_summary(optim::Optimizer& opt, int64_t steps) {
+  dist::ZeroOptimizer* zero = as_sharded(opt);
+  if (zero == nullptr || zero->stage() != 3 || steps <= 0) return "";
+  const dist::GatherStats s = zero->gather_stats();
+  const auto per_step = [steps](double x) { return x / static_cast<double>(steps); };
+  return str_cat("zero-3: ", std::round(per_step(static_cast<double>(s.allgathers)) * 10) / 10,
+                 " allgathers per step, ",
+                 std::round(per_step(static_cast<double>(s.bytes)) / 1024.0 / 1024.0 * 100) / 100,
+                 " MiB gathered per step, ", std::round(per_step(s.exposed_ms) * 100) / 100,
+                 " ms per step waiting for them (exposed)\n");
+}
+
 // Global-norm clipping: over the model's gradients, or (sharded) over each rank's pieces plus one
 // AllReduce -- at stage 2 a parameter's .grad is not the averaged gradient.
 inline double clip_gradients(optim::Optimizer& opt, const std::vector<Tensor>& params, double max_norm) {

@@ -354,7 +354,7 @@ int run(Config& c, const dist::World& world) {
   const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   log("done: %lld steps in %.1f s, %.0f tokens/s (all ranks)\n", (long long)steps_run, seconds,
       static_cast<double>(steps_run * tokens_per_step) / std::max(seconds, 1e-9));
-  log("%s\n", ddp.stats().summary().c_str());
+  log("%s\n%s", ddp.stats().summary().c_str(), examples::gather_summary(*opt, ddp.stats().steps).c_str());
   if (c.memory_report)
     log("%s\n",
         examples::memory_report(*model, *opt, ddp, device, allocated_before,

@@ -309,7 +309,7 @@ int run(Config& c, const dist::World& world) {
   log("done: %lld steps in %.1f s (training %.1f s), %.0f samples/s (all ranks)\n", (long long)global_step,
       seconds_since(t_train), train_seconds,
       static_cast<double>(trained_samples) * world.size / std::max(train_seconds, 1e-9));
-  log("%s\n", ddp.stats().summary().c_str());
+  log("%s\n%s", ddp.stats().summary().c_str(), examples::gather_summary(*opt, ddp.stats().steps).c_str());
   if (c.memory_report) log("%s\n", examples::memory_report(*model, *opt, ddp, device, allocated_before).c_str());
   const examples::ParameterFingerprint fingerprint = [&] {
     auto whole = examples::whole_model(*opt);

@@ -779,7 +779,10 @@ TEST_CASE("zero: stage 3 keeps 1/N of the parameters and gathers a unit or two a
       zero->step();
     };
     zero->reset_gathered_peak();
+    zero->reset_gather_stats();
     for (int step = 0; step < 3; ++step) step_both(step);
+    // Per step: the root once, each block in forward and again in backward; nothing else.
+    CHECK(zero->gather_stats().allgathers == 3 * (1 + 2 * 4));
     if (N > 1) {
       // Between steps nothing is gathered, and a read says why.
       CHECK_THROWS_WITH_AS((*model->h)[1]->parameters()[0].to_vector(),

@@ -6,6 +6,9 @@
 //   test_zero_reshard train DIR 16 24                 resume at N = 1, steps 16-23
 //   test_zero_reshard check DIR 24                    one process, plain AdamW, 24 steps: the same
 //
+// A last argument STAGE (2 when left out) runs the chain at ZeRO stage 3 instead: each rank then
+// holds 1/N of the parameters too, and the model is saved and loaded inside gathered_parameters().
+//
 // The global batch (12 examples: divisible by 1, 2 and 3) is the same at every N, so DDP's average
 // over the ranks' means is the mean over the 12 -- what the reference computes. ZeRO-2 with AdamW
 // and global-norm clipping; the reference clips with optim::clip_grad_norm.
@@ -49,7 +52,7 @@ std::pair<rg::Tensor, rg::Tensor> batch(int step, int64_t first, int64_t count) 
   return {x.narrow(0, first, count).contiguous(), y.narrow(0, first, count).contiguous()};
 }
 
-int train(const std::string& dir, int from, int to) {
+int train(const std::string& dir, int from, int to, int stage) {
   const int N = dist::world().size, r = dist::world().rank;
   if (kGlobalBatch % N != 0) {
     std::fprintf(stderr, "world size %d does not divide the global batch %lld\n", N,
@@ -58,10 +61,13 @@ int train(const std::string& dir, int from, int to) {
   }
   auto model = make_mlp();
   const std::string model_path = dir + "/model.ckpt";
-  if (from > 0) model->load_state_dict(nn::load_checkpoint(model_path));
   auto group = dist::new_group("ring");
   dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = 0.0006, .first_bucket_mb = 0.0003});
-  auto zero = dist::ZeroOptimizer::over<optim::AdamW>(ddp, kAdamW, {.stage = 2});
+  auto zero = dist::ZeroOptimizer::over<optim::AdamW>(ddp, kAdamW, {.stage = stage});
+  if (from > 0) {
+    auto whole = zero->gathered_parameters(/*write_back=*/true);  // stage 3: into the shards
+    model->load_state_dict(nn::load_checkpoint(model_path));
+  }
   if (from > 0) zero->load_sharded(dir);
   const int64_t per_rank = kGlobalBatch / N;
   for (int step = from; step < to; ++step) {
@@ -71,9 +77,12 @@ int train(const std::string& dir, int from, int to) {
     zero->clip_grad_norm(kClip);
     zero->step();
   }
-  if (r == 0) {
-    std::filesystem::create_directories(dir);
-    nn::save_checkpoint(model_path, model->state_dict());
+  {
+    auto whole = zero->gathered_parameters();  // stage 3: the whole model, to save
+    if (r == 0) {
+      std::filesystem::create_directories(dir);
+      nn::save_checkpoint(model_path, model->state_dict());
+    }
   }
   zero->save_sharded(dir);
   if (r == 0)
@@ -124,8 +133,8 @@ int check(const std::string& dir, int steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5 && argc != 4) {
-    std::fprintf(stderr, "usage: test_zero_reshard train DIR FROM TO | check DIR STEPS\n");
+  if (argc < 4 || argc > 6) {
+    std::fprintf(stderr, "usage: test_zero_reshard train DIR FROM TO [STAGE] | check DIR STEPS\n");
     return 2;
   }
   const std::string mode = argv[1], dir = argv[2];
@@ -133,7 +142,7 @@ int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   int rc = 1;
   try {
-    rc = train(dir, std::stoi(argv[3]), std::stoi(argv[4]));
+    rc = train(dir, std::stoi(argv[3]), std::stoi(argv[4]), argc == 6 ? std::stoi(argv[5]) : 2);
   } catch (const rg::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
   }

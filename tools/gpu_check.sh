@@ -224,6 +224,10 @@ else
     fi
     echo "expected a failure naming both ranks, got exit $rc"
     exit 1' _ "$PROBE_MPIRUN" "$build_dir/examples/mnist" "$mnist_data" "$out/nccl_np2_output.txt"
+  # ZeRO stage 3 on the GPU: units gathered and released in cached device memory, prefetches on the
+  # communication path; the result of one process with the global batch.
+  run_step gpt_mini_np2_ring_zero3 45 "parameter norm" bash tools/same_as_one_rank.sh gpt_mini \
+    "$build_dir/examples/gpt_mini" 2 4 --device cuda --backend ring --zero 3 --checkpoint-activations "${tiny_gpt[@]}"
   # --checkpoint-activations trains as without it (within the atomics' rounding) with fewer activations.
   run_step gpt_mini_np2_checkpoint_activations 60 "with:" env TOLERANCE=1e-4 \
     bash tests/dist/checkpoint_activations_check.sh "$PROBE_MPIRUN" -np 2 "$build_dir/examples/gpt_mini" \

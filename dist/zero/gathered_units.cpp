@@ -20,6 +20,15 @@ GatheredUnits::GatheredUnits(ProcessGroup& group, std::vector<Unit> units, bool 
   peak_gathered_bytes_ = gathered_bytes_;
 }
 
+GatheredUnits::~GatheredUnits() {
+  for (Unit& unit : units_) {
+    if (!unit.pending) continue;
+    try {
+      unit.pending->wait();  // times out with a diagnosis if a rank is gone: nothing to do about it here
+    } catch (const Error&) {}
+  }
+}
+
 void GatheredUnits::materialize(Unit& unit) {
   unit.full.storage()->materialize();
   gathered_bytes_ += unit.full.nbytes();

@@ -67,6 +67,9 @@ class GatheredUnits {
   };
 
   GatheredUnits(ProcessGroup& group, std::vector<Unit> units, bool has_root);
+  ~GatheredUnits();  // waits for a prefetch still writing into a buffer
+  GatheredUnits(const GatheredUnits&) = delete;
+  GatheredUnits& operator=(const GatheredUnits&) = delete;
 
   int size() const { return static_cast<int>(units_.size()); }
   const Unit& unit(int u) const { return units_.at(u); }

@@ -279,7 +279,8 @@ void ZeroOptimizer::shard_parameters() {
     unit.released_why = str_cat("under ZeRO stage 3 rank ", rank, "/", N, " keeps only its 1/", N, " of unit '",
                                 unit.name, "' (", names,
                                 ") outside the unit's forward and backward. Read or write the parameters inside "
-                                "ZeroOptimizer::gathered_parameters(), or run the model through its forward");
+                                "ZeroOptimizer::gathered_parameters(), and call modules as (*module)(x), not "
+                                "module->forward(x), so that their forward hooks gather them");
     for (size_t i = 0; i < params_.size(); ++i) {
       if (places[i].first != b) continue;
       Tensor& p = params_[i];
@@ -287,9 +288,8 @@ void ZeroOptimizer::shard_parameters() {
     }
     unit.shard = unit.full.narrow(0, rank * m, m).clone();
   }
+  // Released once the optimizer is built (install_unit_hooks): a failure before leaves the model usable.
   units_ = std::make_shared<GatheredUnits>(group_, std::move(units), has_root);
-  units_->release_all();
-  units_->reset_peak();  // from here on
 }
 
 // Note [Gather, use, release] in dist/zero/gathered_units.h: the hooks that gather each unit.
@@ -361,6 +361,8 @@ void ZeroOptimizer::install_unit_hooks() {
     after();
     return Tensor();
   }));
+  units_->release_all();  // from here on each unit is gathered only while used
+  units_->reset_peak();
 }
 
 ZeroOptimizer::GatheredParameters::GatheredParameters(std::shared_ptr<GatheredUnits> units, bool write_back)

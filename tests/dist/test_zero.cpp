@@ -826,6 +826,21 @@ TEST_CASE("zero: stage 3 units as given, and what it refuses") {
                        doctest::Contains("ZeroOptions::units names the modules stage 3 gathers"), rg::Error);
   CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{}, {.stage = 3, .units = {"7"}}),
                        doctest::Contains("names '7', which is not a module of the model"), rg::Error);
+  {
+    const nn::GPTConfig c{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+    auto gpt = std::make_shared<nn::GPT>(c);
+    dist::DistributedDataParallel gpt_ddp(gpt, ring());
+    CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(gpt_ddp, optim::SGDOptions{},
+                                                               {.stage = 3, .units = {"h", "h.1"}}),
+                         doctest::Contains("'h.1' lies inside 'h'; units cannot nest"), rg::Error);
+    // A block called past its hooks (forward() rather than operator()) finds its parameters
+    // released: an error that says so, not a read of freed memory.
+    auto zero = dist::ZeroOptimizer::over<optim::SGD>(gpt_ddp, optim::SGDOptions{.lr = 0.1}, {.stage = 3});
+    if (dist::world().size > 1)
+      CHECK_THROWS_WITH_AS((*gpt->h)[0]->forward(rg::zeros({1, 8, 16})),
+                           doctest::Contains("not module->forward(x), so that their forward hooks gather them"),
+                           rg::Error);
+  }
   // Nothing was changed by the refusals: a plain default construction still works.
   auto zero = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.1}, {.stage = 3, .units = {"2"}});
   CHECK(zero->unit_names() == std::vector<std::string>{"(root)", "2"});

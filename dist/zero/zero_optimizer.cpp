@@ -89,8 +89,9 @@ std::vector<std::vector<std::string>> ZeroOptimizer::choose_units() {
                  chosen[i].first, "' lies inside '", chosen[j].first, "'; units cannot nest");
   } else {
     // Every child of a ModuleList (Sequential included) holding trainable parameters, outermost first.
-    for (const auto& [path, module] : modules) {
-      if (dynamic_cast<nn::ModuleList*>(module) == nullptr) continue;
+    for (const auto& entry : modules) {
+      const std::string& path = entry.first;  // a plain reference: clang 14 cannot capture a binding
+      if (dynamic_cast<nn::ModuleList*>(entry.second) == nullptr) continue;
       if (std::any_of(chosen.begin(), chosen.end(), [&](const auto& c) { return inside(path, c.first); })) continue;
       for (const auto& [child_path, child] : modules) {
         const std::string prefix = path.empty() ? "" : path + ".";

@@ -28,7 +28,8 @@
 // end of a backward that does not reduce (no_sync). The root unit is gathered as a forward through
 // DDP (or the root module) begins and released once its bucket is reduced, or after a forward
 // without grad mode. A step changes the shards, so it releases every unit: the next forward
-// gathers the new values.
+// gathers the new values. With ZeroOptions::reshard_after_forward off, a forward with grad mode
+// keeps each unit gathered (no identity node) until its bucket is reduced.
 //
 // Why the collectives match across ranks: every gather and prefetch is issued at the same point of
 // the same program on every rank -- forward hooks in module order, backward nodes in the engine's

@@ -329,15 +329,19 @@ void ZeroOptimizer::install_unit_hooks() {
       }
       return Tensor();
     }));
-    unit_hooks_.emplace_back(module, module->register_forward_hook(
-                                         [weak, u, gather_for_backward](nn::Module&, const Tensor&, const Tensor& y) {
-                                           auto units = weak.lock();
-                                           if (!units) return Tensor();
-                                           units->release(u);
-                                           if (!autograd::grad_enabled() || !y.defined() || !y.requires_grad())
-                                             return Tensor();
-                                           return gather_for_backward(u, y);
-                                         }));
+    const bool reshard = options_.reshard_after_forward;
+    unit_hooks_.emplace_back(module,
+                             module->register_forward_hook(
+                                 [weak, u, gather_for_backward, reshard](nn::Module&, const Tensor&, const Tensor& y) {
+                                   auto units = weak.lock();
+                                   if (!units) return Tensor();
+                                   const bool backward_follows =
+                                       autograd::grad_enabled() && y.defined() && y.requires_grad();
+                                   if (backward_follows && !reshard)
+                                     return Tensor();  // kept until its bucket is reduced
+                                   units->release(u);
+                                   return backward_follows ? gather_for_backward(u, y) : Tensor();
+                                 }));
   }
   // The root unit: from the start of the forward; after it only when no backward follows.
   const int root = units_->root();

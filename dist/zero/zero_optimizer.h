@@ -110,6 +110,11 @@ struct ZeroOptions {
   // blocks, an MLP's layers). The parameters in no unit form the root unit, gathered from the start
   // of a forward to the end of its backward (Note [Units of stage 3]).
   std::vector<std::string> units;
+  // Stage 3: release each unit after its forward and gather it again for its backward (true, FSDP's
+  // default), or keep it from its forward until its bucket is reduced (false: one allgather per unit
+  // per step instead of two -- DDP's traffic -- for every unit's parameters alive at the end of the
+  // forward, as at stage 2). Forwards without grad mode release either way.
+  bool reshard_after_forward = true;
 };
 
 class ZeroOptimizer : public optim::Optimizer {

@@ -819,6 +819,39 @@ TEST_CASE("zero: stage 3 keeps 1/N of the parameters and gathers a unit or two a
   }
 }
 
+TEST_CASE("zero: stage 3 without resharding after forward gathers once per step and steps as DDP") {
+  const int N = dist::world().size, r = dist::world().rank;
+  const nn::GPTConfig c{.vocab_size = 11, .block_size = 8, .n_layer = 3, .n_head = 2, .n_embd = 16};
+  const int64_t B = 2, T = 8;
+  rg::Generator g_ref(9), g_model(9);
+  auto reference = std::make_shared<nn::GPT>(c, &g_ref), model = std::make_shared<nn::GPT>(c, &g_model);
+  dist::DistributedDataParallel ref_ddp(reference, ring()), ddp(model, ring());
+  optim::SGD ref_opt(reference->parameters(), {.lr = 0.05, .momentum = 0.9});
+  auto zero = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.05, .momentum = 0.9},
+                                                    {.stage = 3, .reshard_after_forward = false});
+  for (int step = 0; step < 4; ++step) {
+    std::vector<int64_t> x, y;
+    for (int64_t i = 0; i < B * T; ++i) {
+      x.push_back((r * 5 + step + i * 3) % 11);
+      y.push_back((r * 5 + step + i * 3 + 3) % 11);
+    }
+    const rg::Tensor xt = rg::from_vector(x, {B, T}, {.dtype = rg::DType::i64});
+    const rg::Tensor yt = rg::from_vector(y, {B * T}, {.dtype = rg::DType::i64});
+    ref_opt.zero_grad();
+    rg::cross_entropy(ref_ddp(xt).reshape({B * T, 11}), yt).backward();
+    ref_opt.step();
+    zero->zero_grad();
+    rg::cross_entropy(ddp(xt).reshape({B * T, 11}), yt).backward();
+    zero->step();
+  }
+  // Each unit once per step: the root and 3 blocks, in forward only.
+  CHECK(zero->gather_stats().allgathers == 4 * (1 + 3));
+  if (N > 1)  // between steps the units are released all the same
+    CHECK_THROWS_WITH_AS(model->wte->weight.sum().item(), doctest::Contains("unit '(root)'"), rg::Error);
+  auto full = zero->gathered_parameters();
+  CHECK(max_rel_l2(*reference, *model) <= 1e-6);
+}
+
 TEST_CASE("zero: stage 3 units as given, and what it refuses") {
   auto model = make_mlp(13);
   dist::DistributedDataParallel ddp(model, ring(), kSmallBuckets);

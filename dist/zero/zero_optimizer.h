@@ -1,6 +1,6 @@
-// ZeroOptimizer: ZeRO stages 1 and 2 -- the optimizer state, and at stage 2 the averaged gradients,
-// sharded across the ranks of a DistributedDataParallel model (DeepSpeed's ZeRO, PyTorch's
-// ZeroRedundancyOptimizer and FSDP's SHARD_GRAD_OP).
+// ZeroOptimizer: ZeRO stages 1, 2 and 3 -- the optimizer state, at stage 2 the averaged gradients
+// too, at stage 3 the parameters too, sharded across the ranks of a DistributedDataParallel model
+// (DeepSpeed's ZeRO, PyTorch's ZeroRedundancyOptimizer, FSDP's SHARD_GRAD_OP and FULL_SHARD).
 //
 //   dist::DistributedDataParallel ddp(model, group);
 //   auto opt = dist::ZeroOptimizer::over<optim::AdamW>(ddp, optim::AdamWOptions{.lr = 3e-4}, {.stage = 2});
@@ -16,6 +16,9 @@
 //   stage 1  2Ψ + 2Ψ + 12Ψ/N                                                = (4 + 12/N)Ψ
 //   stage 2  2Ψ + 2Ψ/N reduced gradient + 12Ψ/N                             = (2 + 14/N)Ψ
 //            between steps; during a backward the full-size buckets exist too (see Contracts)
+//   stage 3  2Ψ/N + 2Ψ/N + 12Ψ/N                                              = 16Ψ/N
+//            plus the units gathered at a time (the root and about two blocks); how stage 3
+//            gathers and releases: Note [Gather, use, release] in dist/zero/gathered_units.h.
 //
 // How a step goes (Note [Shards cut across parameters] in dist/zero/shard_layout.h says who owns what):
 //  1. DDP's buckets are padded to a multiple of N elements and their layout fixed (Note [Buckets for
@@ -43,6 +46,9 @@
 //  - Construction is collective (it rebuilds DDP's buckets) and must hold every trainable parameter
 //    of the DDP model. The DDP must outlive the ZeroOptimizer. Stage 2 installs its own communication
 //    hook (a DDP comm hook set before is replaced; set after, it would break stage 2).
+//  - Stage 3: between a unit's uses its parameters are released (a read throws); the model's
+//    forward must call the units through operator(), whose hooks gather them, and whole-model
+//    reads and writes go inside gathered_parameters(). Parameters must be contiguous.
 //  - step() is collective: every rank must call it, also when its GradScaler skips (it does when any
 //    rank overflowed: agree_on_found_inf). dist::Join is not supported (a rank out of data takes no
 //    step); keep the batch counts even.

@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
     else if (flag == "--checkpoint-activations") checkpoint = value == "1";
     else if (flag == "--nodes") nodes = static_cast<size_t>(std::atoi(value.c_str()));
     else {
-      std::fprintf(stderr, "usage: memory_trace [--precision fp32|fp16|bf16] [--checkpoint-activations 0|1] [--nodes N]\n");
+      std::fprintf(stderr,
+                   "usage: memory_trace [--precision fp32|fp16|bf16] [--checkpoint-activations 0|1] [--nodes N]\n");
       return 2;
     }
   }
@@ -48,7 +49,9 @@ int main(int argc, char** argv) {
   const Tensor x = from_vector(ids, {B, T}, {.dtype = DType::i64});
   const Tensor y = from_vector(targets, {B * T}, {.dtype = DType::i64});
   const Device cpu = Device::cpu();
-  auto mib = [](size_t bytes, size_t base) { return (static_cast<double>(bytes) - static_cast<double>(base)) / 1048576.0; };
+  auto mib = [](size_t bytes, size_t base) {
+    return (static_cast<double>(bytes) - static_cast<double>(base)) / 1048576.0;
+  };
 
   for (int step = 0; step < 2; ++step) {  // the first warms the allocator's caches
     for (Tensor& p : model->parameters()) p.set_grad(Tensor());
@@ -70,8 +73,9 @@ int main(int argc, char** argv) {
     loss.backward();
     autograd::set_node_observer(nullptr);
     if (step == 0) continue;
-    std::printf("GPT-mini %s, batch %lld x %lld, checkpointed blocks: %s; MiB above the %.2f MiB allocated before the step\n",
-                precision.c_str(), (long long)B, (long long)T, checkpoint ? "yes" : "no", base / 1048576.0);
+    std::printf(
+        "GPT-mini %s, batch %lld x %lld, checkpointed blocks: %s; MiB above the %.2f MiB allocated before the step\n",
+        precision.c_str(), (long long)B, (long long)T, checkpoint ? "yes" : "no", base / 1048576.0);
     std::printf("forward: peak %.2f, left for backward %.2f\n", mib(forward_peak, base), mib(after_forward, base));
     double worst = 0;
     std::string worst_node;
@@ -80,7 +84,8 @@ int main(int argc, char** argv) {
         worst = rows[i].peak;
         worst_node = str_cat(rows[i].node, " (backward node ", i, ")");
       }
-      if (i < nodes) std::printf("  %3zu %-24s peak %6.2f  left %6.2f\n", i, rows[i].node.c_str(), rows[i].peak, rows[i].left);
+      if (i < nodes)
+        std::printf("  %3zu %-24s peak %6.2f  left %6.2f\n", i, rows[i].node.c_str(), rows[i].peak, rows[i].left);
     }
     std::printf("backward: peak %.2f inside %s; %zu nodes\n", worst, worst_node.c_str(), rows.size());
   }

@@ -244,11 +244,7 @@ void ZeroOptimizer::build_shards() {
       return {group.reduce_scatter(out, bucket.buffer, averaging.op), then};
     });
   }
-  if (options_.stage == 3) {
-    // Stage 3 adds to stage 2's hook: once a unit's bucket is reduced no node reads its parameters
-    // again in this backward (Note [Gather, use, release]).
-    install_unit_hooks();
-  }
+  if (options_.stage == 3) install_unit_hooks();  // what gathers each unit, and when
 }
 
 // Stage 3: the parameters go into one buffer per unit, laid out as its bucket (Note [Gather, use,
@@ -374,13 +370,16 @@ ZeroOptimizer::GatheredParameters::GatheredParameters(std::shared_ptr<GatheredUn
     : units_(std::move(units)), write_back_(write_back) {
   if (!units_) return;
   peak_before_ = units_->peak_gathered_bytes();
+  for (int u = 0; u < units_->size(); ++u) was_gathered_.push_back(units_->gathered(u));
   units_->gather_all();
 }
 
 ZeroOptimizer::GatheredParameters::~GatheredParameters() {
   if (!units_) return;
   if (write_back_) units_->write_back();
-  units_->release_all();
+  // What was gathered before the scope (the root, between a forward and its backward) stays so.
+  for (int u = 0; u < units_->size(); ++u)
+    if (!was_gathered_.at(u)) units_->release(u);
   units_->restore_peak(peak_before_);
 }
 

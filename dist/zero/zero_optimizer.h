@@ -175,7 +175,10 @@ class ZeroOptimizer : public optim::Optimizer {
   class GatheredParameters {
    public:
     GatheredParameters(GatheredParameters&& other) noexcept
-        : units_(std::move(other.units_)), write_back_(other.write_back_), peak_before_(other.peak_before_) {}
+        : units_(std::move(other.units_)),
+          write_back_(other.write_back_),
+          peak_before_(other.peak_before_),
+          was_gathered_(std::move(other.was_gathered_)) {}
     GatheredParameters(const GatheredParameters&) = delete;
     GatheredParameters& operator=(const GatheredParameters&) = delete;
     ~GatheredParameters();
@@ -185,7 +188,8 @@ class ZeroOptimizer : public optim::Optimizer {
     GatheredParameters(std::shared_ptr<GatheredUnits> units, bool write_back);
     std::shared_ptr<GatheredUnits> units_;
     bool write_back_;
-    size_t peak_before_ = 0;  // the whole model gathered here is not training's peak
+    size_t peak_before_ = 0;          // the whole model gathered here is not training's peak
+    std::vector<bool> was_gathered_;  // per unit, when the scope began
   };
   [[nodiscard]] GatheredParameters gathered_parameters(bool write_back = false);
   // Stage 3: this rank's shards of the parameters (persistent), the gathered units' bytes at their

@@ -797,6 +797,15 @@ TEST_CASE("zero: stage 3 keeps 1/N of the parameters and gathers a unit or two a
       auto full = zero->gathered_parameters();
       CHECK(max_rel_l2(*reference, *model) <= 1e-6);
     }
+    // The whole model read between a forward and its backward: the scope leaves the root gathered
+    // for that backward, as it found it. No step follows (the gradient is dropped).
+    {
+      const auto [x, y] = batch(8);
+      rg::Tensor loss = rg::cross_entropy(ddp(x).reshape({B * T, 11}), y);
+      { auto full = zero->gathered_parameters(); }
+      CHECK_NOTHROW(loss.backward());
+      zero->zero_grad();
+    }
     // An evaluation forward of the model itself, without DDP and without grad mode.
     {
       rg::NoGradGuard no_grad;

@@ -50,28 +50,47 @@ void GatheredUnits::prefetch(int u) {
   unit.pending = group_.allgather(unit.full.view({N, unit.shard.numel()}), unit.shard);
 }
 
+void GatheredUnits::finish_pending(Unit& unit, bool count_as_exposed) {
+  if (!unit.pending) return;
+  std::shared_ptr<Work> work = std::move(unit.pending);
+  unit.pending = nullptr;
+  const double start_us = trace_clock_us();
+  try {
+    work->wait();  // throws the timeout's diagnosis if a rank never joins
+  } catch (...) {
+    unit.full.storage()->release(unit.released_why);
+    gathered_bytes_ -= unit.full.nbytes();
+    throw;
+  }
+  if (count_as_exposed) stats_.exposed_ms += (trace_clock_us() - start_us) / 1000.0;
+}
+
 void GatheredUnits::gather(int u) {
   prefetch(u);
-  Unit& unit = units_.at(u);
-  if (unit.pending) {
-    std::shared_ptr<Work> work = std::move(unit.pending);
-    unit.pending = nullptr;
-    const double start_us = trace_clock_us();
-    work->wait();  // throws the timeout's diagnosis if a rank never joins
-    stats_.exposed_ms += (trace_clock_us() - start_us) / 1000.0;
-  }
+  finish_pending(units_.at(u), /*count_as_exposed=*/true);
 }
 
 void GatheredUnits::release(int u) {
   Unit& unit = units_.at(u);
-  if (unit.pending) {
-    std::shared_ptr<Work> work = std::move(unit.pending);
-    unit.pending = nullptr;
-    work->wait();
-  }
+  unit.held = false;
+  finish_pending(unit, /*count_as_exposed=*/false);
   if (!gathered(u)) return;
   unit.full.storage()->release(unit.released_why);
   gathered_bytes_ -= unit.full.nbytes();
+}
+
+void GatheredUnits::backward_event() {
+  if (!autograd::detail::claim_in_this_backward(this)) return;  // not the first in this backward
+  for (Unit& unit : units_) unit.params_left = unit.num_params;
+  autograd::queue_callback([weak = weak_from_this()] {
+    if (auto units = weak.lock()) units->release_all();
+  });
+}
+
+void GatheredUnits::parameter_ready(int u) {
+  backward_event();
+  Unit& unit = units_.at(u);
+  if (--unit.params_left == 0) release(u);
 }
 
 void GatheredUnits::release_all() {

@@ -23,13 +23,14 @@
 // for the one prefetched) and prefetches the next unit in forward order; its forward hook releases
 // it, and with grad mode on passes the output through an identity node whose backward gathers the
 // unit again (and prefetches the unit before it) before any of the unit's backward nodes run --
-// they are all upstream of the output. The unit is released again as soon as its bucket is
-// reduced (every gradient of its parameters is final then, so no node will read them), or at the
-// end of a backward that does not reduce (no_sync). The root unit is gathered as a forward through
-// DDP (or the root module) begins and released once its bucket is reduced, or after a forward
-// without grad mode. A step changes the shards, so it releases every unit: the next forward
-// gathers the new values. With ZeroOptions::reshard_after_forward off, a forward with grad mode
-// keeps each unit gathered (no identity node) until its bucket is reduced.
+// they are all upstream of the output. The unit is released again as soon as every gradient of
+// its parameters is final (their post-accumulate-grad hooks counted, so also under no_sync; no node
+// reads them after that), and whatever is still gathered at the end of a backward is released then
+// (a parameter left unused). The root unit is gathered as a forward through DDP (or the root
+// module) begins and held for the backward of a forward with grad mode; a forward without grad
+// mode releases it after, unless a backward still holds it. A step changes the shards, so it
+// releases every unit first: the next forward gathers the new values. With ZeroOptions::reshard_after_forward off, a forward with grad mode
+// keeps each unit gathered (held, no identity node) until its gradients are final.
 //
 // Why the collectives match across ranks: every gather and prefetch is issued at the same point of
 // the same program on every rank -- forward hooks in module order, backward nodes in the engine's
@@ -56,7 +57,7 @@ struct GatherStats {
   double exposed_ms = 0;
 };
 
-class GatheredUnits {
+class GatheredUnits : public std::enable_shared_from_this<GatheredUnits> {
  public:
   struct Unit {
     std::string name;               // the module's path ("h.0"), or "(root)"
@@ -65,6 +66,9 @@ class GatheredUnits {
     Tensor shard;                   // (m): this rank's block
     std::shared_ptr<Work> pending;  // a prefetch in flight
     std::string released_why;       // what a read of the released parameters is told
+    int num_params = 0;             // its parameters that take part in backward
+    int params_left = 0;            // of them, those whose gradient is not final in this backward
+    bool held = false;              // kept gathered for a backward to come (see hold())
   };
 
   GatheredUnits(ProcessGroup& group, std::vector<Unit> units, bool has_root);
@@ -81,6 +85,17 @@ class GatheredUnits {
   void prefetch(int u);  // collective: starts gathering the unit (no-op if gathered or in flight)
   void release(int u);   // local: waits for a prefetch in flight, gives the memory back
   void release_all();
+  // A forward with grad mode keeps u gathered for its backward (the root; a unit when
+  // reshard_after_forward is off): a later forward without grad mode leaves it gathered. Cleared by
+  // release().
+  void hold(int u) { units_.at(u).held = true; }
+  bool held(int u) const { return units_.at(u).held; }
+  // Backward: the first event of a backward (an identity node, a parameter's gradient) starts the
+  // count of each unit's gradients still to come and queues the end-of-backward release of whatever
+  // is still gathered; a unit whose gradients are all final is released at once -- no node reads its
+  // parameters after that, whether or not the backward reduces (no_sync).
+  void backward_event();
+  void parameter_ready(int u);
   void gather_all();
   // Copies this rank's block of every gathered unit back into its shard (parameters written while
   // gathered -- a loaded state dict -- become what the optimizer steps).
@@ -99,11 +114,14 @@ class GatheredUnits {
   size_t shard_bytes() const;
   const GatherStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
-  // The backward now running has a callback queued to release what it gathered.
-  bool release_queued = false;
+  // The optimizer is gone: a gathered_parameters() scope that ends after it leaves the units gathered.
+  bool orphaned = false;
 
  private:
   void materialize(Unit& unit);
+  // Waits for u's allgather in flight; if it fails, the buffer is released (its contents are not the
+  // parameters) before the error goes on.
+  void finish_pending(Unit& unit, bool count_as_exposed);
   ProcessGroup& group_;
   std::vector<Unit> units_;
   std::vector<int> unit_of_bucket_;

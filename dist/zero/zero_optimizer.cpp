@@ -222,7 +222,8 @@ void ZeroOptimizer::build_shards() {
     // to it when the block holds an earlier backward's gradient of the same step. The hook shares
     // the blocks, not `this`; the destructor puts DDP's own hook back.
     // Stage 3: once a unit's bucket is reduced no node reads its parameters again in this backward,
-    // so they are released (Note [Gather, use, release] in dist/zero/gathered_units.h).
+    // so they are released -- if the count of its gradients did not release them already (Note
+    // [Gather, use, release] in dist/zero/gathered_units.h).
     ddp_.set_comm_hook([reduced = reduced_, units = units_](ProcessGroup& group, GradBucket& bucket) -> HookWork {
       if (units) units->release(units->unit_of_bucket(bucket.index));
       if (reduced->consumed) reduced->clear();  // Note [A step consumes the reduced gradient]
@@ -282,6 +283,7 @@ void ZeroOptimizer::shard_parameters() {
       if (places[i].first != b) continue;
       Tensor& p = params_[i];
       p.move_into(unit.full.narrow(0, places[i].second, p.numel()).view(p.shape()));
+      ++unit.num_params;
     }
     unit.shard = unit.full.narrow(0, rank * m, m).clone();
   }
@@ -298,17 +300,9 @@ void ZeroOptimizer::install_unit_hooks() {
     autograd::record("zero3_gather_for_backward", {out}, {y},
                      [weak, u](const autograd::TensorList& grads, const autograd::NeedsGrad&) {
                        if (auto units = weak.lock()) {
+                         units->backward_event();
                          units->gather(u);
                          if (const int before = units->previous(u); before >= 0) units->prefetch(before);
-                         if (!units->release_queued) {  // a backward without reductions (no_sync) releases at its end
-                           units->release_queued = true;
-                           autograd::queue_callback([weak] {
-                             if (auto all = weak.lock()) {
-                               all->release_queued = false;
-                               all->release_all();
-                             }
-                           });
-                         }
                        }
                        return grads;
                      });
@@ -326,30 +320,37 @@ void ZeroOptimizer::install_unit_hooks() {
       return Tensor();
     }));
     const bool reshard = options_.reshard_after_forward;
-    unit_hooks_.emplace_back(module,
-                             module->register_forward_hook(
-                                 [weak, u, gather_for_backward, reshard](nn::Module&, const Tensor&, const Tensor& y) {
-                                   auto units = weak.lock();
-                                   if (!units) return Tensor();
-                                   const bool backward_follows =
-                                       autograd::grad_enabled() && y.defined() && y.requires_grad();
-                                   if (backward_follows && !reshard)
-                                     return Tensor();  // kept until its bucket is reduced
-                                   units->release(u);
-                                   return backward_follows ? gather_for_backward(u, y) : Tensor();
-                                 }));
+    auto after_unit = [weak, u, gather_for_backward, reshard](nn::Module&, const Tensor&, const Tensor& y) {
+      auto units = weak.lock();
+      if (!units) return Tensor();
+      const bool backward_follows = autograd::grad_enabled() && y.defined() && y.requires_grad();
+      if (!backward_follows) {  // released, unless a backward still to come holds it
+        if (!units->held(u)) units->release(u);
+        return Tensor();
+      }
+      if (!reshard) {  // kept until its gradients are final
+        units->hold(u);
+        return Tensor();
+      }
+      units->release(u);
+      return gather_for_backward(u, y);
+    };
+    unit_hooks_.emplace_back(module, module->register_forward_hook(after_unit));
   }
   // The root unit: from the start of the forward; after it only when no backward follows.
   const int root = units_->root();
   auto before = [weak, root] {
     auto units = weak.lock();
     if (!units) return;
-    if (root >= 0) units->gather(root);
+    if (root >= 0) {
+      units->gather(root);
+      if (autograd::grad_enabled()) units->hold(root);  // until its gradients are final
+    }
     if (units->size() > root + 1) units->prefetch(root + 1);  // the first unit's forward comes next
   };
-  auto after = [weak, root] {
+  auto after = [weak, root] {  // a forward without grad mode: released, unless a backward holds it
     auto units = weak.lock();
-    if (units && root >= 0 && !autograd::grad_enabled()) units->release(root);
+    if (units && root >= 0 && !autograd::grad_enabled() && !units->held(root)) units->release(root);
   };
   ddp_.set_forward_callbacks(this, before, after);
   // A forward of the model itself (an evaluation outside DDP) does the same through its hooks.
@@ -362,6 +363,15 @@ void ZeroOptimizer::install_unit_hooks() {
     after();
     return Tensor();
   }));
+  // Each unit is released as soon as all its gradients are final (Note [Gather, use, release]).
+  const auto places = layout_.places(static_cast<int>(params_.size()));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (places[i].first < 0) continue;  // no elements: not in a bucket's layout
+    const int u = units_->unit_of_bucket(places[i].first);
+    param_hooks_.emplace_back(i, params_[i].register_post_accumulate_grad_hook([weak, u](Tensor&) {
+      if (auto units = weak.lock()) units->parameter_ready(u);
+    }));
+  }
   units_->release_all();  // from here on each unit is gathered only while used
   units_->reset_peak();
 }
@@ -375,7 +385,7 @@ ZeroOptimizer::GatheredParameters::GatheredParameters(std::shared_ptr<GatheredUn
 }
 
 ZeroOptimizer::GatheredParameters::~GatheredParameters() {
-  if (!units_) return;
+  if (!units_ || units_->orphaned) return;  // no optimizer left to gather them again: they stay
   if (write_back_) units_->write_back();
   // What was gathered before the scope (the root, between a forward and its backward) stays so.
   for (int u = 0; u < units_->size(); ++u)
@@ -399,10 +409,12 @@ void ZeroOptimizer::reset_gather_stats() {
 }
 
 // Stage 3 leaves the parameters as they are: released units stay released (gathering them would be
-// collective, which a destructor must not be) -- end training inside gathered_parameters() to keep
-// the full model.
+// collective, which a destructor must not be), and a gathered_parameters() scope still open keeps
+// the units it gathered -- destroy the optimizer inside one to keep the full model.
 ZeroOptimizer::~ZeroOptimizer() {
   for (const auto& [module, handle] : unit_hooks_) module->remove_forward_hook(handle);
+  for (const auto& [param, handle] : param_hooks_) params_[param].remove_post_accumulate_grad_hook(handle);
+  if (units_) units_->orphaned = true;
   ddp_.release_shard_owner(this);  // DDP's own hook again
 }
 
@@ -542,10 +554,12 @@ void ZeroOptimizer::update() {
     inner_->param_groups()[g].lr = groups_[g].lr;
     inner_->param_groups()[g].weight_decay = groups_[g].weight_decay;
   }
+  // Stage 3: the shards are about to change, so the gathered copies go (and no prefetch still reads
+  // a shard); the next forward gathers the new values.
+  if (units_) units_->release_all();
   inner_->step();
   if (reduced_) reduced_->consumed = true;
-  if (units_) units_->release_all();  // stage 3: the shards changed; the next forward gathers them
-  else gather_parameters();
+  if (!units_) gather_parameters();
 }
 
 void ZeroOptimizer::gather_parameters() {

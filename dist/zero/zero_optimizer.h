@@ -17,7 +17,8 @@
 //   stage 2  2Ψ + 2Ψ/N reduced gradient + 12Ψ/N                             = (2 + 14/N)Ψ
 //            between steps; during a backward the full-size buckets exist too (see Contracts)
 //   stage 3  2Ψ/N + 2Ψ/N + 12Ψ/N                                              = 16Ψ/N
-//            plus the units gathered at a time (the root and about two blocks); how stage 3
+//            between steps; during a step the units gathered at a time (the root and about two
+//            blocks) and, as at stage 2, the full-size gradient buckets until reduced. How stage 3
 //            gathers and releases: Note [Gather, use, release] in dist/zero/gathered_units.h.
 //
 // How a step goes (Note [Shards cut across parameters] in dist/zero/shard_layout.h says who owns what):
@@ -48,7 +49,11 @@
 //    hook (a DDP comm hook set before is replaced; set after, it would break stage 2).
 //  - Stage 3: between a unit's uses its parameters are released (a read throws); the model's
 //    forward must call the units through operator(), whose hooks gather them, and whole-model
-//    reads and writes go inside gathered_parameters(). Parameters must be contiguous.
+//    reads and writes go inside gathered_parameters(). Parameters must be contiguous. Every rank
+//    must run the same units in the same order (the gathers are collectives): a unit some ranks
+//    skip (find_unused_parameters with a different unused set per rank) is not supported. Each
+//    forward with grad mode is followed by its one backward before the next such forward (no
+//    retain_graph second backward; no two forwards, then two backwards).
 //  - step() is collective: every rank must call it, also when its GradScaler skips (it does when any
 //    rank overflowed: agree_on_found_inf). dist::Join is not supported (a rank out of data takes no
 //    step); keep the batch counts even.
@@ -117,7 +122,7 @@ struct ZeroOptions {
   // of a forward to the end of its backward (Note [Units of stage 3]).
   std::vector<std::string> units;
   // Stage 3: release each unit after its forward and gather it again for its backward (true, FSDP's
-  // default), or keep it from its forward until its bucket is reduced (false: one allgather per unit
+  // default), or keep it from its forward until its gradients are final (false: one allgather per unit
   // per step instead of two -- DDP's traffic -- for every unit's parameters alive at the end of the
   // forward, as at stage 2). Forwards without grad mode release either way.
   bool reshard_after_forward = true;
@@ -281,6 +286,7 @@ class ZeroOptimizer : public optim::Optimizer {
   std::vector<std::string> unit_paths_;
   std::vector<nn::Module*> unit_modules_;
   std::vector<std::pair<nn::Module*, int>> unit_hooks_;
+  std::vector<std::pair<size_t, int>> param_hooks_;  // parameter index, post-accumulate-grad hook
   std::shared_ptr<GatheredUnits> units_;
 };
 

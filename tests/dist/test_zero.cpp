@@ -803,7 +803,23 @@ TEST_CASE("zero: stage 3 keeps 1/N of the parameters and gathers a unit or two a
       const auto [x, y] = batch(8);
       rg::Tensor loss = rg::cross_entropy(ddp(x).reshape({B * T, 11}), y);
       { auto full = zero->gathered_parameters(); }
+      {
+        rg::NoGradGuard no_grad;  // and an evaluation forward in between: the root stays held
+        (void)(*model)(x);
+      }
       CHECK_NOTHROW(loss.backward());
+      zero->zero_grad();
+    }
+    // A backward under no_sync reduces nothing, yet each block is released once its gradients are
+    // final: the same two blocks at most.
+    if (N > 1) {
+      zero->reset_gathered_peak();
+      const auto [x, y] = batch(9);
+      {
+        auto no_sync = ddp.no_sync();
+        rg::cross_entropy(ddp(x).reshape({B * T, 11}), y).backward();
+      }
+      CHECK(zero->peak_gathered_bytes() <= root_bytes + 2 * block_bytes + 3 * N * sizeof(float));
       zero->zero_grad();
     }
     // An evaluation forward of the model itself, without DDP and without grad mode.

@@ -187,6 +187,42 @@ std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
                                   op](int tag) { return Staging::staged((*start)(host, op, tag), t, host); });
 }
 
+std::shared_ptr<Work> GroupBase::allreduce_low_precision(const Tensor& t, ReduceOp op,
+                                                         const LowPrecisionAllreduce& how) {
+  const char* name = "dist.allreduce_low_precision";
+  if (!collectives_.allreduce_low_precision) return ProcessGroup::allreduce_low_precision(t, op, how);
+  check_tensor(name, "tensor", t, rank_, size_);
+  const DType dt = t.dtype();
+  RG_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16, name, "needs f32, f16 or bf16, got ", t.desc(),
+           " (rank ", rank_, "/", size_, ")");
+  RG_CHECK(op == ReduceOp::sum || op == ReduceOp::avg, name, "reduces with sum or avg, not ", reduce_op_name(op), " (",
+           t.desc(), ", rank ", rank_, "/", size_, ")");
+  RG_CHECK(t.device().is_cpu(), name, "takes CPU tensors, got ", t.desc(), " (rank ", rank_, "/", size_,
+           "); copy it to the CPU first");
+  RG_CHECK(how.scale_block > 0, name, "scale_block must be > 0, got ", how.scale_block, " (rank ", rank_, "/", size_,
+           ")");
+  if (how.error_feedback.defined()) {
+    const Tensor& e = how.error_feedback;
+    RG_CHECK(e.is_contiguous() && e.dtype() == DType::f32 && e.device().is_cpu() && e.numel() == t.numel(), name,
+             "error_feedback ", e.desc(), " must be ", t.numel(),
+             " contiguous f32 elements on the CPU, one per "
+             "element of ",
+             t.desc(), " (rank ", rank_, "/", size_, ")");
+  }
+  checked_count(name, static_cast<int64_t>(t.numel()) * 2, rank_);
+  auto detail = [](const OpInfo::Operands& o) {
+    return str_cat(reduce_op_name(static_cast<ReduceOp>(o.argument & 0xff)), ", ", o.tensor.desc(), ", ",
+                   wire_format_name(static_cast<WireFormat>(o.argument >> 8)), " on the wire");
+  };
+  const OpInfo info{.name = "allreduce_low_precision",
+                    .detail = detail,
+                    .operands = {.tensor = t, .argument = static_cast<int>(op) | (static_cast<int>(how.wire) << 8)},
+                    .bytes = t.nbytes()};
+  return submit_collective(info, [start = &collectives_.allreduce_low_precision, t, op, how](int tag) {
+    return (*start)(t, op, how, tag);
+  });
+}
+
 Tensor GroupBase::new_reduction_buffer(int64_t numel, DType dtype, Device device) {
   RG_CHECK(numel >= 0, "dist.new_reduction_buffer", "numel must be >= 0, got ", numel, " (rank ", rank_, "/", size_,
            ")");

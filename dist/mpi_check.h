@@ -3,7 +3,7 @@
 // Process groups set MPI_ERRORS_RETURN on their communicators, so a failing call returns an error
 // code instead of aborting the job; this macro turns that code into a ringgrad::Error that names the
 // failing statement, MPI's own message, file:line and the rank:
-//   [mpi] MPI_Isend(...) failed on rank 1: MPI_ERR_RANK: invalid rank (dist/algorithms/ring.cpp:120)
+//   [mpi] MPI_Isend(...) failed on rank 1: MPI_ERR_RANK: invalid rank (dist/algorithms/ring.cpp:81)
 #pragma once
 
 #include <mpi.h>

@@ -54,6 +54,14 @@ Tensor ProcessGroup::new_reduction_buffer(int64_t numel, DType dtype, Device dev
   return zeros({numel}, {.dtype = dtype, .device = device});
 }
 
+std::shared_ptr<Work> ProcessGroup::allreduce_low_precision(const Tensor& t, ReduceOp op,
+                                                            const LowPrecisionAllreduce& how) {
+  (void)op;
+  RG_FAIL("dist.allreduce_low_precision", "backend '", backend(), "' has no low-precision ring (", t.desc(), ", ",
+          wire_format_name(how.wire), " on the wire, rank ", rank(), "/", size(),
+          "); use an MPI backend: ring, auto, tree, mpi or hierarchical");
+}
+
 double default_collective_timeout() {
   return env::number_above("RINGGRAD_COLLECTIVE_TIMEOUT", "dist", 0.0).value_or(300.0);
 }

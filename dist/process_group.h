@@ -47,6 +47,7 @@
 
 #include "core/tensor.h"
 #include "core/trace.h"
+#include "dist/compression/wire_format.h"
 #include "dist/work.h"
 
 namespace ringgrad::dist {
@@ -96,6 +97,19 @@ struct GroupOptions {
   // RINGGRAD_DIST_HOST_STAGING, else off.
   std::optional<bool> host_staging;
 };
+
+// How ProcessGroup::allreduce_low_precision encodes (Note [Low-precision ring] in
+// dist/algorithms/low_precision_ring.cpp).
+struct LowPrecisionAllreduce {
+  WireFormat wire = WireFormat::bf16;
+  int64_t scale_block = kDefaultScaleBlock;  // FP8: elements per scale (Note [Scaled FP8 blocks])
+  // Optional, (numel) f32 contiguous on the CPU: added to the tensor before anything is encoded,
+  // and on completion what this rank's encodings dropped (Note [Error feedback]).
+  Tensor error_feedback;
+};
+// The bytes rank `rank` of `world_size` sends for allreduce_low_precision of n values.
+WireBytes low_precision_ring_sends(WireFormat format, int64_t n, int world_size, int rank,
+                                   int64_t scale_block = kDefaultScaleBlock);
 
 // The measured crossover of tree and ring on one machine (docs/dist.md, "auto").
 inline constexpr size_t kAutoThresholdBytes = size_t{64} << 10;
@@ -149,6 +163,13 @@ class ProcessGroup {
   // becomes op over all ranks of block r of input (elements [r m, (r + 1) m)); input is unchanged.
   virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input,
                                                ReduceOp op = ReduceOp::sum) = 0;
+  // t: (any shape) f32, f16 or bf16 on the CPU; op: sum or avg. Every rank's t becomes op over
+  // all ranks' t, with every message in how.wire -- bf16, or FP8 with a scale per block -- and every
+  // sum formed in f32: each partial sum is rounded to the wire format once per hop, the result
+  // once more (Note [Low-precision ring]). With how.error_feedback, what this rank's encodings
+  // dropped is kept to be added next time (Note [Error feedback]). The MPI backends run it over
+  // point-to-point messages, also on one machine (no shared-memory path); others refuse it.
+  virtual std::shared_ptr<Work> allreduce_low_precision(const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how);
   // Completes once every rank has issued it.
   virtual std::shared_ptr<Work> barrier() = 0;
   // Point-to-point: t's bytes to rank dst / from rank src, tag in [0, 32767]. The receiving

@@ -3,7 +3,8 @@
 // dist/algorithms/ holds the algorithms; dist/backends/ the backends (mpi, ring, tree, auto,
 // hierarchical) whose tables choose among them. Each algorithm is a state machine over nonblocking
 // MPI calls that the group's communication thread polls (dist/comm_thread.h): ring_pipeline.cpp
-// (the pipelined ring AllReduce and reduce-scatter), ring.cpp (ring all-gather, chain broadcast), tree.cpp
+// (the pipelined ring AllReduce and reduce-scatter), low_precision_ring.cpp (the same ring with
+// bf16 / FP8 on the wire), ring.cpp (ring all-gather, chain broadcast), tree.cpp
 // (recursive doubling), hierarchical.cpp (within nodes, then the ring among their leaders) and
 // mpi_library.cpp (the MPI library's own collectives); reduce_kernels.h holds the elementwise
 // pieces every reduction shares. Nothing here knows of shared memory (dist/shm/, which uses these
@@ -108,6 +109,10 @@ std::unique_ptr<PendingOp> ring_reduce_scatter(const Tensor& output, const Tenso
 template <class Acc>
 std::unique_ptr<PendingOp> ring_allreduce_sums(Acc* sums, int64_t n, ReduceOp op, Channel ch, Acc* slots,
                                                RingTuning tuning);
+// t: (n) f32, f16 or bf16, reduced in place (sum or avg) with every message in how.wire (Note
+// [Low-precision ring] in low_precision_ring.cpp); work in scratch buffers 0 (f16 / bf16) and 1.
+std::unique_ptr<PendingOp> low_precision_ring_allreduce(const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how,
+                                                        Channel ch, Scratch& scratch);
 // input: S, output: (N, *S).
 std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch);
 std::unique_ptr<PendingOp> chain_broadcast(const Tensor& t, int root, Channel ch);

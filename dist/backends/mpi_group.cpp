@@ -98,6 +98,10 @@ Collectives MpiGroupBase::mpi_library_collectives() {
                           int tag) { return mpi_allgather(output, input, channel(tag)); },
       .reduce_scatter = [this](const Tensor& output, const Tensor& input, ReduceOp op,
                                int tag) { return mpi_reduce_scatter(output, input, op, channel(tag), scratch_); },
+      .allreduce_low_precision =
+          [this](const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how, int tag) {
+            return low_precision_ring_allreduce(t, op, how, channel(tag), scratch_);
+          },
   };
 }
 
@@ -111,6 +115,10 @@ Collectives MpiGroupBase::ring_collectives() {
       .reduce_scatter =
           [this](const Tensor& output, const Tensor& input, ReduceOp op, int tag) {
             return ring_reduce_scatter(output, input, op, channel(tag), scratch_, ring_tuning_);
+          },
+      .allreduce_low_precision =
+          [this](const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how, int tag) {
+            return low_precision_ring_allreduce(t, op, how, channel(tag), scratch_);
           },
   };
 }

@@ -65,7 +65,8 @@ inline uint8_t encode_fp8(float value) {
     return sign | static_cast<uint8_t>(std::bit_cast<uint32_t>(sum) - magic_bits);
   }
   const uint32_t kept_lsb = (magnitude >> drop) & 1u;
-  const uint32_t rounded = magnitude + (static_cast<uint32_t>(Tr::bias - 127) << 23) + ((1u << (drop - 1)) - 1u) + kept_lsb;
+  const uint32_t rounded =
+      magnitude + (static_cast<uint32_t>(Tr::bias - 127) << 23) + ((1u << (drop - 1)) - 1u) + kept_lsb;
   const uint32_t code = rounded >> drop;
   // A value just below max_value may round up past it: saturate (E4M3's 0x7F is its NaN).
   return sign | static_cast<uint8_t>(code > Tr::max_code ? Tr::max_code : code);
@@ -88,7 +89,8 @@ inline float decode_fp8(uint8_t code) {
     }
   }
   if (exponent == 0) {  // subnormal: mantissa * 2^(1 - bias - M)
-    magnitude = static_cast<float>(mantissa) * std::bit_cast<float>(static_cast<uint32_t>(127 + 1 - Tr::bias - M) << 23);
+    magnitude =
+        static_cast<float>(mantissa) * std::bit_cast<float>(static_cast<uint32_t>(127 + 1 - Tr::bias - M) << 23);
   } else {
     magnitude = std::bit_cast<float>(((exponent - Tr::bias + 127) << 23) | (mantissa << (23 - M)));
   }

@@ -114,7 +114,8 @@ void encode_to_wire(WireFormat format, const float* x, int64_t n, int64_t scale_
 void decode_from_wire(WireFormat format, const std::byte* wire, int64_t n, int64_t scale_block, float* out,
                       DecodeInto how, float factor) {
   switch (how) {
-    case DecodeInto::assign: return decode_each(format, wire, n, scale_block, [out](int64_t i, float v) { out[i] = v; });
+    case DecodeInto::assign:
+      return decode_each(format, wire, n, scale_block, [out](int64_t i, float v) { out[i] = v; });
     case DecodeInto::add: return decode_each(format, wire, n, scale_block, [out](int64_t i, float v) { out[i] += v; });
     case DecodeInto::subtract:
       return decode_each(format, wire, n, scale_block, [out, factor](int64_t i, float v) { out[i] -= factor * v; });

@@ -1,5 +1,7 @@
 #include "dist/ddp/comm_hook.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -27,10 +29,79 @@ HookWork fp16_compress_hook(ProcessGroup& group, GradBucket& bucket) {
   return {group.allreduce(half, ReduceOp::sum), [buffer, half]() mutable { buffer.copy_(half); }};
 }
 
-CommHook comm_hook_by_name(const std::string& name) {
-  if (name == "allreduce") return allreduce_hook;
-  if (name == "fp16") return fp16_compress_hook;
-  RG_FAIL("dist.comm_hook_by_name", "unknown communication hook '", name, "'; available: allreduce, fp16");
+int64_t LowPrecisionHookState::state_bytes() const {
+  int64_t bytes = 0;
+  for (const Layout& l : by_bucket_) bytes += l.residual.defined() ? static_cast<int64_t>(l.residual.nbytes()) : 0;
+  return bytes;
 }
+
+Tensor LowPrecisionHookState::residual_for(const GradBucket& bucket) {
+  if (static_cast<size_t>(bucket.index) >= by_bucket_.size()) by_bucket_.resize(static_cast<size_t>(bucket.index) + 1);
+  Layout& layout = by_bucket_[static_cast<size_t>(bucket.index)];
+  const int64_t numel = bucket.buffer.numel();
+  if (layout.names == bucket.parameter_names && layout.residual.defined() && layout.residual.numel() == numel)
+    return layout.residual;
+  // A new layout (the first step, or DDP rebuilt its buckets): each parameter's residual moves to
+  // its place in this bucket, from wherever it was; the old buffer lives while a view of it does.
+  Tensor residual = zeros({numel});
+  int64_t offset = 0;
+  for (size_t k = 0; k < bucket.parameter_names.size(); ++k) {
+    const std::string& name = bucket.parameter_names[k];
+    const int64_t n = shape_numel(bucket.parameter_shapes.at(k));
+    Tensor slice = residual.narrow(0, offset, n);
+    auto it = std::find_if(slices_.begin(), slices_.end(), [&](const auto& s) { return s.first == name; });
+    if (it == slices_.end()) {
+      slices_.emplace_back(name, slice);
+    } else {
+      slice.copy_(it->second);
+      it->second = slice;
+    }
+    offset += n;
+  }
+  layout = Layout{bucket.parameter_names, residual};
+  return residual;
+}
+
+Tensor LowPrecisionHookState::residual_of(const std::string& parameter) const {
+  for (const auto& [name, slice] : slices_)
+    if (name == parameter) return slice;
+  return Tensor();
+}
+
+CommHook low_precision_hook(std::shared_ptr<LowPrecisionHookState> state) {
+  return [state](ProcessGroup& group, GradBucket& bucket) -> HookWork {
+    const LowPrecisionHookOptions& o = state->options;
+    const LowPrecisionAllreduce how{.wire = o.wire,
+                                    .scale_block = o.scale_block,
+                                    .error_feedback = o.error_feedback ? state->residual_for(bucket) : Tensor()};
+    std::shared_ptr<Work> work = group.allreduce_low_precision(bucket.buffer, ReduceOp::avg, how);
+    state->sent += low_precision_ring_sends(o.wire, bucket.buffer.numel(), group.size(), group.rank(), o.scale_block);
+    ++state->calls;
+    return {std::move(work), nullptr};
+  };
+}
+
+const char* comm_hook_names() {
+  return "allreduce (or none), fp16, bf16, bf16-ef, fp8-e4m3, fp8-e5m2, fp8-e4m3-noef, fp8-e5m2-noef";
+}
+
+NamedCommHook make_comm_hook(const std::string& name) {
+  if (name == "allreduce" || name == "none") return {allreduce_hook, nullptr};
+  if (name == "fp16") return {fp16_compress_hook, nullptr};
+  auto low_precision = [](WireFormat wire, bool error_feedback) -> NamedCommHook {
+    auto state = std::make_shared<LowPrecisionHookState>(
+        LowPrecisionHookOptions{.wire = wire, .error_feedback = error_feedback});
+    return {low_precision_hook(state), state};
+  };
+  if (name == "bf16") return low_precision(WireFormat::bf16, false);
+  if (name == "bf16-ef") return low_precision(WireFormat::bf16, true);
+  for (WireFormat wire : {WireFormat::fp8_e4m3, WireFormat::fp8_e5m2}) {
+    if (name == wire_format_name(wire)) return low_precision(wire, true);
+    if (name == std::string(wire_format_name(wire)) + "-noef") return low_precision(wire, false);
+  }
+  RG_FAIL("dist.comm_hook", "unknown communication hook '", name, "'; available: ", comm_hook_names());
+}
+
+CommHook comm_hook_by_name(const std::string& name) { return make_comm_hook(name).hook; }
 
 }  // namespace ringgrad::dist

@@ -18,6 +18,7 @@ struct GradBucket {
   int index = 0;                             // launch order, the same on every rank
   Tensor buffer;                             // (numel) of one dtype; the parameters' .grad are views into it
   std::vector<std::string> parameter_names;  // in buffer order
+  std::vector<Shape> parameter_shapes;       // likewise; parameter k's gradient starts where k-1's ends
 };
 
 // What a hook started: the Work to wait for, and what to run once it completed (may be empty).
@@ -55,7 +56,59 @@ HookWork allreduce_hook(ProcessGroup& group, GradBucket& bucket);
 // division by N happens in f32 before the cast, so the f16 values stay in range. Costs ~3 decimal
 // digits of the gradient (f16 has an 11-bit significand).
 HookWork fp16_compress_hook(ProcessGroup& group, GradBucket& bucket);
-// By name: "allreduce" or "fp16" (examples' --comm-hook).
+
+// What a stateful hook keeps between steps and what it sent, for memory reports and step
+// statistics. Hooks run on the thread running backward, one bucket at a time: no locking.
+class CommHookState {
+ public:
+  virtual ~CommHookState() = default;
+  virtual int64_t state_bytes() const = 0;  // kept between steps (residuals, ...)
+  WireBytes sent;                           // this rank's bytes on the wire, over every call so far
+  int64_t calls = 0;                        // buckets reduced
+};
+
+// The low-precision hooks: the bucket averaged by ProcessGroup::allreduce_low_precision, bf16 or
+// scaled FP8 on the wire and f32 sums (Note [Low-precision ring]), with error feedback (Note
+// [Error feedback]) when asked: what this rank's encodings dropped is kept per parameter, in f32,
+// and added to its gradient in the next synchronising step. CPU buckets of f32, f16 or bf16, on
+// the MPI backends.
+struct LowPrecisionHookOptions {
+  WireFormat wire = WireFormat::fp8_e4m3;
+  bool error_feedback = true;
+  int64_t scale_block = kDefaultScaleBlock;
+};
+class LowPrecisionHookState : public CommHookState {
+ public:
+  explicit LowPrecisionHookState(LowPrecisionHookOptions options) : options(options) {}
+  const LowPrecisionHookOptions options;
+  int64_t state_bytes() const override;  // the residuals: 4 bytes per gradient element with error feedback
+  // The residual of this bucket's parameters, (bucket.buffer.numel()) f32: zeros at first; after
+  // DDP rebuilt its buckets, the parameters' residuals carried over into the new layout.
+  Tensor residual_for(const GradBucket& bucket);
+  // This parameter's residual, shaped as flat (numel) f32; undefined before its first reduction.
+  Tensor residual_of(const std::string& parameter) const;
+
+ private:
+  struct Layout {
+    std::vector<std::string> names;
+    Tensor residual;
+  };
+  std::vector<Layout> by_bucket_;                       // by GradBucket::index
+  std::vector<std::pair<std::string, Tensor>> slices_;  // parameter -> its view of a residual
+};
+CommHook low_precision_hook(std::shared_ptr<LowPrecisionHookState> state);
+
+// A hook chosen by name, with its state where it has one (null otherwise): "allreduce" (or
+// "none"), "fp16", "bf16" and "bf16-ef" (error feedback), "fp8-e4m3" and "fp8-e5m2" (with error
+// feedback), "fp8-e4m3-noef" and "fp8-e5m2-noef" (without). The examples' --comm-hook.
+struct NamedCommHook {
+  CommHook hook;
+  std::shared_ptr<CommHookState> state;
+};
+NamedCommHook make_comm_hook(const std::string& name);
+// The names make_comm_hook takes, for --help lines and errors.
+const char* comm_hook_names();
+// make_comm_hook(name).hook.
 CommHook comm_hook_by_name(const std::string& name);
 
 }  // namespace ringgrad::dist

@@ -111,7 +111,10 @@ void Reducer::lay_out_buckets(const std::vector<std::vector<int>>& members) {
     used = bucket.start + bucket.numel;
     bucket.grad.index = static_cast<int>(b);
     bucket.params = members[b];
-    for (int idx : members[b]) bucket.grad.parameter_names.push_back(params_[idx].name);
+    for (int idx : members[b]) {
+      bucket.grad.parameter_names.push_back(params_[idx].name);
+      bucket.grad.parameter_shapes.push_back(params_[idx].tensor.shape());
+    }
   }
   // Allocated before any bucket or parameter changes, so that a collective failing here leaves the
   // old buckets intact.

@@ -84,7 +84,8 @@ struct ActivationMeasure {
   std::string activation_note;  // what they are (e.g. whether blocks were checkpointed)
 };
 inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt, dist::DistributedDataParallel& ddp,
-                                 Device device, size_t allocated_before, const ActivationMeasure& activations = {}) {
+                                 Device device, size_t allocated_before, const ActivationMeasure& activations = {},
+                                 const dist::CommHookState* hook_state = nullptr) {
   int64_t psi = 0;
   size_t param_bytes = 0;
   for (const Tensor& p : model.parameters())
@@ -116,7 +117,9 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
     return str_cat("  ", what, mib(bytes), "  ", per_param(bytes), note.empty() ? "" : " (" + note + ")", "\n");
   };
   // Between steps: stage 2's buckets exist only from a backward's first gradient until reduced.
-  const double model_state = static_cast<double>(param_bytes + (persistent ? bucket_bytes : 0) + reduced + state);
+  const size_t hook_bytes = hook_state != nullptr ? static_cast<size_t>(hook_state->state_bytes()) : 0;
+  const double model_state =
+      static_cast<double>(param_bytes + (persistent ? bucket_bytes : 0) + reduced + state + hook_bytes);
   std::string out =
       str_cat("memory report (rank ", ddp.group().rank(), " of ", N, ", ", opt.name(), "): Ψ = ", psi, " parameters\n");
   const bool params_shared = zero != nullptr && zero->parameters_in_shared_memory();
@@ -142,6 +145,9 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
     label.resize(std::max<size_t>(label.size(), 18), ' ');
     out += line(label.c_str(), static_cast<double>(bytes), "");
   }
+  if (hook_bytes > 0)
+    out += line("comm hook state   ", static_cast<double>(hook_bytes),
+                "error feedback: what this rank's encodings dropped, f32 per gradient element");
   out += line("model state       ", model_state,
               persistent ? "the sum of the above" : "the sum of the above, less the buckets: between steps");
   if (stage3)

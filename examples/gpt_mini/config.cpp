@@ -1,6 +1,7 @@
 #include "examples/gpt_mini/config.h"
 
 #include "core/error.h"
+#include "examples/common/comm_hook.h"
 #include "examples/common/flags.h"
 
 namespace gpt_mini {
@@ -55,6 +56,7 @@ void add_flags(CLI::App& app, Config& c) {
                  "cap of the first bucket (the last layers' gradients), which DDP keeps small so that "
                  "communication starts early")
       ->check(flags::finite_in(0, 1 << 20, true));
+  examples::add_comm_hook_flag(app, c.comm_hook);
   flags::add_zero_flags(app, c.zero, c.memory_report);
   app.add_flag("--checkpoint-activations", c.checkpoint_activations,
                "keep only each transformer block's input in forward and recompute the block in backward: its "
@@ -73,6 +75,9 @@ void finish(Config& c) {
   RG_CHECK(parameters <= static_cast<double>(kMaxParameters), "gpt_mini", "--n-layer ", c.n_layer, " x --n-embd ",
            c.n_embd, " makes about ", parameters, " parameters (12 x layers x width^2), above the bound of ",
            kMaxParameters);
+  RG_CHECK(c.zero < 2 || examples::comm_hook_is_default(c.comm_hook), "gpt_mini",
+           "--zero 2 and 3 reduce-scatter each bucket with their own hook; --comm-hook ", c.comm_hook,
+           " applies to --zero 0 and 1");
   RG_CHECK(c.min_lr <= c.lr, "gpt_mini", "--min-lr ", c.min_lr, " is above the peak --lr ", c.lr);
 }
 

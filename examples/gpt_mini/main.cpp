@@ -24,6 +24,7 @@
 
 #include <ringgrad.h>
 
+#include "examples/common/comm_hook.h"
 #include "examples/common/fingerprint.h"
 #include "examples/common/zero.h"
 #include "examples/gpt_mini/config.h"
@@ -190,7 +191,8 @@ void check_same_flags(dist::ProcessGroup& group, const Config& c, Device device)
                              {"--seed", std::to_string(c.seed)},
                              {"--bucket-mb", str_cat(c.bucket_mb)},
                              {"--first-bucket-mb", str_cat(c.first_bucket_mb)},
-                             {"--zero", std::to_string(c.zero)}});
+                             {"--zero", std::to_string(c.zero)},
+                             {"--comm-hook", c.comm_hook}});
 }
 
 // What one optimizer step works with.
@@ -270,7 +272,9 @@ int run(Config& c, const dist::World& world) {
   int64_t step = 0;
   auto group = dist::new_group(c.backend);
   check_same_flags(*group, c, device);
-  dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = c.bucket_mb, .first_bucket_mb = c.first_bucket_mb});
+  const dist::NamedCommHook comm_hook = dist::make_comm_hook(c.comm_hook);
+  dist::DistributedDataParallel ddp(
+      model, group, {.bucket_cap_mb = c.bucket_mb, .first_bucket_mb = c.first_bucket_mb, .comm_hook = comm_hook.hook});
   // --zero 1/2/3: each rank keeps 1/N of AdamW's state (2: and of the reduced gradient; 3: and of the
   // parameters, each block gathered for its forward and backward).
   const optim::AdamWOptions adamw{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = c.weight_decay};
@@ -354,14 +358,16 @@ int run(Config& c, const dist::World& world) {
   const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   log("done: %lld steps in %.1f s, %.0f tokens/s (all ranks)\n", (long long)steps_run, seconds,
       static_cast<double>(steps_run * tokens_per_step) / std::max(seconds, 1e-9));
-  log("%s\n%s", ddp.stats().summary().c_str(), examples::gather_summary(*opt, ddp.stats().steps).c_str());
+  log("%s\n%s%s", ddp.stats().summary().c_str(), examples::gather_summary(*opt, ddp.stats().steps).c_str(),
+      examples::comm_hook_summary(c.comm_hook, comm_hook.state.get(), ddp.stats().steps).c_str());
   if (c.memory_report)
     log("%s\n",
         examples::memory_report(*model, *opt, ddp, device, allocated_before,
                                 {.activation_bytes = training.activation_bytes,
                                  .activation_note = c.checkpoint_activations
                                                         ? "each block's input; its activations recomputed in backward"
-                                                        : "every block's saved tensors"})
+                                                        : "every block's saved tensors"},
+                                comm_hook.state.get())
             .c_str());
   const examples::ParameterFingerprint fingerprint = [&] {
     auto whole = examples::whole_model(*opt);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "examples/common/comm_hook.h"
 #include "examples/common/flags.h"
 
 namespace mnist {
@@ -42,8 +43,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--accum", c.accum, "micro-batches per optimizer step (gradient accumulation under no_sync)")
       ->check(flags::int_in(1, 1 << 20));
   app.add_option("--bucket-mb", c.bucket_mb, "DDP bucket size cap in MiB")->check(flags::finite_in(0, 1 << 20, true));
-  app.add_option("--comm-hook", c.comm_hook, "allreduce (average) or fp16 (compressed; fp32 models)")
-      ->check(CLI::IsMember({"allreduce", "fp16"}));
+  examples::add_comm_hook_flag(app, c.comm_hook);
   app.add_option("--backend", c.backend, "process group backend: auto, ring, tree, mpi, hierarchical, nccl")
       ->check(CLI::IsMember({"auto", "ring", "tree", "mpi", "hierarchical", "nccl"}));
   app.add_option("--stats-every", c.stats_every,
@@ -61,7 +61,7 @@ void finish(Config& c) {
   // Measured over seeds 0-3 (docs/mnist.md): the MLP does best on standardised pixels (85.6% vs 84.0%
   // after one epoch), the CNN on (p - 0.5) / 0.5 (88.8% vs 88.5%).
   if (c.input_norm.empty()) c.input_norm = c.model == "mlp" ? "standard" : "half";
-  RG_CHECK(c.zero < 2 || c.comm_hook == "allreduce", "mnist",
+  RG_CHECK(c.zero < 2 || examples::comm_hook_is_default(c.comm_hook), "mnist",
            "--zero 2 reduces each bucket with its own "
            "reduce-scatter; --comm-hook ",
            c.comm_hook, " applies to --zero 0 and 1");

@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "examples/common/comm_hook.h"
 #include "examples/common/fingerprint.h"
 #include "examples/common/zero.h"
 #include "examples/mnist/config.h"
@@ -225,10 +226,9 @@ int run(Config& c, const dist::World& world) {
   auto group = dist::new_group(c.backend, group_options);
   check_same_flags(*group, c, device);
   // Wrapping checks that every rank built the same model and copies rank 0's weights everywhere.
-  dist::DistributedDataParallel ddp(model, group,
-                                    {.bucket_cap_mb = c.bucket_mb,
-                                     .comm_hook = dist::comm_hook_by_name(c.comm_hook),
-                                     .trace = !c.trace.empty()});
+  const dist::NamedCommHook comm_hook = dist::make_comm_hook(c.comm_hook);
+  dist::DistributedDataParallel ddp(
+      model, group, {.bucket_cap_mb = c.bucket_mb, .comm_hook = comm_hook.hook, .trace = !c.trace.empty()});
   // --zero 1/2/3: each rank keeps 1/N of the optimizer state (2: and of the reduced gradient; 3: and
   // of the parameters, each layer gathered for its forward and backward).
   auto opt =
@@ -309,8 +309,11 @@ int run(Config& c, const dist::World& world) {
   log("done: %lld steps in %.1f s (training %.1f s), %.0f samples/s (all ranks)\n", (long long)global_step,
       seconds_since(t_train), train_seconds,
       static_cast<double>(trained_samples) * world.size / std::max(train_seconds, 1e-9));
-  log("%s\n%s", ddp.stats().summary().c_str(), examples::gather_summary(*opt, ddp.stats().steps).c_str());
-  if (c.memory_report) log("%s\n", examples::memory_report(*model, *opt, ddp, device, allocated_before).c_str());
+  log("%s\n%s%s", ddp.stats().summary().c_str(), examples::gather_summary(*opt, ddp.stats().steps).c_str(),
+      examples::comm_hook_summary(c.comm_hook, comm_hook.state.get(), ddp.stats().steps).c_str());
+  if (c.memory_report)
+    log("%s\n",
+        examples::memory_report(*model, *opt, ddp, device, allocated_before, {}, comm_hook.state.get()).c_str());
   const examples::ParameterFingerprint fingerprint = [&] {
     auto whole = examples::whole_model(*opt);
     return examples::parameter_fingerprint(*model);

@@ -378,6 +378,106 @@ TEST_CASE("ddp: the fp16 compression hook stays within f16 precision of the f32 
                        rg::Error);
 }
 
+// The largest |gradient| element any rank computes on its own shard, for every parameter of a
+// fresh make_mlp(seed): the scale the low-precision ring's roundings are relative to.
+std::vector<double> largest_local_gradients(uint64_t seed, const Batch& mine, dist::ProcessGroup& g) {
+  auto local = make_mlp(seed);
+  rg::cross_entropy((*local)(mine.x), mine.y).backward();
+  std::vector<double> out;
+  for (const rg::Tensor& p : local->parameters()) {
+    rg::Tensor m = p.grad().abs().flatten().max(0, false).reshape({1});
+    g.allreduce(m, dist::ReduceOp::max)->wait();
+    out.push_back(m.item());
+  }
+  return out;
+}
+
+TEST_CASE("ddp: the low-precision hooks stay within their format's bound of the f32 AllReduce, on every rank alike") {
+  const int N = dist::world().size;
+  const Batch mine = my_shard(global_batch(0, N * kPerRank));
+  auto g = group();
+  const std::vector<double> largest = largest_local_gradients(11, mine, *g);
+  for (const std::string name : {"bf16", "bf16-ef", "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-noef"}) {
+    CAPTURE(name);
+    const double u = name.rfind("bf16", 0) == 0 ? 0x1p-8 : name.rfind("fp8-e4m3", 0) == 0 ? 0x1p-4 : 0x1p-3;
+    auto a = make_mlp(11), b = make_mlp(11);
+    dist::DistributedDataParallel exact(a, g);
+    const dist::NamedCommHook hook = dist::make_comm_hook(name);
+    dist::DistributedDataParallel compressed(b, g, {.comm_hook = hook.hook});
+    rg::cross_entropy(exact(mine.x), mine.y).backward();
+    rg::cross_entropy(compressed(mine.x), mine.y).backward();
+    auto pa = a->parameters(), pb = b->parameters();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      CAPTURE(i);
+      // Stated bound: a partial sum over ranks is at most N x the largest local gradient, in sum
+      // units; each of the N-1 hops rounds it by at most u of its block's largest (Note [Scaled FP8
+      // blocks]), and the average once more: N u x the largest local gradient in all.
+      const rg::Tensor diff = (pa[i].grad() - pb[i].grad()).abs().flatten();
+      const double worst = diff.max(0, false).item();
+      CHECK(worst <= N * u * largest[i] * 1.001);
+      if (N > 1) CHECK(worst > 0);  // it really went through the low format
+      // Every rank decoded the same bits.
+      rg::Tensor low = pb[i].grad().flatten().clone(), high = low.clone();
+      g->allreduce(low, dist::ReduceOp::min)->wait();
+      g->allreduce(high, dist::ReduceOp::max)->wait();
+      CHECK((high - low).abs().max(0, false).item() == 0);
+    }
+    const bool ef =
+        name.find("-ef") != std::string::npos || (name.rfind("fp8", 0) == 0 && name.find("noef") == std::string::npos);
+    CHECK(hook.state->state_bytes() == (ef ? static_cast<int64_t>(compressed.buckets().front().numel) * 4 : 0));
+    CHECK(hook.state->calls == static_cast<int64_t>(compressed.buckets().size()));
+  }
+}
+
+TEST_CASE("ddp: error feedback carries each parameter's residual across a bucket rebuild, losing nothing") {
+  // Fixed parameters (no optimizer step), a new batch each step: the exact averaged gradients of
+  // the steps, summed, equal the compressed ones plus the ranks' mean residual (Note [Error
+  // feedback]). Small buckets, rebuilt after the first step in the observed order, so that every
+  // parameter's residual changes place.
+  const int N = dist::world().size;
+  auto a = std::make_shared<Reversed>(3), b = std::make_shared<Reversed>(3);
+  dist::DDPOptions small{.bucket_cap_mb = 0.002, .first_bucket_mb = 0.002};
+  auto g = group();
+  dist::DistributedDataParallel exact(a, g, small);
+  const dist::NamedCommHook hook = dist::make_comm_hook("fp8-e4m3");
+  small.comm_hook = hook.hook;
+  dist::DistributedDataParallel compressed(b, g, small);
+  const auto before = compressed.buckets();
+  std::map<std::string, rg::Tensor> exact_sum, compressed_sum;
+  optim::SGD clear_a(a->parameters(), {.lr = 0.1}), clear_b(b->parameters(), {.lr = 0.1});  // never stepped
+  for (int step = 0; step < 4; ++step) {
+    const Batch mine = my_shard(global_batch(step, N * kPerRank));
+    clear_a.zero_grad();
+    clear_b.zero_grad();
+    rg::cross_entropy(exact(mine.x), mine.y).backward();
+    rg::cross_entropy(compressed(mine.x), mine.y).backward();
+    for (const auto& [name, p] : a->named_parameters()) {
+      rg::Tensor e = p.grad().flatten().to(rg::DType::f64);
+      exact_sum[name] = exact_sum.count(name) ? exact_sum[name] + e : e;
+    }
+    for (const auto& [name, p] : b->named_parameters()) {
+      rg::Tensor c = p.grad().flatten().to(rg::DType::f64);
+      compressed_sum[name] = compressed_sum.count(name) ? compressed_sum[name] + c : c;
+    }
+  }
+  CHECK(compressed.buckets()[0].parameter_names != before[0].parameter_names);  // rebuilt
+  auto* state = dynamic_cast<dist::LowPrecisionHookState*>(hook.state.get());
+  REQUIRE(state != nullptr);
+  double worst = 0, worst_without = 0, scale = 0;
+  for (const auto& [name, p] : b->named_parameters()) {
+    CAPTURE(name);
+    rg::Tensor held = state->residual_of(name).clone();
+    REQUIRE(held.numel() == p.numel());
+    g->allreduce(held, dist::ReduceOp::avg)->wait();
+    const rg::Tensor lost = compressed_sum[name] + held.to(rg::DType::f64) - exact_sum[name];
+    worst = std::max(worst, lost.abs().max(0, false).item());
+    worst_without = std::max(worst_without, (compressed_sum[name] - exact_sum[name]).abs().max(0, false).item());
+    scale = std::max(scale, exact_sum[name].abs().max(0, false).item());
+  }
+  CHECK(worst <= 1e-5 * scale);
+  if (N > 1) CHECK(worst_without > 1e-3 * scale);  // what error feedback makes up for
+}
+
 TEST_CASE("ddp: a parameter without gradient is an error naming it, or zeros with find_unused_parameters") {
   const int N = dist::world().size;
   const Batch mine = my_shard(global_batch(0, N * kPerRank));

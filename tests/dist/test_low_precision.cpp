@@ -57,9 +57,12 @@ TEST_CASE("low-precision ring: identical bits on every rank, within N roundings 
             // Each of the N-1 hops and the final encoding rounds a value no larger than the sum of
             // magnitudes A (same signs: |partial| <= A), by at most u of it; the store to f16 /
             // bf16 once more.
-            const double u = unit_roundoff(w), store = dt == rg::DType::f32 ? 0x1p-24 : dt == rg::DType::f16 ? 0x1p-11 : 0x1p-8;
+            const double u = unit_roundoff(w), store = dt == rg::DType::f32   ? 0x1p-24
+                                                       : dt == rg::DType::f16 ? 0x1p-11
+                                                                              : 0x1p-8;
             std::vector<std::vector<double>> inputs;  // every rank's, as it filled them in dt
-            for (int r = 0; r < N; ++r) inputs.push_back(filled(n, dt, [&](int64_t i) { return value(r, i); }).to_vector());
+            for (int r = 0; r < N; ++r)
+              inputs.push_back(filled(n, dt, [&](int64_t i) { return value(r, i); }).to_vector());
             double worst = 0;
             for (int64_t i = 0; i < n; ++i) {
               double exact = 0, magnitude = 0;
@@ -83,8 +86,9 @@ TEST_CASE("low-precision ring: identical bits on every rank, within N roundings 
   }
 }
 
-TEST_CASE("low-precision ring: with error feedback, results over steps plus the last residuals sum to the exact "
-          "reductions") {
+TEST_CASE(
+    "low-precision ring: with error feedback, results over steps plus the last residuals sum to the exact "
+    "reductions") {
   const int N = dist::world().size;
   auto group = dist::new_group("ring", test_options());
   const int rank = group->rank(), steps = 6;
@@ -152,10 +156,9 @@ TEST_CASE("low-precision ring: refuses max, f64, a residual of the wrong size, a
   rg::Tensor t = rg::zeros({10});
   CHECK_THROWS_WITH_AS(group->allreduce_low_precision(t, dist::ReduceOp::max, {}),
                        doctest::Contains("sum or avg, not max"), std::exception);
-  CHECK_THROWS_WITH_AS(group->allreduce_low_precision(rg::zeros({10}, {.dtype = rg::DType::f64}),
-                                                      dist::ReduceOp::sum, {}),
+  CHECK_THROWS_WITH_AS(group->allreduce_low_precision(rg::zeros({10}, {.dtype = rg::DType::f64}), dist::ReduceOp::sum,
+                                                      {}),
                        doctest::Contains("f32, f16 or bf16"), std::exception);
-  CHECK_THROWS_WITH_AS(
-      group->allreduce_low_precision(t, dist::ReduceOp::sum, {.error_feedback = rg::zeros({9})}),
-      doctest::Contains("error_feedback (9,) f32"), std::exception);
+  CHECK_THROWS_WITH_AS(group->allreduce_low_precision(t, dist::ReduceOp::sum, {.error_feedback = rg::zeros({9})}),
+                       doctest::Contains("error_feedback (9,) f32"), std::exception);
 }

@@ -27,8 +27,12 @@ struct Format {
 };
 const Format kFormats[] = {{Fp8::e4m3, 4, 3, 7, "e4m3"}, {Fp8::e5m2, 5, 2, 15, "e5m2"}};
 
-uint8_t encode(Fp8 f, float x) { return f == Fp8::e4m3 ? dist::encode_fp8<Fp8::e4m3>(x) : dist::encode_fp8<Fp8::e5m2>(x); }
-float decode(Fp8 f, uint8_t c) { return f == Fp8::e4m3 ? dist::decode_fp8<Fp8::e4m3>(c) : dist::decode_fp8<Fp8::e5m2>(c); }
+uint8_t encode(Fp8 f, float x) {
+  return f == Fp8::e4m3 ? dist::encode_fp8<Fp8::e4m3>(x) : dist::encode_fp8<Fp8::e5m2>(x);
+}
+float decode(Fp8 f, uint8_t c) {
+  return f == Fp8::e4m3 ? dist::decode_fp8<Fp8::e4m3>(c) : dist::decode_fp8<Fp8::e5m2>(c);
+}
 
 // The value of a code straight from the specification's definition, in double: NaN for the NaN
 // codes, +-inf for E5M2's infinities.
@@ -85,7 +89,7 @@ TEST_CASE("fp8: every one of the 256 codes decodes to the value the OCP definiti
       }
       CHECK(static_cast<double>(got) == want);
       CHECK(std::signbit(got) == ((c & 0x80) != 0));
-      if (std::isinf(want)) continue;                   // E5M2's infinities saturate: below
+      if (std::isinf(want)) continue;                     // E5M2's infinities saturate: below
       CHECK(static_cast<int>(encode(f.kind, got)) == c);  // -0 included
     }
     CHECK(nans == (f.kind == Fp8::e4m3 ? 2 : 6));
@@ -95,11 +99,20 @@ TEST_CASE("fp8: every one of the 256 codes decodes to the value the OCP definiti
 TEST_CASE("fp8: encoding rounds to nearest even and saturates, as a brute-force search over the codes does") {
   for (const Format& f : kFormats) {
     CAPTURE(f.name);
-    std::vector<float> inputs = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, std::numeric_limits<float>::max(),
-                                 std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(), 1e-30f};
+    std::vector<float> inputs = {0.0f,
+                                 -0.0f,
+                                 INFINITY,
+                                 -INFINITY,
+                                 NAN,
+                                 -NAN,
+                                 std::numeric_limits<float>::max(),
+                                 std::numeric_limits<float>::denorm_min(),
+                                 std::numeric_limits<float>::min(),
+                                 1e-30f};
     // Every midpoint between neighbouring finite codes (the ties), and one f32 ulp either side.
     for (int c = 0; c + 1 < 128; ++c) {
-      const double lo = reference_value(f, static_cast<uint8_t>(c)), hi = reference_value(f, static_cast<uint8_t>(c + 1));
+      const double lo = reference_value(f, static_cast<uint8_t>(c)),
+                   hi = reference_value(f, static_cast<uint8_t>(c + 1));
       if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
       const auto mid = static_cast<float>((lo + hi) / 2);  // exact in f32
       for (float v : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
@@ -128,25 +141,25 @@ TEST_CASE("fp8: a table of hand-checked encodings") {
     uint8_t e4m3, e5m2;
   };
   const Case cases[] = {
-      {1.0f, 0x38, 0x3C},            // 1.0: exponent field = bias, mantissa 0
-      {-2.0f, 0xC0, 0xC0},           // sign bit, exponent + 1
-      {448.0f, 0x7E, 0x5F},          // E4M3's largest finite; E5M2: 1.75 * 2^8
-      {464.0f, 0x7E, 0x5F},          // E4M3: a tie of 448 (mantissa 110) and 480 (would be NaN): saturates
-      {1e6f, 0x7E, 0x7B},            // beyond both: saturates to the largest finite
-      {INFINITY, 0x7E, 0x7B},        // saturating mode: inf -> largest finite
-      {-INFINITY, 0xFE, 0xFB},       //
-      {57344.0f, 0x7E, 0x7B},        // E5M2's largest finite
-      {61440.0f, 0x7E, 0x7B},        // E5M2: a tie of 57344 and 65536 (inf): saturates
-      {0.0625f, 0x18, 0x2C},         // 2^-4
-      {0x1p-9f, 0x01, 0x18},         // E4M3's smallest subnormal
-      {0x1p-10f, 0x00, 0x14},        // E4M3: the tie of 0 and 2^-9 goes to 0 (even)
-      {0x3p-10f, 0x02, 0x1A},        // E4M3: the tie of 2^-9 (0x01) and 2^-8 (0x02) goes to 0x02
-      {0x1p-16f, 0x00, 0x01},        // E5M2's smallest subnormal; E4M3: far below half its smallest
-      {0x1p-17f, 0x00, 0x00},        // E5M2: the tie of 0 and 2^-16 goes to 0
-      {0x3p-17f, 0x00, 0x02},        // E5M2: the tie of 2^-16 (0x01) and 2^-15 (0x02) goes to 0x02
-      {0x1.1p0f, 0x38, 0x3C},        // 1 + 1/16: E4M3's tie of 1 and 1.125 goes to 1 (mantissa 000)
-      {0x1.3p0f, 0x3A, 0x3D},        // 1 + 3/16: E4M3's tie of 1.125 and 1.25 goes to 1.25 (010)
-      {0x1.ep-7f, 0x08, 0x24},       // 0.9375 * 2^-6 rounds up to 2^-6: E4M3 smallest normal; E5M2 1.875 * 2^-7 -> 2^-6
+      {1.0f, 0x38, 0x3C},       // 1.0: exponent field = bias, mantissa 0
+      {-2.0f, 0xC0, 0xC0},      // sign bit, exponent + 1
+      {448.0f, 0x7E, 0x5F},     // E4M3's largest finite; E5M2: 1.75 * 2^8
+      {464.0f, 0x7E, 0x5F},     // E4M3: a tie of 448 (mantissa 110) and 480 (would be NaN): saturates
+      {1e6f, 0x7E, 0x7B},       // beyond both: saturates to the largest finite
+      {INFINITY, 0x7E, 0x7B},   // saturating mode: inf -> largest finite
+      {-INFINITY, 0xFE, 0xFB},  //
+      {57344.0f, 0x7E, 0x7B},   // E5M2's largest finite
+      {61440.0f, 0x7E, 0x7B},   // E5M2: a tie of 57344 and 65536 (inf): saturates
+      {0.0625f, 0x18, 0x2C},    // 2^-4
+      {0x1p-9f, 0x01, 0x18},    // E4M3's smallest subnormal
+      {0x1p-10f, 0x00, 0x14},   // E4M3: the tie of 0 and 2^-9 goes to 0 (even)
+      {0x3p-10f, 0x02, 0x1A},   // E4M3: the tie of 2^-9 (0x01) and 2^-8 (0x02) goes to 0x02
+      {0x1p-16f, 0x00, 0x01},   // E5M2's smallest subnormal; E4M3: far below half its smallest
+      {0x1p-17f, 0x00, 0x00},   // E5M2: the tie of 0 and 2^-16 goes to 0
+      {0x3p-17f, 0x00, 0x02},   // E5M2: the tie of 2^-16 (0x01) and 2^-15 (0x02) goes to 0x02
+      {0x1.1p0f, 0x38, 0x3C},   // 1 + 1/16: E4M3's tie of 1 and 1.125 goes to 1 (mantissa 000)
+      {0x1.3p0f, 0x3A, 0x3D},   // 1 + 3/16: E4M3's tie of 1.125 and 1.25 goes to 1.25 (010)
+      {0x1.ep-7f, 0x08, 0x24},  // 0.9375 * 2^-6 rounds up to 2^-6: E4M3 smallest normal; E5M2 1.875 * 2^-7 -> 2^-6
   };
   for (const Case& c : cases) {
     CAPTURE(c.x);
@@ -163,7 +176,8 @@ TEST_CASE("wire: scaled FP8 blocks keep each value to the format's relative prec
   std::vector<float> x(n);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
-  for (int64_t i = 0; i < n; ++i) x[i] = u(rng) * std::exp2(static_cast<float>(i / block) * 20 - 30);  // per block: 2^-30, 2^-10, 2^10
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = u(rng) * std::exp2(static_cast<float>(i / block) * 20 - 30);  // per block: 2^-30, 2^-10, 2^10
   for (dist::WireFormat w : {dist::WireFormat::fp8_e4m3, dist::WireFormat::fp8_e5m2, dist::WireFormat::bf16}) {
     CAPTURE(dist::wire_format_name(w));
     const dist::WireBytes bytes = dist::wire_bytes(w, n, block);

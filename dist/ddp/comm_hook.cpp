@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "dist/ddp/powersgd.h"
 
 namespace ringgrad::dist {
 
@@ -29,13 +30,13 @@ HookWork fp16_compress_hook(ProcessGroup& group, GradBucket& bucket) {
   return {group.allreduce(half, ReduceOp::sum), [buffer, half]() mutable { buffer.copy_(half); }};
 }
 
-int64_t LowPrecisionHookState::state_bytes() const {
+int64_t ResidualsByParameter::bytes() const {
   int64_t bytes = 0;
   for (const Layout& l : by_bucket_) bytes += l.residual.defined() ? static_cast<int64_t>(l.residual.nbytes()) : 0;
   return bytes;
 }
 
-Tensor LowPrecisionHookState::residual_for(const GradBucket& bucket) {
+Tensor ResidualsByParameter::for_bucket(const GradBucket& bucket) {
   if (static_cast<size_t>(bucket.index) >= by_bucket_.size()) by_bucket_.resize(static_cast<size_t>(bucket.index) + 1);
   Layout& layout = by_bucket_[static_cast<size_t>(bucket.index)];
   const int64_t numel = bucket.buffer.numel();
@@ -62,7 +63,7 @@ Tensor LowPrecisionHookState::residual_for(const GradBucket& bucket) {
   return residual;
 }
 
-Tensor LowPrecisionHookState::residual_of(const std::string& parameter) const {
+Tensor ResidualsByParameter::of(const std::string& parameter) const {
   for (const auto& [name, slice] : slices_)
     if (name == parameter) return slice;
   return Tensor();
@@ -73,7 +74,8 @@ CommHook low_precision_hook(std::shared_ptr<LowPrecisionHookState> state) {
     const LowPrecisionHookOptions& o = state->options;
     const LowPrecisionAllreduce how{.wire = o.wire,
                                     .scale_block = o.scale_block,
-                                    .error_feedback = o.error_feedback ? state->residual_for(bucket) : Tensor()};
+                                    .error_feedback =
+                                        o.error_feedback ? state->residuals.for_bucket(bucket) : Tensor()};
     std::shared_ptr<Work> work = group.allreduce_low_precision(bucket.buffer, ReduceOp::avg, how);
     state->sent += low_precision_ring_sends(o.wire, bucket.buffer.numel(), group.size(), group.rank(), o.scale_block);
     ++state->calls;
@@ -82,12 +84,16 @@ CommHook low_precision_hook(std::shared_ptr<LowPrecisionHookState> state) {
 }
 
 const char* comm_hook_names() {
-  return "allreduce (or none), fp16, bf16, bf16-ef, fp8-e4m3, fp8-e5m2, fp8-e4m3-noef, fp8-e5m2-noef";
+  return "allreduce (or none), fp16, bf16, bf16-ef, fp8-e4m3, fp8-e5m2, fp8-e4m3-noef, fp8-e5m2-noef, powersgd";
 }
 
-NamedCommHook make_comm_hook(const std::string& name) {
+NamedCommHook make_comm_hook(const std::string& name, const PowerSgdOptions& powersgd) {
   if (name == "allreduce" || name == "none") return {allreduce_hook, nullptr};
   if (name == "fp16") return {fp16_compress_hook, nullptr};
+  if (name == "powersgd") {
+    auto state = std::make_shared<PowerSgdState>(powersgd);
+    return {powersgd_hook(state), state};
+  }
   auto low_precision = [](WireFormat wire, bool error_feedback) -> NamedCommHook {
     auto state = std::make_shared<LowPrecisionHookState>(
         LowPrecisionHookOptions{.wire = wire, .error_feedback = error_feedback});

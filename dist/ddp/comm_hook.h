@@ -67,6 +67,28 @@ class CommHookState {
   int64_t calls = 0;                        // buckets reduced
 };
 
+// Note [Residuals by parameter]: what error feedback keeps, one f32 value per gradient element,
+// laid out as a bucket's buffer so that it adds to it in one pass -- but owned by parameter, so
+// that when DDP rebuilds its buckets (after the first step, in the observed order) each
+// parameter's residual moves with it to its new place.
+class ResidualsByParameter {
+ public:
+  // The residual of this bucket's parameters, (bucket.buffer.numel()) f32: zeros at first; after a
+  // rebuild, each parameter's residual carried over from wherever it was.
+  Tensor for_bucket(const GradBucket& bucket);
+  // This parameter's residual, flat (numel) f32; undefined before its bucket's first reduction.
+  Tensor of(const std::string& parameter) const;
+  int64_t bytes() const;
+
+ private:
+  struct Layout {
+    std::vector<std::string> names;
+    Tensor residual;
+  };
+  std::vector<Layout> by_bucket_;                       // by GradBucket::index
+  std::vector<std::pair<std::string, Tensor>> slices_;  // parameter -> its view of a residual
+};
+
 // The low-precision hooks: the bucket averaged by ProcessGroup::allreduce_low_precision, bf16 or
 // scaled FP8 on the wire and f32 sums (Note [Low-precision ring]), with error feedback (Note
 // [Error feedback]) when asked: what this rank's encodings dropped is kept per parameter, in f32,
@@ -81,31 +103,31 @@ class LowPrecisionHookState : public CommHookState {
  public:
   explicit LowPrecisionHookState(LowPrecisionHookOptions options) : options(options) {}
   const LowPrecisionHookOptions options;
-  int64_t state_bytes() const override;  // the residuals: 4 bytes per gradient element with error feedback
-  // The residual of this bucket's parameters, (bucket.buffer.numel()) f32: zeros at first; after
-  // DDP rebuilt its buckets, the parameters' residuals carried over into the new layout.
-  Tensor residual_for(const GradBucket& bucket);
-  // This parameter's residual, shaped as flat (numel) f32; undefined before its first reduction.
-  Tensor residual_of(const std::string& parameter) const;
-
- private:
-  struct Layout {
-    std::vector<std::string> names;
-    Tensor residual;
-  };
-  std::vector<Layout> by_bucket_;                       // by GradBucket::index
-  std::vector<std::pair<std::string, Tensor>> slices_;  // parameter -> its view of a residual
+  ResidualsByParameter residuals;  // with error feedback
+  int64_t state_bytes() const override { return residuals.bytes(); }
 };
 CommHook low_precision_hook(std::shared_ptr<LowPrecisionHookState> state);
 
+// PowerSGD's settings (its hook and state: dist/ddp/powersgd.h, Note [PowerSGD]); the defaults
+// are PyTorch's PowerSGDState's.
+struct PowerSgdOptions {
+  int rank = 1;                     // r, the approximation's rank (PyTorch: matrix_approximation_rank)
+  int64_t start_iteration = 1000;   // steps of plain AllReduce first (PyTorch's start_powerSGD_iter)
+  double min_compression_rate = 2;  // compress a matrix only if n m > (n + m) r * this
+  bool error_feedback = true;
+  bool warm_start = true;    // start from last step's Q (else a new random Q every step)
+  uint64_t random_seed = 0;  // the initial Qs: the same on every rank
+};
+
 // A hook chosen by name, with its state where it has one (null otherwise): "allreduce" (or
 // "none"), "fp16", "bf16" and "bf16-ef" (error feedback), "fp8-e4m3" and "fp8-e5m2" (with error
-// feedback), "fp8-e4m3-noef" and "fp8-e5m2-noef" (without). The examples' --comm-hook.
+// feedback), "fp8-e4m3-noef" and "fp8-e5m2-noef" (without), "powersgd" (with `powersgd`'s
+// settings). The examples' --comm-hook.
 struct NamedCommHook {
   CommHook hook;
   std::shared_ptr<CommHookState> state;
 };
-NamedCommHook make_comm_hook(const std::string& name);
+NamedCommHook make_comm_hook(const std::string& name, const PowerSgdOptions& powersgd = {});
 // The names make_comm_hook takes, for --help lines and errors.
 const char* comm_hook_names();
 // make_comm_hook(name).hook.

@@ -147,7 +147,8 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
   }
   if (hook_bytes > 0)
     out += line("comm hook state   ", static_cast<double>(hook_bytes),
-                "error feedback: what this rank's encodings dropped, f32 per gradient element");
+                "kept by --comm-hook between steps: error feedback's residuals, f32 per gradient element, and "
+                "PowerSGD's Qs");
   out += line("model state       ", model_state,
               persistent ? "the sum of the above" : "the sum of the above, less the buckets: between steps");
   if (stage3)

@@ -56,7 +56,7 @@ void add_flags(CLI::App& app, Config& c) {
                  "cap of the first bucket (the last layers' gradients), which DDP keeps small so that "
                  "communication starts early")
       ->check(flags::finite_in(0, 1 << 20, true));
-  examples::add_comm_hook_flag(app, c.comm_hook);
+  examples::add_comm_hook_flags(app, c.comm_hook, c.powersgd);
   flags::add_zero_flags(app, c.zero, c.memory_report);
   app.add_flag("--checkpoint-activations", c.checkpoint_activations,
                "keep only each transformer block's input in forward and recompute the block in backward: its "

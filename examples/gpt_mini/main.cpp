@@ -192,7 +192,9 @@ void check_same_flags(dist::ProcessGroup& group, const Config& c, Device device)
                              {"--bucket-mb", str_cat(c.bucket_mb)},
                              {"--first-bucket-mb", str_cat(c.first_bucket_mb)},
                              {"--zero", std::to_string(c.zero)},
-                             {"--comm-hook", c.comm_hook}});
+                             {"--comm-hook", c.comm_hook},
+                             {"--powersgd-rank", std::to_string(c.powersgd.rank)},
+                             {"--powersgd-start", std::to_string(c.powersgd.start_iteration)}});
 }
 
 // What one optimizer step works with.
@@ -272,7 +274,7 @@ int run(Config& c, const dist::World& world) {
   int64_t step = 0;
   auto group = dist::new_group(c.backend);
   check_same_flags(*group, c, device);
-  const dist::NamedCommHook comm_hook = dist::make_comm_hook(c.comm_hook);
+  const dist::NamedCommHook comm_hook = dist::make_comm_hook(c.comm_hook, c.powersgd);
   dist::DistributedDataParallel ddp(
       model, group, {.bucket_cap_mb = c.bucket_mb, .first_bucket_mb = c.first_bucket_mb, .comm_hook = comm_hook.hook});
   // --zero 1/2/3: each rank keeps 1/N of AdamW's state (2: and of the reduced gradient; 3: and of the

@@ -43,7 +43,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--accum", c.accum, "micro-batches per optimizer step (gradient accumulation under no_sync)")
       ->check(flags::int_in(1, 1 << 20));
   app.add_option("--bucket-mb", c.bucket_mb, "DDP bucket size cap in MiB")->check(flags::finite_in(0, 1 << 20, true));
-  examples::add_comm_hook_flag(app, c.comm_hook);
+  examples::add_comm_hook_flags(app, c.comm_hook, c.powersgd);
   app.add_option("--backend", c.backend, "process group backend: auto, ring, tree, mpi, hierarchical, nccl")
       ->check(CLI::IsMember({"auto", "ring", "tree", "mpi", "hierarchical", "nccl"}));
   app.add_option("--stats-every", c.stats_every,

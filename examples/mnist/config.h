@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "examples/common/comm_hook.h"
+
 namespace mnist {
 
 struct Config {
@@ -21,6 +23,7 @@ struct Config {
   int accum = 1;
   double bucket_mb = 25;
   std::string comm_hook = "allreduce", backend = "auto", trace, simulate_network;
+  ringgrad::dist::PowerSgdOptions powersgd = ringgrad::examples::example_powersgd_options();  // --powersgd-*
   std::optional<std::pair<double, double>> simulated_network;  // (GB/s, latency us) from --simulate-network
   std::string device = "cpu";                                  // cpu, cuda (the local rank's GPU) or cuda:N
   int64_t stats_every = 200;

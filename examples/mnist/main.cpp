@@ -125,6 +125,8 @@ void check_same_flags(dist::ProcessGroup& group, const Config& c, Device device)
                              {"--checkpoint given", c.checkpoint.empty() ? "no" : "yes"},
                              {"--resume", c.resume},
                              {"--comm-hook", c.comm_hook},
+                             {"--powersgd-rank", std::to_string(c.powersgd.rank)},
+                             {"--powersgd-start", std::to_string(c.powersgd.start_iteration)},
                              {"--zero", std::to_string(c.zero)},
                              {"--trace given", c.trace.empty() ? "no" : "yes"}});
 }
@@ -226,7 +228,7 @@ int run(Config& c, const dist::World& world) {
   auto group = dist::new_group(c.backend, group_options);
   check_same_flags(*group, c, device);
   // Wrapping checks that every rank built the same model and copies rank 0's weights everywhere.
-  const dist::NamedCommHook comm_hook = dist::make_comm_hook(c.comm_hook);
+  const dist::NamedCommHook comm_hook = dist::make_comm_hook(c.comm_hook, c.powersgd);
   dist::DistributedDataParallel ddp(
       model, group, {.bucket_cap_mb = c.bucket_mb, .comm_hook = comm_hook.hook, .trace = !c.trace.empty()});
   // --zero 1/2/3: each rank keeps 1/N of the optimizer state (2: and of the reduced gradient; 3: and

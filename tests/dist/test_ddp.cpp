@@ -10,6 +10,7 @@
 
 #include "autograd/engine.h"
 #include "dist/ddp/ddp.h"
+#include "dist/ddp/powersgd.h"
 #include "dist_test_util.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -466,7 +467,7 @@ TEST_CASE("ddp: error feedback carries each parameter's residual across a bucket
   double worst = 0, worst_without = 0, scale = 0;
   for (const auto& [name, p] : b->named_parameters()) {
     CAPTURE(name);
-    rg::Tensor held = state->residual_of(name).clone();
+    rg::Tensor held = state->residuals.of(name).clone();
     REQUIRE(held.numel() == p.numel());
     g->allreduce(held, dist::ReduceOp::avg)->wait();
     const rg::Tensor lost = compressed_sum[name] + held.to(rg::DType::f64) - exact_sum[name];
@@ -476,6 +477,134 @@ TEST_CASE("ddp: error feedback carries each parameter's residual across a bucket
   }
   CHECK(worst <= 1e-5 * scale);
   if (N > 1) CHECK(worst_without > 1e-3 * scale);  // what error feedback makes up for
+}
+
+// Row-major double matrices for the PowerSGD reference.
+using Matrix = std::vector<double>;  // (rows, cols)
+Matrix matmul(const Matrix& a, const Matrix& b, int64_t n, int64_t k, int64_t m, bool a_transposed = false,
+              bool b_transposed = false) {
+  Matrix c(static_cast<size_t>(n * m), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t l = 0; l < k; ++l)
+        c[i * m + j] += (a_transposed ? a[l * n + i] : a[i * k + l]) * (b_transposed ? b[j * k + l] : b[l * m + j]);
+  return c;
+}
+void orthogonalize(Matrix& a, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < cols; ++i) {
+    double norm = 0;
+    for (int64_t k = 0; k < rows; ++k) norm += a[k * cols + i] * a[k * cols + i];
+    norm = std::sqrt(norm);
+    for (int64_t k = 0; k < rows; ++k) a[k * cols + i] /= norm;
+    for (int64_t j = i + 1; j < cols; ++j) {
+      double dot = 0;
+      for (int64_t k = 0; k < rows; ++k) dot += a[k * cols + i] * a[k * cols + j];
+      for (int64_t k = 0; k < rows; ++k) a[k * cols + j] -= dot * a[k * cols + i];
+    }
+  }
+}
+
+TEST_CASE("ddp: the PowerSGD hook computes what a double-precision reference of the algorithm does") {
+  // Parameters held fixed (no optimizer step), a new batch each step. Step 0 is plain AllReduce
+  // (start_iteration 1), steps 1-3 PowerSGD of rank 2 with error feedback and warm start. The
+  // reference computes every rank's local gradient itself (the global batch is known everywhere)
+  // and runs Note [PowerSGD] in double.
+  const int N = dist::world().size;
+  const int rank = 2;
+  const dist::PowerSgdOptions options{.rank = rank, .start_iteration = 1, .random_seed = 42};
+  auto model = make_mlp(11);
+  const dist::NamedCommHook hook = dist::make_comm_hook("powersgd", options);
+  dist::DistributedDataParallel ddp(model, group(), {.rebuild_buckets = false, .comm_hook = hook.hook});
+  REQUIRE(ddp.buckets().size() == 1);
+  const std::vector<std::string> order = ddp.buckets()[0].parameter_names;
+  optim::SGD clear(model->parameters(), {.lr = 0.1});  // never stepped
+  std::map<std::string, rg::Tensor> param;
+  for (const auto& [name, p] : model->named_parameters()) param[name] = p;
+  std::map<std::string, std::vector<Matrix>> residual;  // per parameter, per rank
+  std::map<std::string, Matrix> q_kept;
+  int64_t qs_made = 0;
+  auto* state = dynamic_cast<dist::PowerSgdState*>(hook.state.get());
+  REQUIRE(state != nullptr);
+  for (int step = 0; step < 4; ++step) {
+    CAPTURE(step);
+    const Batch global = global_batch(step, N * kPerRank);
+    // Every rank's local gradients, by parameter.
+    std::map<std::string, std::vector<Matrix>> local;
+    for (int r = 0; r < N; ++r) {
+      auto copy = make_mlp(11);
+      const Batch shard{global.x.narrow(0, r * kPerRank, kPerRank).contiguous(),
+                        global.y.narrow(0, r * kPerRank, kPerRank).contiguous()};
+      rg::cross_entropy((*copy)(shard.x), shard.y).backward();
+      for (const auto& [name, p] : copy->named_parameters()) local[name].push_back(p.grad().flatten().to_vector());
+    }
+    clear.zero_grad();
+    const Batch mine = my_shard(global);
+    rg::cross_entropy(ddp(mine.x), mine.y).backward();
+    for (const std::string& name : order) {
+      CAPTURE(name);
+      const rg::Shape shape = param[name].shape();
+      const int64_t n = shape[0], m = param[name].numel() / n;
+      Matrix expected(static_cast<size_t>(n * m), 0.0);
+      std::vector<Matrix>& e = residual[name];
+      if (e.empty()) e.assign(static_cast<size_t>(N), Matrix(static_cast<size_t>(n * m), 0.0));
+      std::vector<Matrix> M = local[name];
+      if (step >= 1)
+        for (int r = 0; r < N; ++r)
+          for (size_t i = 0; i < M[r].size(); ++i) M[r][i] += e[r][i];
+      const bool compressed = step >= 1 && shape.size() == 2 && n * m > (n + m) * rank * 2;
+      if (!compressed) {
+        for (int r = 0; r < N; ++r)
+          for (size_t i = 0; i < expected.size(); ++i) expected[i] += M[r][i] / N;
+      } else {
+        Matrix q;
+        if (q_kept.count(name)) {
+          q = q_kept[name];
+        } else {
+          rg::Generator gen(options.random_seed + static_cast<uint64_t>(qs_made++));
+          q = rg::randn({m, rank}, gen).to_vector();
+        }
+        orthogonalize(q, m, rank);
+        Matrix p(static_cast<size_t>(n * rank), 0.0);
+        for (int r = 0; r < N; ++r) {
+          const Matrix pr = matmul(M[r], q, n, m, rank);
+          for (size_t i = 0; i < p.size(); ++i) p[i] += pr[i];
+        }
+        orthogonalize(p, n, rank);
+        Matrix q_new(static_cast<size_t>(m * rank), 0.0);
+        for (int r = 0; r < N; ++r) {
+          const Matrix qr = matmul(M[r], p, m, n, rank, /*a_transposed=*/true);
+          for (size_t i = 0; i < q_new.size(); ++i) q_new[i] += qr[i] / N;
+        }
+        expected = matmul(p, q_new, n, rank, m, false, /*b_transposed=*/true);
+        q_kept[name] = q_new;
+        const std::vector<double> kept = state->q_of(name).to_vector();
+        double worst_q = 0, largest_q = 0;
+        for (size_t i = 0; i < kept.size(); ++i) {
+          worst_q = std::max(worst_q, std::fabs(kept[i] - q_new[i]));
+          largest_q = std::max(largest_q, std::fabs(q_new[i]));
+        }
+        CHECK(worst_q <= 1e-4 * largest_q);
+      }
+      if (step >= 1)
+        for (int r = 0; r < N; ++r)
+          for (size_t i = 0; i < expected.size(); ++i) e[r][i] = M[r][i] - expected[i];
+      const std::vector<double> got = param[name].grad().flatten().to_vector();
+      double worst = 0, largest = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::fabs(got[i] - expected[i]));
+        largest = std::max(largest, std::fabs(expected[i]));
+      }
+      CHECK(worst <= 1e-4 * largest);  // f32 against double, through two orthogonalizations
+      const std::vector<double> mine_e = state->residuals.of(name).defined() ? state->residuals.of(name).to_vector()
+                                                                             : std::vector<double>(got.size(), 0.0);
+      double worst_e = 0;
+      for (size_t i = 0; i < mine_e.size(); ++i)
+        worst_e = std::max(worst_e, std::fabs(mine_e[i] - e[static_cast<size_t>(dist::world().rank)][i]));
+      CHECK(worst_e <= 1e-4 * std::max(largest, 1e-30));
+    }
+  }
+  CHECK(state->iteration() == 3);
+  CHECK(state->numel_after < state->numel_before);
 }
 
 TEST_CASE("ddp: a parameter without gradient is an error naming it, or zeros with find_unused_parameters") {

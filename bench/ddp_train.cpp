@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   try {
     const dist::World w = dist::init(&argc, &argv);
     set_num_threads(flags.threads);
-    double samples_per_s = 0, overlap = 0;
+    double samples_per_s = 0, overlap = 0, wire_bytes = 0;
     {
       data::Mnist mnist = data::load_mnist(flags.data, /*normalize=*/model_name == "mlp");
       if (model_name != "mlp") mnist.train.images = (mnist.train.images - 0.5) * 2.0;
@@ -56,7 +56,9 @@ int main(int argc, char** argv) {
                                 ? dist::CommHook([&](dist::ProcessGroup& g, dist::GradBucket&) -> dist::HookWork {
                                     return {g.allreduce(sync_token), nullptr};
                                   })
-                                : dist::comm_hook_by_name(flags.comm_hook);
+                                : dist::make_comm_hook(flags.comm_hook, {.rank = flags.powersgd_rank,
+                                                                         .start_iteration = flags.powersgd_start})
+                                      .hook;
       if (w.size > 1 || flags.zero > 0)
         ddp = std::make_unique<dist::DistributedDataParallel>(model, group,
                                                               dist::DDPOptions{.bucket_cap_mb = flags.bucket_mb,
@@ -82,7 +84,7 @@ int main(int argc, char** argv) {
         nn::F::cross_entropy(ddp ? ddp->forward(x) : model->forward(x), y).backward();
         opt->step();
       };
-      const double seconds = bench::time_steps(step, flags, *group, ddp.get());
+      const double seconds = bench::time_steps(step, flags, *group, ddp.get(), &wire_bytes);
       if (ddp && !flags.trace.empty()) ddp->write_trace(flags.trace);  // collective
       samples_per_s = static_cast<double>(flags.steps) * batch * w.size / seconds;
       overlap = bench::report_overlap(ddp.get(), w.rank);
@@ -90,9 +92,9 @@ int main(int argc, char** argv) {
     if (w.rank == 0)
       std::printf(
           "RESULT impl=ringgrad model=%s ranks=%d threads=%d batch=%d steps=%d precision=%s zero=%d "
-          "samples_per_s=%.1f overlap=%.0f\n",
+          "samples_per_s=%.1f overlap=%.0f comm_hook=%s wire_bytes_per_step=%.0f\n",
           model_name.c_str(), w.size, flags.threads, batch, flags.steps, flags.precision.c_str(), flags.zero,
-          samples_per_s, overlap);
+          samples_per_s, overlap, flags.comm_hook.c_str(), wire_bytes);
     dist::finalize();
     return 0;
   } catch (const std::exception& e) {

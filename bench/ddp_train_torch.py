@@ -9,7 +9,9 @@ Fashion-MNIST, ../shared/WORKLOADS.md), same flags, same work, same RESULT line.
 Needs Debian's python3-torch (PyTorch 1.13, CPU), importable only from /usr/bin/python3. Under
 mpirun, rank and world size come from OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE and the ranks
 meet through torch.distributed's TCP rendezvous at MASTER_ADDR (default 127.0.0.1) : MASTER_PORT
-(default 29541); the model is wrapped in DistributedDataParallel over gloo (default bucket_cap_mb).
+(default 29541); the model is wrapped in DistributedDataParallel over gloo (default bucket_cap_mb),
+with --comm-hook fp16 | bf16 | powersgd (--powersgd-rank, --powersgd-start) registering PyTorch's
+own hooks (PowerSGD's start is at least 2, PyTorch's minimum with error feedback).
 A world of one runs the plain model, no process group.
 
 --threads sets both torch's OpenMP pool and OpenBLAS's threads (Debian's torch does its GEMMs in
@@ -116,7 +118,8 @@ def make_model(name):
 
 def main(argv):
     opts = {"--model": "mlp", "--data": "/usr/share/datasets/fashion-mnist", "--steps": "200",
-            "--warmup": "20", "--threads": "1", "--batch": "0"}
+            "--warmup": "20", "--threads": "1", "--batch": "0", "--comm-hook": "allreduce",
+            "--powersgd-rank": "4", "--powersgd-start": "10"}
     for flag, value in zip(argv[::2], argv[1::2]):
         if flag not in opts:
             sys.stderr.write(f"unknown flag {flag} (flags: {' '.join(opts)})\n")
@@ -148,6 +151,23 @@ def main(argv):
     torch.manual_seed(1)
     model = make_model(model_name)
     net = nn.parallel.DistributedDataParallel(model) if size > 1 else model
+    hook = opts["--comm-hook"]
+    if size > 1 and hook != "allreduce":
+        # ringgrad's --comm-hook names for PyTorch's own hooks: fp16 and bf16 cast the bucket and
+        # AllReduce it in that type (gloo adds in it); powersgd as dist/ddp/powersgd.h.
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+        if hook == "fp16":
+            net.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif hook == "bf16":
+            net.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        elif hook == "powersgd":
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=int(opts["--powersgd-rank"]),
+                start_powerSGD_iter=max(2, int(opts["--powersgd-start"])))
+            net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        else:
+            sys.stderr.write(f"--comm-hook {hook}: PyTorch has allreduce, fp16, bf16 and powersgd\n")
+            return 2
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     order = torch.from_numpy(np.random.RandomState(7).permutation(n))

@@ -53,7 +53,9 @@ int main(int argc, char** argv) {
       dist::DDPOptions ddp_options;
       ddp_options.bucket_cap_mb = flags.bucket_mb;
       ddp_options.first_bucket_mb = flags.first_bucket_mb;
-      ddp_options.comm_hook = dist::comm_hook_by_name(flags.comm_hook);
+      ddp_options.comm_hook =
+          dist::make_comm_hook(flags.comm_hook, {.rank = flags.powersgd_rank, .start_iteration = flags.powersgd_start})
+              .hook;
       ddp_options.trace = !flags.trace.empty();
       if (w.size > 1 || flags.zero > 0)
         ddp = std::make_unique<dist::DistributedDataParallel>(model, group, ddp_options);

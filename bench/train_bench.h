@@ -27,17 +27,20 @@ struct TrainFlags {
   bool checkpoint_activations = false;         // --checkpoint-activations 0|1 (gpt_train: per block)
   double bucket_mb = 25, first_bucket_mb = 1;  // DDPOptions' defaults
   double staging_mb = 1;                       // ZeroOptions' default (stage 2's shared staging)
+  int powersgd_rank = 4;                       // --comm-hook powersgd (as the examples)
+  int64_t powersgd_start = 10;
 };
 
 // Parses "--flag value" pairs into `flags` (its fields hold the program's defaults). `extra` names
 // the flags beyond the common --data --steps --warmup --threads --batch --backend --bucket-mb
-// --first-bucket-mb --comm-hook --step-times --trace --precision --zero --staging-mb that this
+// --first-bucket-mb --comm-hook --step-times --trace --precision --zero --staging-mb
+// --powersgd-rank --powersgd-start that this
 // program takes (--model, --block, --checkpoint-activations).
 // False, after printing the flags it takes, on anything else.
 inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
   std::string accepted =
       "--data --steps --warmup --threads --batch --backend --bucket-mb --first-bucket-mb --comm-hook --step-times "
-      "--trace --precision --zero --staging-mb";
+      "--trace --precision --zero --staging-mb --powersgd-rank --powersgd-start";
   for (const std::string& e : extra) accepted += " " + e;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -52,6 +55,8 @@ inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::ini
     else if (flag == "--first-bucket-mb") flags.first_bucket_mb = std::stod(value);
     else if (flag == "--staging-mb") flags.staging_mb = std::stod(value);
     else if (flag == "--comm-hook") flags.comm_hook = value;
+    else if (flag == "--powersgd-rank") flags.powersgd_rank = std::stoi(value);
+    else if (flag == "--powersgd-start") flags.powersgd_start = std::stoll(value);
     else if (flag == "--step-times") flags.step_times = value;
     else if (flag == "--trace") flags.trace = value;
     else if (flag == "--zero") {
@@ -104,13 +109,17 @@ struct CpuTime {
 // the rank waited with nothing to run -- the early rank's, mostly: the step waits for the late one,
 // whose CPU is the figure to shrink (a rank whose caller is blocked spins, so its "other threads"
 // CPU includes idle time: Note [Spinning for a blocked caller] in dist/comm_thread.cpp).
+// wire_bytes_per_step, when given: what this rank's own messages sent per timed step
+// (dist::transport_bytes(), both transports).
 inline double time_steps(const std::function<void()>& step, const TrainFlags& flags,
-                         ringgrad::dist::ProcessGroup& group, ringgrad::dist::DistributedDataParallel* ddp) {
+                         ringgrad::dist::ProcessGroup& group, ringgrad::dist::DistributedDataParallel* ddp,
+                         double* wire_bytes_per_step = nullptr) {
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < flags.warmup; ++i) step();
   group.barrier()->wait();
   if (ddp) ddp->reset_stats();
   const CpuTime thread0 = CpuTime::of(RUSAGE_THREAD), process0 = CpuTime::of(RUSAGE_SELF);
+  const ringgrad::dist::TransportBytes sent0 = ringgrad::dist::transport_bytes();
   const auto t0 = Clock::now();
   std::vector<double> step_ms;  // each step's wall time: its spread is what lockstep ranks wait for
   step_ms.reserve(static_cast<size_t>(std::max(flags.steps, 0)));
@@ -121,6 +130,11 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
   }
   group.barrier()->wait();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const ringgrad::dist::TransportBytes sent1 = ringgrad::dist::transport_bytes();
+  if (wire_bytes_per_step != nullptr && flags.steps > 0)
+    *wire_bytes_per_step =
+        static_cast<double>((sent1.same_machine - sent0.same_machine) + (sent1.other_machines - sent0.other_machines)) /
+        flags.steps;
   const CpuTime thread1 = CpuTime::of(RUSAGE_THREAD), process1 = CpuTime::of(RUSAGE_SELF);
   if (!flags.step_times.empty()) {  // with 2+ ranks each writes FILE.<rank>
     const std::string path =

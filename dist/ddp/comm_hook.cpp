@@ -69,6 +69,84 @@ Tensor ResidualsByParameter::of(const std::string& parameter) const {
   return Tensor();
 }
 
+StateDict ResidualsByParameter::state(const std::string& prefix) const {
+  StateDict out;
+  for (const auto& [name, slice] : slices_) out.emplace_back(prefix + name, slice.clone());
+  return out;
+}
+
+void ResidualsByParameter::load(const StateDict& state, const std::string& prefix) {
+  for (auto& [name, slice] : slices_) slice.zero_();
+  for (const auto& [key, value] : with_prefix_removed(state, prefix)) {
+    RG_CHECK(value.dtype() == DType::f32 && value.dim() == 1, "dist.ResidualsByParameter.load", "the residual of ", key,
+             " must be flat f32, got ", value.desc());
+    auto it = std::find_if(slices_.begin(), slices_.end(), [&](const auto& s) { return s.first == key; });
+    if (it == slices_.end()) {
+      slices_.emplace_back(key, value.clone());  // placed into its bucket at the bucket's next reduction
+    } else {
+      RG_CHECK(it->second.numel() == value.numel(), "dist.ResidualsByParameter.load", "the residual of ", key, " has ",
+               value.numel(), " elements, the parameter ", it->second.numel());
+      it->second.copy_(value);
+    }
+  }
+}
+
+CommHookCheckpoint::CommHookCheckpoint(std::shared_ptr<CommHookState> state, std::shared_ptr<ProcessGroup> group)
+    : state_(std::move(state)), group_(std::move(group)) {
+  RG_CHECK(state_ != nullptr && group_ != nullptr, "dist.CommHookCheckpoint", "needs a hook state and a group");
+}
+
+void CommHookCheckpoint::gather() {
+  const int N = group_->size();
+  const StateDict local = state_->local_state();
+  // Every rank must hold the same entries (the same parameters reduced): checked by count here and
+  // by each allgather's shapes below.
+  Tensor count = full({1}, static_cast<double>(local.size()), {.dtype = DType::i64}), low = count.clone();
+  group_->allreduce(count, ReduceOp::max)->wait();
+  group_->allreduce(low, ReduceOp::min)->wait();
+  RG_CHECK(count.item() == low.item(), "dist.CommHookCheckpoint.gather",
+           "ranks hold different numbers of hook "
+           "state entries (",
+           low.item(), " to ", count.item(), "; this rank ", local.size(), ", rank ", group_->rank(), "/", N,
+           "): gather after the same steps on every rank");
+  StateDict gathered{{"world_size", full({}, N, {.dtype = DType::i64})}};
+  for (const auto& [key, value] : local) {
+    const Tensor mine = value.contiguous();
+    Shape stacked{N};
+    stacked.insert(stacked.end(), mine.shape().begin(), mine.shape().end());
+    Tensor all = zeros(stacked, {.dtype = mine.dtype()});
+    group_->allgather(all, mine)->wait();
+    for (int r = 0; r < N; ++r) gathered.emplace_back(str_cat("rank", r, ".", key), all.select(0, r).clone());
+  }
+  gathered_ = std::move(gathered);
+  gathered_at_calls_ = state_->calls;
+}
+
+StateDict CommHookCheckpoint::state_dict() const {
+  if (!gathered_.empty() && gathered_at_calls_ == state_->calls) return gathered_;
+  // Not gathered since the hook last ran: this rank's state alone (what a load snapshots to roll
+  // back to). Saved like that, the file lacks the other ranks' state, and loading it says so.
+  StateDict own{{"world_size", full({}, group_->size(), {.dtype = DType::i64})}};
+  for (const auto& [key, value] : state_->local_state())
+    own.emplace_back(str_cat("rank", group_->rank(), ".", key), value);
+  return own;
+}
+
+void CommHookCheckpoint::load_state_dict(const StateDict& state) {
+  const int64_t saved = state_int(state, "world_size", "dist.CommHookCheckpoint");
+  RG_CHECK(saved == group_->size(), "dist.CommHookCheckpoint", "the communication hook's state was saved by ", saved,
+           " ranks and is per rank; this run has ", group_->size(), " (rank ", group_->rank(),
+           "). Resume at the same world size, or leave the hook's state out (strict = false)");
+  const StateDict mine = with_prefix_removed(state, str_cat("rank", group_->rank(), "."));
+  const bool others =
+      std::any_of(state.begin(), state.end(), [](const auto& e) { return e.first.rfind("rank", 0) == 0; });
+  RG_CHECK(!mine.empty() || !others, "dist.CommHookCheckpoint",
+           "the checkpoint holds other ranks' communication hook "
+           "state but not rank ",
+           group_->rank(), "'s: it was saved without gather() on every rank first");
+  state_->load_local_state(mine);
+}
+
 CommHook low_precision_hook(std::shared_ptr<LowPrecisionHookState> state) {
   return [state](ProcessGroup& group, GradBucket& bucket) -> HookWork {
     const LowPrecisionHookOptions& o = state->options;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/state_dict.h"
 #include "core/tensor.h"
 #include "dist/process_group.h"
 
@@ -63,8 +64,37 @@ class CommHookState {
  public:
   virtual ~CommHookState() = default;
   virtual int64_t state_bytes() const = 0;  // kept between steps (residuals, ...)
-  WireBytes sent;                           // this rank's bytes on the wire, over every call so far
-  int64_t calls = 0;                        // buckets reduced
+  // This rank's state for a checkpoint (CommHookCheckpoint), under names that are the same on
+  // every rank; and its restoration. Counters (sent, calls) are statistics, not state.
+  virtual StateDict local_state() const = 0;
+  virtual void load_local_state(const StateDict& state) = 0;
+  WireBytes sent;     // this rank's bytes on the wire, over every call so far
+  int64_t calls = 0;  // buckets reduced
+};
+
+// A hook's state as a TrainingCheckpoint component (optim/training_checkpoint.h). The state is per
+// rank (error feedback's residuals differ from rank to rank) while rank 0 alone writes the file, so
+// every rank calls gather() -- a collective -- before each save, and rank 0's file then holds every
+// rank's state; on load each rank takes its own, so a resume is bit-exact. Resuming at another
+// world size is refused (which rank's residuals would a new rank take?).
+//
+//   dist::CommHookCheckpoint hook_ckpt(hook.state, group);
+//   checkpoint.add("comm_hook", hook_ckpt);
+//   hook_ckpt.gather(); checkpoint.save(path);     // every rank
+class CommHookCheckpoint {
+ public:
+  CommHookCheckpoint(std::shared_ptr<CommHookState> state, std::shared_ptr<ProcessGroup> group);
+  void gather();
+  // "world_size" and "rank<r>.<key>" of every rank, as gathered -- or of this rank alone when the
+  // hook ran since (a load's snapshot; a file saved so is refused on load by the other ranks).
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
+
+ private:
+  std::shared_ptr<CommHookState> state_;
+  std::shared_ptr<ProcessGroup> group_;
+  StateDict gathered_;
+  int64_t gathered_at_calls_ = -1;  // the hook's calls when gathered: later calls make it stale
 };
 
 // Note [Residuals by parameter]: what error feedback keeps, one f32 value per gradient element,
@@ -79,6 +109,9 @@ class ResidualsByParameter {
   // This parameter's residual, flat (numel) f32; undefined before its bucket's first reduction.
   Tensor of(const std::string& parameter) const;
   int64_t bytes() const;
+  // "<prefix><parameter>" -> its residual; and back (residuals absent from `state` become zeros).
+  StateDict state(const std::string& prefix) const;
+  void load(const StateDict& state, const std::string& prefix);
 
  private:
   struct Layout {
@@ -105,6 +138,8 @@ class LowPrecisionHookState : public CommHookState {
   const LowPrecisionHookOptions options;
   ResidualsByParameter residuals;  // with error feedback
   int64_t state_bytes() const override { return residuals.bytes(); }
+  StateDict local_state() const override { return residuals.state("residual."); }
+  void load_local_state(const StateDict& state) override { residuals.load(state, "residual."); }
 };
 CommHook low_precision_hook(std::shared_ptr<LowPrecisionHookState> state);
 

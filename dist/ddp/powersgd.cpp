@@ -58,6 +58,29 @@ int64_t PowerSgdState::state_bytes() const {
   return bytes;
 }
 
+StateDict PowerSgdState::local_state() const {
+  StateDict out = residuals.state("residual.");
+  for (const auto& [name, q] : qs_) out.emplace_back("q." + name, q.clone());
+  out.emplace_back("iteration", full({}, static_cast<double>(iteration_), {.dtype = DType::i64}));
+  out.emplace_back("qs_made", full({}, static_cast<double>(qs_made_), {.dtype = DType::i64}));
+  return out;
+}
+
+void PowerSgdState::load_local_state(const StateDict& state) {
+  const char* who = "dist.PowerSgdState";
+  const int64_t iteration = state_int(state, "iteration", who), qs_made = state_int(state, "qs_made", who);
+  std::vector<std::pair<std::string, Tensor>> qs;
+  for (const auto& [name, q] : with_prefix_removed(state, "q.")) {
+    RG_CHECK(q.dtype() == DType::f32 && q.dim() == 2 && q.shape()[1] <= options.rank, who, "the kept Q of ", name,
+             " must be (m, r <= ", options.rank, ") f32, got ", q.desc());
+    qs.emplace_back(name, q.clone());
+  }
+  residuals.load(state, "residual.");
+  qs_ = std::move(qs);
+  iteration_ = iteration;
+  qs_made_ = qs_made;
+}
+
 Tensor PowerSgdState::q_of(const std::string& parameter) const {
   for (const auto& [name, q] : qs_)
     if (name == parameter) return q;
@@ -101,8 +124,8 @@ HookWork PowerSgdState::reduce(ProcessGroup& group, GradBucket& bucket) {
     const int64_t n = shape.empty() ? 1 : shape[0], m = n > 0 ? numel / n : 0;
     Piece piece{.name = bucket.parameter_names[k], .matrix = buffer.narrow(0, offset, numel).view({n, m})};
     const int r = static_cast<int>(std::min<int64_t>({n, m, options.rank}));
-    const bool worth =
-        shape.size() >= 2 && static_cast<double>(n * m) > static_cast<double>((n + m) * r) * options.min_compression_rate;
+    const bool worth = shape.size() >= 2 &&
+                       static_cast<double>(n * m) > static_cast<double>((n + m) * r) * options.min_compression_rate;
     numel_before += numel;
     if (worth) {
       piece.r = r;

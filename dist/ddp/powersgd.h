@@ -39,8 +39,11 @@ class PowerSgdState : public CommHookState {
  public:
   explicit PowerSgdState(PowerSgdOptions options);
   const PowerSgdOptions options;
-  ResidualsByParameter residuals;  // with error feedback
+  ResidualsByParameter residuals;        // with error feedback
   int64_t state_bytes() const override;  // residuals and the Qs kept for warm start
+  // The residuals, the Qs, the step count and the seed counter: a resume continues bit-exact.
+  StateDict local_state() const override;
+  void load_local_state(const StateDict& state) override;
 
   // Steps begun (a step begins with bucket 0); PowerSGD runs once it reaches start_iteration.
   int64_t iteration() const { return iteration_; }

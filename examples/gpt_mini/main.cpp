@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 
 #include <ringgrad.h>
 
@@ -294,6 +295,9 @@ int run(Config& c, const dist::World& world) {
   checkpoint.add("model", *model).add("scaler", scaler).add("step", next_step);
   // A sharded optimizer saves its shards into <checkpoint>.zero/ (docs/zero.md), at any world size.
   if (sharded == nullptr) checkpoint.add_optimizer("optimizer", *opt, *model);
+  // A compressing hook's state (residuals, PowerSGD's Qs) differs by rank: gathered before each save.
+  std::optional<dist::CommHookCheckpoint> hook_state;
+  if (comm_hook.state != nullptr) checkpoint.add("comm_hook", hook_state.emplace(comm_hook.state, group));
   std::string vocab_chars;
   for (int64_t i = 0; i < vocab.size(); ++i) vocab_chars += vocab.decode({i});
   checkpoint.metadata = {{"vocab", vocab_chars},
@@ -329,6 +333,7 @@ int run(Config& c, const dist::World& world) {
     // checkpoint naming shards that are still there (the previous save's are kept).
     if (sharded != nullptr)
       checkpoint.metadata["zero_save_id"] = sharded->save_sharded(examples::shard_folder(c.checkpoint));
+    if (hook_state) hook_state->gather();  // collective
     auto whole = examples::whole_model(*opt);
     checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
   };

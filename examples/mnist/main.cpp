@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 
 #include "examples/common/comm_hook.h"
 #include "examples/common/fingerprint.h"
@@ -264,6 +265,9 @@ int run(Config& c, const dist::World& world) {
   checkpoint.add("model", *model).add("scaler", scaler);
   // A sharded optimizer saves its shards into <checkpoint>.zero/ (docs/zero.md), at any world size.
   if (sharded == nullptr) checkpoint.add_optimizer("optimizer", *opt, *model);
+  // A compressing hook's state (residuals, PowerSGD's Qs) differs by rank: gathered before each save.
+  std::optional<dist::CommHookCheckpoint> hook_state;
+  if (comm_hook.state != nullptr) checkpoint.add("comm_hook", hook_state.emplace(comm_hook.state, group));
   checkpoint.add("loader", loader).add("step", global_step);
   checkpoint.metadata = {{"model", c.model}, {"precision", c.precision}};
   dist::sync_checkpoint(checkpoint, group);
@@ -282,6 +286,7 @@ int run(Config& c, const dist::World& world) {
     // checkpoint naming shards that are still there (the previous save's are kept).
     if (sharded != nullptr)
       checkpoint.metadata["zero_save_id"] = sharded->save_sharded(examples::shard_folder(c.checkpoint));
+    if (hook_state) hook_state->gather();  // collective
     auto whole = examples::whole_model(*opt);
     checkpoint.save(c.checkpoint);  // every rank calls it; rank 0 writes
   };

@@ -3,7 +3,9 @@
 // Every rank builds the same data (same seed) and a reference model trained locally on all N·B
 // examples; the DDP model (rank r initialised differently unless r == 0, to prove the broadcast)
 // trains on examples [r B, (r + 1) B). After each step the two must agree.
+#include <unistd.h>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -605,6 +607,54 @@ TEST_CASE("ddp: the PowerSGD hook computes what a double-precision reference of 
   }
   CHECK(state->iteration() == 3);
   CHECK(state->numel_after < state->numel_before);
+}
+
+TEST_CASE("ddp: a hook's state in the training checkpoint makes a resume bit-exact") {
+  const int N = dist::world().size;
+  auto g = group();
+  rg::Tensor pid = rg::full({1}, static_cast<double>(::getpid()), {.dtype = rg::DType::i64});
+  g->broadcast(pid, 0)->wait();  // one file name on every rank
+  for (const std::string name : {"fp8-e4m3", "powersgd"}) {
+    CAPTURE(name);
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              rg::str_cat("ringgrad_hook_state_", static_cast<int64_t>(pid.item()), "_", name))
+                                 .string();
+    const dist::PowerSgdOptions powersgd{.rank = 2, .start_iteration = 1};
+    // Trains `steps` steps from `first`, saving after step `save_at` (if >= 0); returns the
+    // parameters at the end. `resume`: load the checkpoint first, the hook's state included or not.
+    auto run = [&](int first, int steps, int save_at, bool resume, bool with_hook_state) {
+      auto model = make_mlp(resume ? 99 : 11);  // a resumed run starts from other weights: the file must win
+      const dist::NamedCommHook hook = dist::make_comm_hook(name, powersgd);
+      dist::DistributedDataParallel ddp(model, g, {.comm_hook = hook.hook});
+      optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+      dist::CommHookCheckpoint hook_state(hook.state, g);
+      optim::TrainingCheckpoint checkpoint;
+      checkpoint.add("model", *model).add_optimizer("optimizer", opt, *model);
+      if (with_hook_state) checkpoint.add("comm_hook", hook_state);
+      dist::sync_checkpoint(checkpoint, g);
+      if (resume) checkpoint.load(path, {.strict = with_hook_state});
+      for (int step = first; step < first + steps; ++step) {
+        const Batch mine = my_shard(global_batch(step, N * kPerRank));
+        opt.zero_grad();
+        rg::cross_entropy(ddp(mine.x), mine.y).backward();
+        opt.step();
+        if (step == save_at) {
+          hook_state.gather();
+          checkpoint.save(path);
+        }
+      }
+      std::vector<std::vector<double>> out;
+      for (const rg::Tensor& p : model->parameters()) out.push_back(p.to_vector());
+      return out;
+    };
+    const auto straight = run(0, 6, 2, false, true);
+    const auto resumed = run(3, 3, -1, true, true);
+    CHECK(resumed == straight);  // bit for bit
+    const auto without = run(3, 3, -1, true, false);
+    if (N > 1) CHECK(without != straight);  // the residuals (and Qs) are what made it exact
+    g->barrier()->wait();
+    if (g->rank() == 0) std::filesystem::remove(path);
+  }
 }
 
 TEST_CASE("ddp: a parameter without gradient is an error naming it, or zeros with find_unused_parameters") {

@@ -77,7 +77,9 @@ StateDict ResidualsByParameter::state(const std::string& prefix) const {
 
 void ResidualsByParameter::load(const StateDict& state, const std::string& prefix) {
   for (auto& [name, slice] : slices_) slice.zero_();
-  for (const auto& [key, value] : with_prefix_removed(state, prefix)) {
+  for (const auto& entry : with_prefix_removed(state, prefix)) {
+    const std::string& key = entry.first;  // a plain reference: clang 14 cannot capture a binding
+    const Tensor& value = entry.second;
     RG_CHECK(value.dtype() == DType::f32 && value.dim() == 1, "dist.ResidualsByParameter.load", "the residual of ", key,
              " must be flat f32, got ", value.desc());
     auto it = std::find_if(slices_.begin(), slices_.end(), [&](const auto& s) { return s.first == key; });

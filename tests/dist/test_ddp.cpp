@@ -467,7 +467,9 @@ TEST_CASE("ddp: error feedback carries each parameter's residual across a bucket
   auto* state = dynamic_cast<dist::LowPrecisionHookState*>(hook.state.get());
   REQUIRE(state != nullptr);
   double worst = 0, worst_without = 0, scale = 0;
-  for (const auto& [name, p] : b->named_parameters()) {
+  for (const auto& named : b->named_parameters()) {
+    const std::string& name = named.first;  // a plain reference: clang 14 cannot capture a binding
+    const rg::Tensor& p = named.second;
     CAPTURE(name);
     rg::Tensor held = state->residuals.of(name).clone();
     REQUIRE(held.numel() == p.numel());

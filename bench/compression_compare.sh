@@ -4,18 +4,19 @@
 # Gbit/s, with each of ringgrad's communication hooks beside PyTorch DDP (gloo) with its comparable
 # hooks, on the same links, in one run. docs/compression.md shows its output.
 #
-#   bench/compression_compare.sh [--rounds 2] [--steps 60] [--rate 1gbit] [--out DIR]   # as root; ~6 min
+#   bench/compression_compare.sh [--rounds 2] [--steps 60] [--rate 1gbit] [--out DIR]   # as root; ~7 min
 #
-#   hooks.tsv   impl hook samples/s wire_bytes_per_step: the median of --rounds runs, the hooks of
-#               one round in turn and the rounds in alternating order; wire bytes are ringgrad's
-#               own messages (dist::transport_bytes(), per rank), blank for torch
+#   hooks.tsv   (in --out, default docs/compression/) impl hook samples/s wire_bytes_per_step: the
+#               median of --rounds runs, the hooks of one round in turn and the rounds in
+#               alternating order; wire bytes are ringgrad's own messages (dist::transport_bytes(),
+#               per rank), blank for torch
 #
 # PyTorch's peers: allreduce and fp16 (default_hooks.fp16_compress_hook). Its bf16 hook needs CUDA
 # and NCCL, and its PowerSGD hook aborts over gloo in Debian's PyTorch 1.13 (a gloo size
 # mismatch, "op.preamble.length <= op.nbytes"), so neither runs here.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-rounds=2 steps=60 rate=1gbit out=bench/compression-results
+rounds=2 steps=60 rate=1gbit out=docs/compression
 while (($#)); do
   case $1 in
     --rounds) rounds=$2 ;;

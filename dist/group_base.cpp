@@ -210,14 +210,23 @@ std::shared_ptr<Work> GroupBase::allreduce_low_precision(const Tensor& t, Reduce
              t.desc(), " (rank ", rank_, "/", size_, ")");
   }
   checked_count(name, static_cast<int64_t>(t.numel()) * 2, rank_);
+  RG_CHECK(how.scale_block <= INT_MAX, name, "scale_block ", how.scale_block, " exceeds INT_MAX (rank ", rank_, "/",
+           size_, ")");
+  // The detail names every setting the ranks must share -- Note [Debug mode] compares it across
+  // ranks: the op, the wire format (bits 8-15 of argument), error feedback (bit 16) and the scale
+  // block (in tag, which a collective does not otherwise use).
   auto detail = [](const OpInfo::Operands& o) {
     return str_cat(reduce_op_name(static_cast<ReduceOp>(o.argument & 0xff)), ", ", o.tensor.desc(), ", ",
-                   wire_format_name(static_cast<WireFormat>(o.argument >> 8)), " on the wire");
+                   wire_format_name(static_cast<WireFormat>((o.argument >> 8) & 0xff)), " on the wire, scale block ",
+                   o.tag, (o.argument >> 16) & 1 ? ", error feedback" : "");
   };
+  const int packed =
+      static_cast<int>(op) | (static_cast<int>(how.wire) << 8) | (how.error_feedback.defined() ? 1 << 16 : 0);
+  // bytes: what this rank's tensor takes on the wire, which a simulated network charges for.
   const OpInfo info{.name = "allreduce_low_precision",
                     .detail = detail,
-                    .operands = {.tensor = t, .argument = static_cast<int>(op) | (static_cast<int>(how.wire) << 8)},
-                    .bytes = t.nbytes()};
+                    .operands = {.tensor = t, .argument = packed, .tag = static_cast<int>(how.scale_block)},
+                    .bytes = wire_bytes(how.wire, t.numel(), how.scale_block).total()};
   return submit_collective(info, [start = &collectives_.allreduce_low_precision, t, op, how](int tag) {
     return (*start)(t, op, how, tag);
   });

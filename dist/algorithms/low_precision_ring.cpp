@@ -31,6 +31,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -41,6 +42,14 @@
 namespace ringgrad::dist::detail {
 
 namespace {
+
+// A residual that is not finite is not a rounding error to carry: the encoded value was an
+// infinity or a NaN (a block of them decodes as NaN, Note [Scaled FP8 blocks]), the step it
+// belongs to is skipped (optim::GradScaler), and carrying it would poison every later step.
+void keep_finite(float* residual, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(residual[i])) residual[i] = 0;
+}
 
 template <class T>
 class LowPrecisionRing : public PendingOp {
@@ -110,6 +119,7 @@ class LowPrecisionRing : public PendingOp {
     float* dropped = dropped_ + begin(c);
     std::memcpy(dropped, values, static_cast<size_t>(size(c)) * sizeof(float));
     decode_from_wire(format_, slots_[sending_], size(c), block_, dropped, DecodeInto::subtract);
+    keep_finite(dropped, size(c));
   }
 
   // The owned chunk's sum S is complete: divided for AVG, encoded once into the send slot (the
@@ -126,6 +136,7 @@ class LowPrecisionRing : public PendingOp {
     if (dropped_ != nullptr)  // S minus N times (AVG) the decoded average: Note [Error feedback]
       decode_from_wire(format_, slots_[sending_], m, block_, dropped_ + begin(c), DecodeInto::subtract,
                        average_ ? static_cast<float>(ch_.size) : 1.0f);
+    if (dropped_ != nullptr) keep_finite(dropped_ + begin(c), m);
     decode_result(c, slots_[sending_]);
   }
 

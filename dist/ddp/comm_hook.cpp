@@ -44,6 +44,9 @@ Tensor ResidualsByParameter::for_bucket(const GradBucket& bucket) {
     return layout.residual;
   // A new layout (the first step, or DDP rebuilt its buckets): each parameter's residual moves to
   // its place in this bucket, from wherever it was; the old buffer lives while a view of it does.
+  RG_CHECK(bucket.parameter_shapes.size() == bucket.parameter_names.size(), "dist.comm_hook", "bucket ", bucket.index,
+           " names ", bucket.parameter_names.size(), " parameters but gives ", bucket.parameter_shapes.size(),
+           " shapes: error feedback keeps a residual per parameter");
   Tensor residual = zeros({numel});
   int64_t offset = 0;
   for (size_t k = 0; k < bucket.parameter_names.size(); ++k) {

@@ -75,7 +75,8 @@ class CommHookState {
 // A hook's state as a TrainingCheckpoint component (optim/training_checkpoint.h). The state is per
 // rank (error feedback's residuals differ from rank to rank) while rank 0 alone writes the file, so
 // every rank calls gather() -- a collective -- before each save, and rank 0's file then holds every
-// rank's state; on load each rank takes its own, so a resume is bit-exact. Resuming at another
+// rank's state; on load each rank takes its own, so a resume is bit-exact where DDP's buckets
+// come back in the same layout (docs/compression.md). Resuming at another
 // world size is refused (which rank's residuals would a new rank take?).
 //
 //   dist::CommHookCheckpoint hook_ckpt(hook.state, group);

@@ -25,6 +25,12 @@ struct Piece {
   int64_t flat_offset = 0, q_offset = 0;
 };
 
+bool all_finite(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const float* v = c.data<float>();
+  return std::all_of(v, v + c.numel(), [](float x) { return std::isfinite(x); });
+}
+
 }  // namespace
 
 void orthogonalize_columns(Tensor& matrix) {
@@ -102,6 +108,10 @@ HookWork PowerSgdState::reduce(ProcessGroup& group, GradBucket& bucket) {
   RG_CHECK(buffer.dtype() == DType::f32 && buffer.device().is_cpu(), "dist.powersgd_hook",
            "compresses f32 CPU gradients, but bucket ", bucket.index, " is ", buffer.desc(), " (rank ", group.rank(),
            "/", group.size(), ")");
+  RG_CHECK(bucket.parameter_shapes.size() == bucket.parameter_names.size(), "dist.powersgd_hook", "bucket ",
+           bucket.index, " names ", bucket.parameter_names.size(), " parameters but gives ",
+           bucket.parameter_shapes.size(), " shapes (rank ", group.rank(), "/", group.size(),
+           "): PowerSGD needs each gradient's shape");
   const int N = group.size();
   ++calls;
   if (iteration_ < options.start_iteration) {
@@ -175,7 +185,13 @@ HookWork PowerSgdState::reduce(ProcessGroup& group, GradBucket& bucket) {
       const Tensor p = flat.narrow(0, piece.flat_offset, n * piece.r).view({n, piece.r});
       const Tensor q = qs.narrow(0, piece.q_offset, m * piece.r).view({m, piece.r});
       piece.matrix.copy_(mm(p, q.t()));  // M̂ = P Qᵀ
-      if (!options.warm_start) continue;
+      // A Q that is not finite (a gradient overflowed: the step will be skipped) is not kept: the
+      // next step starts from a new random one rather than from NaN.
+      if (!options.warm_start || !all_finite(q)) {
+        qs_.erase(std::remove_if(qs_.begin(), qs_.end(), [&](const auto& e) { return e.first == piece.name; }),
+                  qs_.end());
+        continue;
+      }
       auto it = std::find_if(qs_.begin(), qs_.end(), [&](const auto& e) { return e.first == piece.name; });
       if (it == qs_.end()) {
         qs_.emplace_back(piece.name, q.clone());
@@ -183,7 +199,12 @@ HookWork PowerSgdState::reduce(ProcessGroup& group, GradBucket& bucket) {
         it->second = q.clone();
       }
     }
-    if (residual.defined()) residual.copy_(before - buffer);  // e = (M + e) - M̂
+    if (residual.defined()) {
+      residual.copy_(before - buffer);  // e = (M + e) - M̂
+      float* e = residual.data<float>();
+      for (int64_t i = 0; i < residual.numel(); ++i)  // an overflowed step leaves no NaN behind
+        if (!std::isfinite(e[i])) e[i] = 0;
+    }
   };
   return {std::move(work), std::move(then)};
 }

@@ -49,7 +49,7 @@ class PowerSgdState : public CommHookState {
   int64_t iteration() const { return iteration_; }
   // The Q kept for this parameter, (m, r) f32, after its last compressed step; undefined if none.
   Tensor q_of(const std::string& parameter) const;
-  // Elements sent per step: what the compressed buckets would be uncompressed, and what was sent.
+  // Elements over every compressed step so far: what the buckets held, and what was sent instead.
   int64_t numel_before = 0, numel_after = 0;
 
   // The hook's body (low_precision_hook's counterpart): see Note [PowerSGD].

@@ -11,12 +11,12 @@
 #   build-sanitize/tests/fuzz/fuzz_idx -timeout=1 -rss_limit_mb=2048 -jobs=2 /tmp/found tests/fuzz/corpus/idx
 # A crash input it saves becomes a regression: copy it into tests/fuzz/regressions/<target>/.
 #
-# Environment: JOBS (default 2); FUZZ_SECONDS (default 15); CTEST_PARALLEL_LEVEL is honoured.
+# Environment: JOBS (default 2); FUZZ_SECONDS (default 10); CTEST_PARALLEL_LEVEL is honoured.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 jobs=${JOBS:-2}
-fuzz_seconds=${FUZZ_SECONDS:-15}
+fuzz_seconds=${FUZZ_SECONDS:-10}
 run_suite=1
 run_fuzz=1
 case "${1:-}" in

@@ -19,7 +19,7 @@
 #
 # 4. build-sanitize/  scripts/sanitize.sh: clang 14 with ASan + UBSan; the whole suite under the
 #                 sanitizers (timeouts x4), then every libFuzzer target of tests/fuzz for FUZZ_SECONDS
-#                 (default 15) each. Any report or finding fails CI. docs/reliability.md.
+#                 (default 10) each. Any report or finding fails CI. docs/reliability.md.
 #
 # build/ is CPU-only on purpose: the CUDA configuration is covered by build-cuda/, and building the
 # CUDA kernels twice would only cost time on a two-core machine. A plain `cmake -S . -B build`

@@ -49,6 +49,9 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--stats-every", c.stats_every,
                  "print DDP's compute / communication / overlap figures every N steps (0: never)")
       ->check(flags::int_in(0, INT64_MAX));
+  app.add_option("--eval-every", c.eval_every,
+                 "also print test accuracy every N steps, against training time (0: at epoch ends only)")
+      ->check(flags::int_in(0, INT64_MAX));
   app.add_option("--trace", c.trace, "write a Chrome trace (all ranks) of the last epoch's first steps here")
       ->check(flags::non_empty);
   flags::add_zero_flags(app, c.zero, c.memory_report);

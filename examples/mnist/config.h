@@ -27,6 +27,7 @@ struct Config {
   std::optional<std::pair<double, double>> simulated_network;  // (GB/s, latency us) from --simulate-network
   std::string device = "cpu";                                  // cpu, cuda (the local rank's GPU) or cuda:N
   int64_t stats_every = 200;
+  int64_t eval_every = 0;      // test accuracy every N steps as well as at epoch ends (0: epoch ends only)
   int zero = 0;                // ZeRO stage: 0 plain DDP, 1 optimizer state sharded, 2 gradients too
   bool memory_report = false;  // print where a rank's memory goes after training
 };

@@ -122,6 +122,7 @@ void check_same_flags(dist::ProcessGroup& group, const Config& c, Device device)
                              {"--input-norm", c.input_norm},
                              {"--accum", std::to_string(c.accum)},
                              {"--limit-steps", std::to_string(c.limit_steps)},
+                             {"--eval-every", std::to_string(c.eval_every)},
                              {"--checkpoint-every", std::to_string(c.checkpoint_every)},
                              {"--checkpoint given", c.checkpoint.empty() ? "no" : "yes"},
                              {"--resume", c.resume},
@@ -143,13 +144,15 @@ struct Training {
   optim::GradScaler& scaler;
   data::DataLoader& loader;
   int64_t& global_step;
-  std::function<void()> save;  // a checkpoint, when --checkpoint asks for one
+  std::function<void()> save;        // a checkpoint, when --checkpoint asks for one
+  std::function<double()> evaluate;  // test accuracy in percent (collective)
+  double seconds_trained = 0;        // training time of the epochs before this one (--eval-every)
 };
 
 // What one epoch did on this rank.
 struct EpochTotals {
   int64_t steps = 0, samples = 0;
-  double loss_sum = 0, seconds = 0;
+  double loss_sum = 0, seconds = 0;  // seconds: training only, --eval-every's evaluations left out
 };
 
 // One micro-batch: forward, loss, backward, and the optimizer step when it ends a step. Gradient
@@ -178,6 +181,7 @@ EpochTotals train_epoch(Training& t, int epoch, bool tty) {
   const Config& c = t.c;
   const int64_t steps_per_epoch = t.loader.num_batches();
   auto t_epoch = Clock::now();
+  double eval_seconds = 0;  // --eval-every's, not training
   EpochTotals e;
   for (const data::Example& batch : t.loader) {
     int64_t step_in_epoch = t.loader.batches_taken() - 1;
@@ -189,7 +193,7 @@ EpochTotals train_epoch(Training& t, int epoch, bool tty) {
     ++t.global_step;
     e.samples += batch.input.size(0);
     e.loss_sum += loss_value;
-    const double elapsed = seconds_since(t_epoch);
+    const double elapsed = seconds_since(t_epoch) - eval_seconds;
     const double rate = static_cast<double>(e.samples) / elapsed;  // this rank's
     const double eta = static_cast<double>(steps_per_epoch - step_in_epoch) * c.batch_size / rate;
     if (tty || step_in_epoch % 100 == 0 || step_in_epoch == steps_per_epoch)
@@ -197,11 +201,19 @@ EpochTotals train_epoch(Training& t, int epoch, bool tty) {
           epoch + 1, (long long)step_in_epoch, (long long)steps_per_epoch, loss_value, rate * t.world.size, eta,
           tty ? "   " : "\n");
     if (c.stats_every > 0 && t.global_step % c.stats_every == 0) log("%s\n", t.ddp.stats().summary().c_str());
+    if (c.eval_every > 0 && t.global_step % c.eval_every == 0) {
+      // The clock stops while the test set is scored: a time-to-accuracy curve counts training.
+      auto t_eval = Clock::now();
+      const double accuracy = t.evaluate();
+      const double trained = t.seconds_trained + seconds_since(t_epoch) - eval_seconds;
+      eval_seconds += seconds_since(t_eval);
+      log("eval: step %lld, %.3f s of training, test accuracy %.2f%%\n", (long long)t.global_step, trained, accuracy);
+    }
     if (c.checkpoint_every > 0 && t.global_step % c.checkpoint_every == 0) t.save();
     if (c.limit_steps > 0 && t.global_step >= c.limit_steps) break;
   }
   if (tty) log("\n");
-  e.seconds = seconds_since(t_epoch);
+  e.seconds = seconds_since(t_epoch) - eval_seconds;
   return e;
 }
 
@@ -294,7 +306,8 @@ int run(Config& c, const dist::World& world) {
   const bool tty = isatty(STDOUT_FILENO) && world.size == 1;
   const size_t allocated_before = memory_stats(device).allocated;  // --memory-report
   reset_peak_memory_stats(device);
-  Training training{c, world, device, dtype, ddp, *opt, scaler, loader, global_step, save};
+  auto evaluate_model = [&] { return evaluate(*model, mnist.test, dtype, device, *group); };
+  Training training{c, world, device, dtype, ddp, *opt, scaler, loader, global_step, save, evaluate_model};
   auto t_train = Clock::now();
   int64_t trained_samples = 0;
   double train_seconds = 0;
@@ -302,8 +315,9 @@ int run(Config& c, const dist::World& world) {
     sampler->set_epoch(epoch);
     const EpochTotals e = train_epoch(training, epoch, tty);
     train_seconds += e.seconds;
+    training.seconds_trained = train_seconds;
     trained_samples += e.samples;
-    const double accuracy = evaluate(*model, mnist.test, dtype, device, *group);
+    const double accuracy = evaluate_model();
     log("epoch %d: train loss (rank 0) %.5f, test accuracy %.2f%%, %.1f s, %.0f samples/s (all ranks)\n", epoch + 1,
         e.steps ? e.loss_sum / static_cast<double>(e.steps) : 0.0, accuracy, e.seconds,
         static_cast<double>(e.samples) * world.size / e.seconds);

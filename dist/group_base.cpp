@@ -187,48 +187,84 @@ std::shared_ptr<Work> GroupBase::allreduce(const Tensor& t, ReduceOp op) {
                                   op](int tag) { return Staging::staged((*start)(host, op, tag), t, host); });
 }
 
+namespace {
+
+// What allreduce_low_precision and reduce_scatter_low_precision both ask of their input and
+// settings (`input`: the tensor whose elements are encoded, and the error feedback's shape).
+void check_low_precision(const char* name, const Tensor& input, ReduceOp op, const LowPrecisionAllreduce& how, int rank,
+                         int size) {
+  const DType dt = input.dtype();
+  RG_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16, name, "needs f32, f16 or bf16, got ",
+           input.desc(), " (rank ", rank, "/", size, ")");
+  RG_CHECK(op == ReduceOp::sum || op == ReduceOp::avg, name, "reduces with sum or avg, not ", reduce_op_name(op), " (",
+           input.desc(), ", rank ", rank, "/", size, ")");
+  RG_CHECK(input.device().is_cpu(), name, "takes CPU tensors, got ", input.desc(), " (rank ", rank, "/", size,
+           "); copy it to the CPU first");
+  RG_CHECK(how.scale_block > 0 && how.scale_block <= INT_MAX, name, "scale_block must be in [1, INT_MAX], got ",
+           how.scale_block, " (rank ", rank, "/", size, ")");
+  if (how.error_feedback.defined()) {
+    const Tensor& e = how.error_feedback;
+    RG_CHECK(e.is_contiguous() && e.dtype() == DType::f32 && e.device().is_cpu() && e.numel() == input.numel(), name,
+             "error_feedback ", e.desc(), " must be ", input.numel(),
+             " contiguous f32 elements on the CPU, one per element of ", input.desc(), " (rank ", rank, "/", size, ")");
+  }
+  checked_count(name, static_cast<int64_t>(input.numel()) * 2, rank);
+}
+
+// The detail names every setting the ranks must share -- Note [Debug mode] compares it across
+// ranks: the op, the wire format (bits 8-15 of argument), error feedback (bit 16) and the scale
+// block (in tag, which a collective does not otherwise use).
+std::string low_precision_detail(const OpInfo::Operands& o) {
+  return str_cat(reduce_op_name(static_cast<ReduceOp>(o.argument & 0xff)), ", ", o.tensor.desc(),
+                 o.output.defined() ? " -> " + o.output.desc() : std::string(), ", ",
+                 wire_format_name(static_cast<WireFormat>((o.argument >> 8) & 0xff)), " on the wire, scale block ",
+                 o.tag, (o.argument >> 16) & 1 ? ", error feedback" : "");
+}
+
+int pack_low_precision(ReduceOp op, const LowPrecisionAllreduce& how) {
+  return static_cast<int>(op) | (static_cast<int>(how.wire) << 8) | (how.error_feedback.defined() ? 1 << 16 : 0);
+}
+
+}  // namespace
+
 std::shared_ptr<Work> GroupBase::allreduce_low_precision(const Tensor& t, ReduceOp op,
                                                          const LowPrecisionAllreduce& how) {
   const char* name = "dist.allreduce_low_precision";
   if (!collectives_.allreduce_low_precision) return ProcessGroup::allreduce_low_precision(t, op, how);
   check_tensor(name, "tensor", t, rank_, size_);
-  const DType dt = t.dtype();
-  RG_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16, name, "needs f32, f16 or bf16, got ", t.desc(),
-           " (rank ", rank_, "/", size_, ")");
-  RG_CHECK(op == ReduceOp::sum || op == ReduceOp::avg, name, "reduces with sum or avg, not ", reduce_op_name(op), " (",
-           t.desc(), ", rank ", rank_, "/", size_, ")");
-  RG_CHECK(t.device().is_cpu(), name, "takes CPU tensors, got ", t.desc(), " (rank ", rank_, "/", size_,
-           "); copy it to the CPU first");
-  RG_CHECK(how.scale_block > 0, name, "scale_block must be > 0, got ", how.scale_block, " (rank ", rank_, "/", size_,
-           ")");
-  if (how.error_feedback.defined()) {
-    const Tensor& e = how.error_feedback;
-    RG_CHECK(e.is_contiguous() && e.dtype() == DType::f32 && e.device().is_cpu() && e.numel() == t.numel(), name,
-             "error_feedback ", e.desc(), " must be ", t.numel(),
-             " contiguous f32 elements on the CPU, one per "
-             "element of ",
-             t.desc(), " (rank ", rank_, "/", size_, ")");
-  }
-  checked_count(name, static_cast<int64_t>(t.numel()) * 2, rank_);
-  RG_CHECK(how.scale_block <= INT_MAX, name, "scale_block ", how.scale_block, " exceeds INT_MAX (rank ", rank_, "/",
-           size_, ")");
-  // The detail names every setting the ranks must share -- Note [Debug mode] compares it across
-  // ranks: the op, the wire format (bits 8-15 of argument), error feedback (bit 16) and the scale
-  // block (in tag, which a collective does not otherwise use).
-  auto detail = [](const OpInfo::Operands& o) {
-    return str_cat(reduce_op_name(static_cast<ReduceOp>(o.argument & 0xff)), ", ", o.tensor.desc(), ", ",
-                   wire_format_name(static_cast<WireFormat>((o.argument >> 8) & 0xff)), " on the wire, scale block ",
-                   o.tag, (o.argument >> 16) & 1 ? ", error feedback" : "");
-  };
-  const int packed =
-      static_cast<int>(op) | (static_cast<int>(how.wire) << 8) | (how.error_feedback.defined() ? 1 << 16 : 0);
+  check_low_precision(name, t, op, how, rank_, size_);
   // bytes: what this rank's tensor takes on the wire, which a simulated network charges for.
   const OpInfo info{.name = "allreduce_low_precision",
-                    .detail = detail,
-                    .operands = {.tensor = t, .argument = packed, .tag = static_cast<int>(how.scale_block)},
+                    .detail = low_precision_detail,
+                    .operands = {.tensor = t,
+                                 .argument = pack_low_precision(op, how),
+                                 .tag = static_cast<int>(how.scale_block)},
                     .bytes = wire_bytes(how.wire, t.numel(), how.scale_block).total()};
   return submit_collective(info, [start = &collectives_.allreduce_low_precision, t, op, how](int tag) {
     return (*start)(t, op, how, tag);
+  });
+}
+
+std::shared_ptr<Work> GroupBase::reduce_scatter_low_precision(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                              const LowPrecisionAllreduce& how) {
+  const char* name = "dist.reduce_scatter_low_precision";
+  if (!collectives_.reduce_scatter_low_precision)
+    return ProcessGroup::reduce_scatter_low_precision(output, input, op, how);
+  check_tensor(name, "input", input, rank_, size_);
+  check_tensor(name, "output", output, rank_, size_);
+  check_low_precision(name, input, op, how, rank_, size_);
+  RG_CHECK(input.numel() == output.numel() * size_ && output.dtype() == input.dtype() && output.device().is_cpu(), name,
+           "input ", input.desc(), " must hold N = ", size_, " blocks of output ", output.desc(),
+           " (N * output.numel() elements of output's dtype, on the CPU) (rank ", rank_, "/", size_, ")");
+  const OpInfo info{.name = "reduce_scatter_low_precision",
+                    .detail = low_precision_detail,
+                    .operands = {.tensor = input,
+                                 .output = output,
+                                 .argument = pack_low_precision(op, how),
+                                 .tag = static_cast<int>(how.scale_block)},
+                    .bytes = wire_bytes(how.wire, input.numel(), how.scale_block).total()};
+  return submit_collective(info, [start = &collectives_.reduce_scatter_low_precision, output, input, op, how](int tag) {
+    return (*start)(output, input, op, how, tag);
   });
 }
 

@@ -57,9 +57,13 @@ struct Collectives {
   std::function<std::unique_ptr<PendingOp>(const Tensor& output, const Tensor& input, int tag)> allgather;
   std::function<std::unique_ptr<PendingOp>(const Tensor& output, const Tensor& input, ReduceOp op, int tag)>
       reduce_scatter;
-  // Empty where the backend has none (ProcessGroup::allreduce_low_precision refuses then).
+  // Empty where the backend has none (ProcessGroup::allreduce_low_precision and
+  // reduce_scatter_low_precision refuse then).
   std::function<std::unique_ptr<PendingOp>(const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how, int tag)>
       allreduce_low_precision;
+  std::function<std::unique_ptr<PendingOp>(const Tensor& output, const Tensor& input, ReduceOp op,
+                                           const LowPrecisionAllreduce& how, int tag)>
+      reduce_scatter_low_precision;
 };
 
 class GroupBase : public ProcessGroup {
@@ -78,6 +82,8 @@ class GroupBase : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override;
   std::shared_ptr<Work> allreduce_low_precision(const Tensor& t, ReduceOp op,
                                                 const LowPrecisionAllreduce& how) override;
+  std::shared_ptr<Work> reduce_scatter_low_precision(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                     const LowPrecisionAllreduce& how) override;
   std::shared_ptr<Work> barrier() override;
   std::shared_ptr<Work> send(const Tensor& t, int dst, int tag) override;
   std::shared_ptr<Work> recv(const Tensor& t, int src, int tag) override;

@@ -54,6 +54,14 @@ Tensor ProcessGroup::new_reduction_buffer(int64_t numel, DType dtype, Device dev
   return zeros({numel}, {.dtype = dtype, .device = device});
 }
 
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_low_precision(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                                 const LowPrecisionAllreduce& how) {
+  (void)op, (void)output;
+  RG_FAIL("dist.reduce_scatter_low_precision", "backend '", backend(), "' has no low-precision ring (", input.desc(),
+          ", ", wire_format_name(how.wire), " on the wire, rank ", rank(), "/", size(),
+          "); use an MPI backend: ring, auto, tree, mpi or hierarchical");
+}
+
 std::shared_ptr<Work> ProcessGroup::allreduce_low_precision(const Tensor& t, ReduceOp op,
                                                             const LowPrecisionAllreduce& how) {
   (void)op;

@@ -107,9 +107,10 @@ struct LowPrecisionAllreduce {
   // and on completion what this rank's encodings dropped (Note [Error feedback]).
   Tensor error_feedback;
 };
-// The bytes rank `rank` of `world_size` sends for allreduce_low_precision of n values.
+// The bytes rank `rank` of `world_size` sends for allreduce_low_precision of n values, or with
+// reduce_scatter_only for reduce_scatter_low_precision of an n-element input.
 WireBytes low_precision_ring_sends(WireFormat format, int64_t n, int world_size, int rank,
-                                   int64_t scale_block = kDefaultScaleBlock);
+                                   int64_t scale_block = kDefaultScaleBlock, bool reduce_scatter_only = false);
 
 // The measured crossover of tree and ring on one machine (docs/dist.md, "auto").
 inline constexpr size_t kAutoThresholdBytes = size_t{64} << 10;
@@ -170,6 +171,13 @@ class ProcessGroup {
   // dropped is kept to be added next time (Note [Error feedback]). The MPI backends run it over
   // point-to-point messages, also on one machine (no shared-memory path); others refuse it.
   virtual std::shared_ptr<Work> allreduce_low_precision(const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how);
+  // reduce_scatter's shapes (input N * m elements, output m, input unchanged) and
+  // allreduce_low_precision's wire: rank r's output becomes op over ranks of input block r, the
+  // partial sums sent in how.wire and added in f32, N-1 roundings (no final one: the owner keeps
+  // its sum). how.error_feedback: (N * m) f32, as the input. ZeRO stages 2 and 3 reduce with it
+  // when ZeroOptions::reduce_scatter_wire is set. The MPI backends; others refuse it.
+  virtual std::shared_ptr<Work> reduce_scatter_low_precision(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                             const LowPrecisionAllreduce& how);
   // Completes once every rank has issued it.
   virtual std::shared_ptr<Work> barrier() = 0;
   // Point-to-point: t's bytes to rank dst / from rank src, tag in [0, 32767]. The receiving

@@ -113,6 +113,11 @@ std::unique_ptr<PendingOp> ring_allreduce_sums(Acc* sums, int64_t n, ReduceOp op
 // [Low-precision ring] in low_precision_ring.cpp); work in scratch buffers 0 (f16 / bf16) and 1.
 std::unique_ptr<PendingOp> low_precision_ring_allreduce(const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how,
                                                         Channel ch, Scratch& scratch);
+// input: (N * m) f32, f16 or bf16, unchanged; output: (m) of its dtype, rank r's = op over ranks of
+// input block r: the same ring's first half alone, ending on chunk r (Note [Low-precision ring]).
+std::unique_ptr<PendingOp> low_precision_ring_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                             const LowPrecisionAllreduce& how, Channel ch,
+                                                             Scratch& scratch);
 // input: S, output: (N, *S).
 std::unique_ptr<PendingOp> ring_allgather(const Tensor& output, const Tensor& input, Channel ch);
 std::unique_ptr<PendingOp> chain_broadcast(const Tensor& t, int root, Channel ch);

@@ -18,6 +18,12 @@
 // in the low type, as an AllReduce that adds bf16 in bf16 (NCCL's) does. Bytes sent per rank:
 // 2(N-1)/N of the encoded tensor, as the f32 ring's but 1/2 (bf16) or ~1/4 (FP8) of them.
 //
+// The reduce-scatter alone (ProcessGroup::reduce_scatter_low_precision, ZeRO stages 2 and 3) is
+// the first half with the ring turned back one chunk -- send chunk (r - g - 1), receive (r - g - 2)
+// -- so that the chunk rank r completes is chunk r, its block of the input. Its sum is this rank's
+// result as it stands, in f32: no final encoding, so N-1 roundings, and (N-1)/N of the encoded
+// tensor sent.
+//
 // Note [Error feedback]: every encoding is done by one rank -- a reduce-scatter hop by the rank
 // that sends it, the final one by the chunk's owner -- and that rank knows what it dropped: the
 // value it encoded minus what the receivers decode. With LowPrecisionAllreduce::error_feedback the
@@ -51,40 +57,51 @@ void keep_finite(float* residual, int64_t n) {
     if (!std::isfinite(residual[i])) residual[i] = 0;
 }
 
+// What the ring leaves where: every chunk's result on every rank, or chunk r's on rank r alone.
+enum class RingResult { everywhere, scattered };
+
 template <class T>
 class LowPrecisionRing : public PendingOp {
  public:
-  // t: (n) T, reduced in place. work: (n) f32, t itself when T is float. wire: two buffers of
-  // slot_bytes, the encoded chunk being sent and the one being received.
-  LowPrecisionRing(const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how, Channel ch, float* work,
-                   std::byte* wire, size_t slot_bytes)
-      : tensor_(t),
+  // input: (n) T. everywhere: reduced in place (output is input). scattered: n = N * m, output
+  // (m) T, input unchanged. work: (n) f32 -- the input itself when T is float and the result
+  // lands everywhere, else scratch. wire: two buffers of slot_bytes, the encoded chunk being sent
+  // and the one being received.
+  LowPrecisionRing(RingResult result, const Tensor& output, const Tensor& input, ReduceOp op,
+                   const LowPrecisionAllreduce& how, Channel ch, float* work, std::byte* wire, size_t slot_bytes)
+      : input_(input),
+        output_(output),
         feedback_(how.error_feedback),
         format_(how.wire),
         block_(how.scale_block),
         average_(op == ReduceOp::avg),
+        scattered_(result == RingResult::scattered),
         ch_(ch),
-        n_(t.numel()),
-        data_(static_cast<T*>(t.raw_data())),
+        n_(input.numel()),
+        out_(static_cast<T*>(output.raw_data())),
         work_(work),
         dropped_(feedback_.defined() ? static_cast<float*>(feedback_.raw_data()) : nullptr),
         slots_{wire, wire + slot_bytes} {
-    if constexpr (!std::is_same_v<T, float>) widen(work_, data_, n_);
+    const T* in = static_cast<const T*>(input.raw_data());
+    if constexpr (!std::is_same_v<T, float>) widen(work_, in, n_);
+    else if (work_ != in) std::memcpy(work_, in, static_cast<size_t>(n_) * sizeof(float));
     if (dropped_ != nullptr)  // Note [Error feedback]: what was dropped before goes in now
       for (int64_t i = 0; i < n_; ++i) work_[i] += dropped_[i];
     if (ch_.size == 1) {  // nothing travels, nothing is dropped
-      store(0, n_);
+      if (scattered_) finish_scattered(0);
+      else store(0, n_);
       if (dropped_ != nullptr) std::fill(dropped_, dropped_ + n_, 0.0f);
     }
   }
 
   bool poll() override {
-    const int N = ch_.size, steps = 2 * (N - 1);
+    const int N = ch_.size, steps = scattered_ ? N - 1 : 2 * (N - 1);
+    const int turn = scattered_ ? 1 : 0;  // rank r completes chunk r, not r + 1
     while (step_ < steps) {
       const bool reduce_scatter = step_ < N - 1;
       const int g = reduce_scatter ? step_ : step_ - (N - 1);
-      const int send = reduce_scatter ? mod(ch_.rank - g) : mod(ch_.rank + 1 - g);
-      const int recv = reduce_scatter ? mod(ch_.rank - g - 1) : mod(ch_.rank - g);
+      const int send = reduce_scatter ? mod(ch_.rank - g - turn) : mod(ch_.rank + 1 - g);
+      const int recv = reduce_scatter ? mod(ch_.rank - g - 1 - turn) : mod(ch_.rank - g);
       if (!exchange_.posted()) {
         if (reduce_scatter) encode_partial_sum(send);
         exchange_.post(slots_[sending_], encoded_bytes(send), slots_[1 - sending_], encoded_bytes(recv), MPI_BYTE,
@@ -93,7 +110,7 @@ class LowPrecisionRing : public PendingOp {
       if (!exchange_.test()) return false;
       if (reduce_scatter) {
         decode_from_wire(format_, slots_[1 - sending_], size(recv), block_, work_ + begin(recv), DecodeInto::add);
-        if (g == N - 2) finish_owned(recv);
+        if (g == N - 2) scattered_ ? finish_scattered(recv) : finish_owned(recv);
       } else {
         decode_result(recv, slots_[1 - sending_]);
         sending_ = 1 - sending_;  // the chunk just received is the next one sent, as it came
@@ -140,23 +157,34 @@ class LowPrecisionRing : public PendingOp {
     decode_result(c, slots_[sending_]);
   }
 
+  // Reduce-scatter: chunk c (this rank's) is complete, and is the result as it stands -- divided
+  // for AVG, rounded once to T. This rank encoded none of it, so it dropped nothing there.
+  void finish_scattered(int c) {
+    const float* sum = work_ + begin(c);
+    const float divisor = average_ ? static_cast<float>(ch_.size) : 1.0f;
+    for (int64_t i = 0; i < size(c); ++i) out_[i] = store_as<T>(average_ ? sum[i] / divisor : sum[i]);
+    if (dropped_ != nullptr) std::fill(dropped_ + begin(c), dropped_ + begin(c) + size(c), 0.0f);
+  }
+
   void decode_result(int c, const std::byte* wire) {
     decode_from_wire(format_, wire, size(c), block_, work_ + begin(c), DecodeInto::assign);
     store(begin(c), size(c));
   }
 
+  // The AllReduce's result, chunks [begin, begin + count) of work, into the tensor (work is the
+  // tensor itself when T is float).
   void store(int64_t begin, int64_t count) {
     if constexpr (!std::is_same_v<T, float>)
-      for (int64_t i = begin; i < begin + count; ++i) data_[i] = store_as<T>(work_[i]);
+      for (int64_t i = begin; i < begin + count; ++i) out_[i] = store_as<T>(work_[i]);
   }
 
-  Tensor tensor_, feedback_;  // held until the op ends
+  Tensor input_, output_, feedback_;  // held until the op ends
   WireFormat format_;
   int64_t block_;
-  bool average_;
+  bool average_, scattered_;
   Channel ch_;
   int64_t n_;
-  T* data_;
+  T* out_;  // the AllReduce's tensor (the input), or the reduce-scatter's (m) output
   float* work_;
   float* dropped_;
   std::byte* slots_[2];
@@ -167,36 +195,59 @@ class LowPrecisionRing : public PendingOp {
 
 }  // namespace
 
-std::unique_ptr<PendingOp> low_precision_ring_allreduce(const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how,
-                                                        Channel ch, Scratch& scratch) {
-  const int64_t n = t.numel();
-  const size_t slot = wire_bytes(how.wire, chunk_size(n, ch.size, 0), how.scale_block).total();
-  std::byte* wire = scratch.get(1, 2 * std::max<size_t>(slot, 1));
+namespace {
+
+std::unique_ptr<PendingOp> start_low_precision_ring(RingResult result, const Tensor& output, const Tensor& input,
+                                                    ReduceOp op, const LowPrecisionAllreduce& how, Channel ch,
+                                                    Scratch& scratch) {
+  const int64_t n = input.numel();
+  const size_t slot = std::max<size_t>(wire_bytes(how.wire, chunk_size(n, ch.size, 0), how.scale_block).total(), 1);
+  std::byte* wire = scratch.get(1, 2 * slot);
   auto make = [&](auto zero) -> std::unique_ptr<PendingOp> {
     using T = decltype(zero);
-    float* work = std::is_same_v<T, float> ? static_cast<float*>(t.raw_data())
-                                           : reinterpret_cast<float*>(scratch.get(0, static_cast<size_t>(n) * 4));
-    return std::make_unique<LowPrecisionRing<T>>(t, op, how, ch, work, wire, std::max<size_t>(slot, 1));
+    // An AllReduce of f32 sums in the tensor itself; a reduce-scatter leaves its input as it was.
+    const bool in_place = std::is_same_v<T, float> && result == RingResult::everywhere;
+    float* work = in_place ? static_cast<float*>(input.raw_data())
+                           : reinterpret_cast<float*>(scratch.get(0, static_cast<size_t>(n) * 4));
+    return std::make_unique<LowPrecisionRing<T>>(result, output, input, op, how, ch, work, wire, slot);
   };
-  switch (t.dtype()) {
+  switch (input.dtype()) {
     case DType::f32: return make(float{});
     case DType::f16: return make(Half{});
     case DType::bf16: return make(BFloat16{});
-    default: RG_FAIL("dist.allreduce_low_precision", "needs f32, f16 or bf16, got ", dtype_name(t.dtype()));
+    default: RG_FAIL("dist.low_precision_ring", "needs f32, f16 or bf16, got ", dtype_name(input.dtype()));
   }
+}
+
+}  // namespace
+
+std::unique_ptr<PendingOp> low_precision_ring_allreduce(const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how,
+                                                        Channel ch, Scratch& scratch) {
+  return start_low_precision_ring(RingResult::everywhere, t, t, op, how, ch, scratch);
+}
+
+std::unique_ptr<PendingOp> low_precision_ring_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                             const LowPrecisionAllreduce& how, Channel ch,
+                                                             Scratch& scratch) {
+  return start_low_precision_ring(RingResult::scattered, output, input, op, how, ch, scratch);
 }
 
 }  // namespace ringgrad::dist::detail
 
 namespace ringgrad::dist {
 
-WireBytes low_precision_ring_sends(WireFormat format, int64_t n, int world_size, int rank, int64_t scale_block) {
+WireBytes low_precision_ring_sends(WireFormat format, int64_t n, int world_size, int rank, int64_t scale_block,
+                                   bool reduce_scatter_only) {
   auto chunk = [&](int c) {
     c = ((c % world_size) + world_size) % world_size;
     return wire_bytes(format, detail::chunk_size(n, world_size, c), scale_block);
   };
   WireBytes sent;
   for (int g = 0; g < world_size - 1; ++g) {
+    if (reduce_scatter_only) {
+      sent += chunk(rank - g - 1);  // the partial sums, the ring turned back one chunk
+      continue;
+    }
     sent += chunk(rank - g);      // reduce-scatter: the partial sums
     sent += chunk(rank + 1 - g);  // all-gather: the encoded results
   }

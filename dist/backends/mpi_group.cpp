@@ -102,6 +102,10 @@ Collectives MpiGroupBase::mpi_library_collectives() {
           [this](const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how, int tag) {
             return low_precision_ring_allreduce(t, op, how, channel(tag), scratch_);
           },
+      .reduce_scatter_low_precision =
+          [this](const Tensor& output, const Tensor& input, ReduceOp op, const LowPrecisionAllreduce& how, int tag) {
+            return low_precision_ring_reduce_scatter(output, input, op, how, channel(tag), scratch_);
+          },
   };
 }
 
@@ -119,6 +123,10 @@ Collectives MpiGroupBase::ring_collectives() {
       .allreduce_low_precision =
           [this](const Tensor& t, ReduceOp op, const LowPrecisionAllreduce& how, int tag) {
             return low_precision_ring_allreduce(t, op, how, channel(tag), scratch_);
+          },
+      .reduce_scatter_low_precision =
+          [this](const Tensor& output, const Tensor& input, ReduceOp op, const LowPrecisionAllreduce& how, int tag) {
+            return low_precision_ring_reduce_scatter(output, input, op, how, channel(tag), scratch_);
           },
   };
 }

@@ -1,6 +1,7 @@
 #include "dist/zero/zero_optimizer.h"
 
 #include <cctype>
+#include <climits>
 #include <cmath>
 #include <map>
 #include <set>
@@ -47,6 +48,13 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::Pa
   RG_CHECK(std::isfinite(options.staging_mb) && options.staging_mb > 0 && options.staging_mb <= (1 << 20),
            "dist.ZeroOptimizer", "staging_mb must be a positive number of MiB up to 1048576, got ", options.staging_mb);
   RG_CHECK(make_ != nullptr, "dist.ZeroOptimizer", "no function to build the sharded optimizer");
+  RG_CHECK(!options.reduce_scatter_wire || options.stage >= 2, "dist.ZeroOptimizer",
+           "ZeroOptions::reduce_scatter_wire (",
+           wire_format_name(options.reduce_scatter_wire.value_or(WireFormat::bf16)),
+           ") sets the wire of stages 2 and 3's reduce-scatter; stage 1 reduces with DDP's AllReduce: give DDP a comm "
+           "hook (dist/ddp/comm_hook.h) instead");
+  RG_CHECK(options.scale_block > 0 && options.scale_block <= INT_MAX, "dist.ZeroOptimizer",
+           "scale_block must be in [1, INT_MAX], got ", options.scale_block);
   params_ = parameters();
   names_ = names_in_model(params_, ddp.module());
   const int N = group_.size();
@@ -197,7 +205,13 @@ void ZeroOptimizer::build_shards() {
       largest = std::max(largest, N * layout_.block_numel(b) * element);
       widest = std::max(widest, N * element);
       in_shared_memory = in_shared_memory && group_.offers_shared_memory(bucket_type_[b].second);
+      RG_CHECK(!options_.reduce_scatter_wire || bucket_type_[b].second.is_cpu(), "dist.ZeroOptimizer", "rank ", rank,
+               "/", N, ": ZeroOptions::reduce_scatter_wire ", wire_format_name(*options_.reduce_scatter_wire),
+               " reduces CPU buckets only (the low-precision ring), but bucket ", b, " is on ",
+               bucket_type_[b].second.str());
     }
+    // A low-precision wire travels as messages through the ring, never through the shared buffer.
+    in_shared_memory = in_shared_memory && !options_.reduce_scatter_wire;
     const auto cap = static_cast<int64_t>(options_.staging_mb * (1 << 20));
     const int64_t staging = std::max(std::min(largest, cap), widest);
     if (N > 1) {
@@ -224,26 +238,36 @@ void ZeroOptimizer::build_shards() {
     // Stage 3: once a unit's bucket is reduced no node reads its parameters again in this backward,
     // so they are released -- if the count of its gradients did not release them already (Note
     // [Gather, use, release] in dist/zero/gathered_units.h).
-    ddp_.set_comm_hook([reduced = reduced_, units = units_](ProcessGroup& group, GradBucket& bucket) -> HookWork {
-      if (units) units->release(units->unit_of_bucket(bucket.index));
-      if (reduced->consumed) reduced->clear();  // Note [A step consumes the reduced gradient]
-      Tensor block = reduced->blocks.at(bucket.index);
-      const bool add = reduced->holds.at(bucket.index);
-      reduced->holds[bucket.index] = true;
-      const Tensor out = add ? empty_like(block) : block;
-      std::function<void()> then;
-      if (add) then = [block, out]() mutable { block.add_(out); };
-      // Note [Average, not sum] in dist/ddp/ddp.h; Note [Averaging half precision] in
-      // dist/ddp/comm_hook.h. A pre-scaled copy is reduced: a reduce-scatter leaves its input as it was.
-      const Averaging averaging = average_over(group, bucket.buffer.dtype());
-      if (averaging.pre_scale != 1) {
-        Tensor scaled = bucket.buffer * averaging.pre_scale;
-        return {group.reduce_scatter(out, scaled, averaging.op), [scaled, then] {
-                  if (then) then();
-                }};
-      }
-      return {group.reduce_scatter(out, bucket.buffer, averaging.op), then};
-    });
+    std::optional<LowPrecisionAllreduce> low_precision;
+    if (options_.reduce_scatter_wire)
+      low_precision = LowPrecisionAllreduce{.wire = *options_.reduce_scatter_wire,
+                                            .scale_block = options_.scale_block,
+                                            .error_feedback = Tensor()};
+    ddp_.set_comm_hook(
+        [reduced = reduced_, units = units_, low_precision](ProcessGroup& group, GradBucket& bucket) -> HookWork {
+          if (units) units->release(units->unit_of_bucket(bucket.index));
+          if (reduced->consumed) reduced->clear();  // Note [A step consumes the reduced gradient]
+          Tensor block = reduced->blocks.at(bucket.index);
+          const bool add = reduced->holds.at(bucket.index);
+          reduced->holds[bucket.index] = true;
+          const Tensor out = add ? empty_like(block) : block;
+          std::function<void()> then;
+          if (add) then = [block, out]() mutable { block.add_(out); };
+          // Note [Average, not sum] in dist/ddp/ddp.h. The low-precision ring adds in f32 and divides
+          // once, whatever the bucket's dtype.
+          if (low_precision)
+            return {group.reduce_scatter_low_precision(out, bucket.buffer, ReduceOp::avg, *low_precision), then};
+          // Note [Averaging half precision] in dist/ddp/comm_hook.h. A pre-scaled copy is reduced: a
+          // reduce-scatter leaves its input as it was.
+          const Averaging averaging = average_over(group, bucket.buffer.dtype());
+          if (averaging.pre_scale != 1) {
+            Tensor scaled = bucket.buffer * averaging.pre_scale;
+            return {group.reduce_scatter(out, scaled, averaging.op), [scaled, then] {
+                      if (then) then();
+                    }};
+          }
+          return {group.reduce_scatter(out, bucket.buffer, averaging.op), then};
+        });
   }
   if (options_.stage == 3) install_unit_hooks();  // what gathers each unit, and when
 }

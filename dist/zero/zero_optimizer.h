@@ -126,6 +126,14 @@ struct ZeroOptions {
   // per step instead of two -- DDP's traffic -- for every unit's parameters alive at the end of the
   // forward, as at stage 2). Forwards without grad mode release either way.
   bool reshard_after_forward = true;
+  // Stages 2 and 3: each bucket's reduce-scatter sends its partial sums in this wire format -- bf16,
+  // or FP8 with a scale per scale_block elements -- and adds them in f32
+  // (ProcessGroup::reduce_scatter_low_precision; docs/compression.md). Unset: the bucket's own
+  // dtype. Without error feedback: its residual is an f32 copy of every gradient on every rank, 4
+  // bytes per parameter -- more than the gradients stage 2 shards away. CPU buckets on an MPI
+  // backend (checked; stage 1 refuses it: its reduction is DDP's, choose a comm hook there).
+  std::optional<WireFormat> reduce_scatter_wire = std::nullopt;
+  int64_t scale_block = kDefaultScaleBlock;
 };
 
 class ZeroOptimizer : public optim::Optimizer {

@@ -20,12 +20,15 @@
 namespace ringgrad::examples {
 
 // Stage 0: make(groups) itself. Stage 1, 2 or 3: a ZeroOptimizer over `ddp` stepping this rank's
-// pieces with what make builds. Collective when stage > 0.
+// pieces with what make builds, its reduce-scatter in `wire` if given (stages 2, 3). Collective
+// when stage > 0.
 inline std::unique_ptr<optim::Optimizer> plain_or_sharded(int stage, dist::DistributedDataParallel& ddp,
                                                           std::vector<optim::ParamGroup> groups,
-                                                          const dist::ZeroOptimizer::MakeOptimizer& make) {
+                                                          const dist::ZeroOptimizer::MakeOptimizer& make,
+                                                          std::optional<dist::WireFormat> wire = std::nullopt) {
   if (stage == 0) return make(std::move(groups));
-  return std::make_unique<dist::ZeroOptimizer>(ddp, std::move(groups), make, dist::ZeroOptions{.stage = stage});
+  return std::make_unique<dist::ZeroOptimizer>(ddp, std::move(groups), make,
+                                               dist::ZeroOptions{.stage = stage, .reduce_scatter_wire = wire});
 }
 
 inline dist::ZeroOptimizer* as_sharded(optim::Optimizer& opt) { return dynamic_cast<dist::ZeroOptimizer*>(&opt); }

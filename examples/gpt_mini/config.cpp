@@ -75,9 +75,7 @@ void finish(Config& c) {
   RG_CHECK(parameters <= static_cast<double>(kMaxParameters), "gpt_mini", "--n-layer ", c.n_layer, " x --n-embd ",
            c.n_embd, " makes about ", parameters, " parameters (12 x layers x width^2), above the bound of ",
            kMaxParameters);
-  RG_CHECK(c.zero < 2 || examples::comm_hook_is_default(c.comm_hook), "gpt_mini",
-           "--zero 2 and 3 reduce-scatter each bucket with their own hook; --comm-hook ", c.comm_hook,
-           " applies to --zero 0 and 1");
+  examples::zero_reduce_scatter_wire("gpt_mini", c.comm_hook, c.zero);  // refuses what stage 2 cannot carry
   RG_CHECK(c.min_lr <= c.lr, "gpt_mini", "--min-lr ", c.min_lr, " is above the peak --lr ", c.lr);
 }
 

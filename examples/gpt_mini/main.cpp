@@ -275,16 +275,19 @@ int run(Config& c, const dist::World& world) {
   int64_t step = 0;
   auto group = dist::new_group(c.backend);
   check_same_flags(*group, c, device);
-  const dist::NamedCommHook comm_hook = dist::make_comm_hook(c.comm_hook, c.powersgd);
+  const dist::NamedCommHook comm_hook =
+      dist::make_comm_hook(examples::ddp_comm_hook_name(c.comm_hook, c.zero), c.powersgd);
   dist::DistributedDataParallel ddp(
       model, group, {.bucket_cap_mb = c.bucket_mb, .first_bucket_mb = c.first_bucket_mb, .comm_hook = comm_hook.hook});
   // --zero 1/2/3: each rank keeps 1/N of AdamW's state (2: and of the reduced gradient; 3: and of the
   // parameters, each block gathered for its forward and backward).
   const optim::AdamWOptions adamw{.lr = c.lr, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = c.weight_decay};
-  auto opt = examples::plain_or_sharded(c.zero, ddp, param_groups(*model, c.lr, c.weight_decay),
-                                        [&adamw](std::vector<optim::ParamGroup> groups) {
-                                          return std::make_unique<optim::AdamW>(std::move(groups), adamw);
-                                        });
+  auto opt = examples::plain_or_sharded(
+      c.zero, ddp, param_groups(*model, c.lr, c.weight_decay),
+      [&adamw](std::vector<optim::ParamGroup> groups) {
+        return std::make_unique<optim::AdamW>(std::move(groups), adamw);
+      },
+      examples::zero_reduce_scatter_wire("gpt_mini", c.comm_hook, c.zero));
   dist::ZeroOptimizer* sharded = examples::as_sharded(*opt);
   dist::sync_found_inf(scaler, group);
   // The training state, in one file: rank 0 writes it; every rank reads it on --resume. The

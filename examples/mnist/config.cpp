@@ -64,10 +64,7 @@ void finish(Config& c) {
   // Measured over seeds 0-3 (docs/mnist.md): the MLP does best on standardised pixels (85.6% vs 84.0%
   // after one epoch), the CNN on (p - 0.5) / 0.5 (88.8% vs 88.5%).
   if (c.input_norm.empty()) c.input_norm = c.model == "mlp" ? "standard" : "half";
-  RG_CHECK(c.zero < 2 || examples::comm_hook_is_default(c.comm_hook), "mnist",
-           "--zero 2 reduces each bucket with its own "
-           "reduce-scatter; --comm-hook ",
-           c.comm_hook, " applies to --zero 0 and 1");
+  examples::zero_reduce_scatter_wire("mnist", c.comm_hook, c.zero);  // refuses what stage 2 cannot carry
   if (!c.simulate_network.empty()) {
     std::istringstream in(c.simulate_network);
     double gbps = 0, latency_us = 0;

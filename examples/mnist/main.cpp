@@ -241,14 +241,16 @@ int run(Config& c, const dist::World& world) {
   auto group = dist::new_group(c.backend, group_options);
   check_same_flags(*group, c, device);
   // Wrapping checks that every rank built the same model and copies rank 0's weights everywhere.
-  const dist::NamedCommHook comm_hook = dist::make_comm_hook(c.comm_hook, c.powersgd);
+  const dist::NamedCommHook comm_hook =
+      dist::make_comm_hook(examples::ddp_comm_hook_name(c.comm_hook, c.zero), c.powersgd);
   dist::DistributedDataParallel ddp(
       model, group, {.bucket_cap_mb = c.bucket_mb, .comm_hook = comm_hook.hook, .trace = !c.trace.empty()});
   // --zero 1/2/3: each rank keeps 1/N of the optimizer state (2: and of the reduced gradient; 3: and
   // of the parameters, each layer gathered for its forward and backward).
-  auto opt =
-      examples::plain_or_sharded(c.zero, ddp, {{model->parameters(), c.lr, c.weight_decay}},
-                                 [&c](std::vector<optim::ParamGroup> g) { return make_optimizer(c, std::move(g)); });
+  auto opt = examples::plain_or_sharded(
+      c.zero, ddp, {{model->parameters(), c.lr, c.weight_decay}},
+      [&c](std::vector<optim::ParamGroup> g) { return make_optimizer(c, std::move(g)); },
+      examples::zero_reduce_scatter_wire("mnist", c.comm_hook, c.zero));
   dist::ZeroOptimizer* sharded = examples::as_sharded(*opt);
   optim::GradScaler scaler({.enabled = dtype == DType::f16});
   dist::sync_found_inf(scaler, group);  // one rank's overflow makes every rank skip the step

@@ -1,7 +1,7 @@
-// The low-precision ring (ProcessGroup::allreduce_low_precision, Note [Low-precision ring]): every
-// rank ends with the same bits, within the format's bound of the exact reduction; error feedback
-// loses nothing over steps (Note [Error feedback]); the bytes it sends are what
-// low_precision_ring_sends says; what it refuses.
+// The low-precision ring (ProcessGroup::allreduce_low_precision and reduce_scatter_low_precision,
+// Note [Low-precision ring]): every rank ends with the same bits, within the format's bound of the
+// exact reduction; error feedback loses nothing over steps (Note [Error feedback]); the bytes it
+// sends are what low_precision_ring_sends says; what it refuses.
 #include <cmath>
 #include <vector>
 
@@ -181,4 +181,109 @@ TEST_CASE("low-precision ring: refuses max, f64 and a residual of the wrong size
                        doctest::Contains("f32, f16 or bf16"), std::exception);
   CHECK_THROWS_WITH_AS(group->allreduce_low_precision(t, dist::ReduceOp::sum, {.error_feedback = rg::zeros({9})}),
                        doctest::Contains("error_feedback (9,) f32"), std::exception);
+}
+
+TEST_CASE("low-precision reduce-scatter: rank r holds block r's reduction within N-1 roundings; input unchanged") {
+  const int N = dist::world().size;
+  for (const std::string backend : {"ring", "auto", "mpi"}) {
+    auto group = dist::new_group(backend, test_options());
+    const int rank = group->rank();
+    for (dist::WireFormat w : kWires) {
+      for (rg::DType dt : {rg::DType::f32, rg::DType::bf16}) {
+        for (dist::ReduceOp op : {dist::ReduceOp::sum, dist::ReduceOp::avg}) {
+          for (int64_t m : {int64_t{0}, int64_t{1}, int64_t{1000}}) {
+            CAPTURE(backend);
+            CAPTURE(dist::wire_format_name(w));
+            CAPTURE(rg::dtype_name(dt));
+            CAPTURE(dist::reduce_op_name(op));
+            CAPTURE(m);
+            rg::Tensor input = filled(N * m, dt, [&](int64_t i) { return value(rank, i); });
+            const std::vector<double> before = input.to_vector();
+            rg::Tensor output = rg::zeros({m}, {.dtype = dt});
+            group->reduce_scatter_low_precision(output, input, op, {.wire = w, .scale_block = 128})->wait();
+            CHECK(input.to_vector() == before);
+            const std::vector<double> got = output.to_vector();
+            // N-1 hops round a partial sum no larger than the sum of magnitudes; the owner's sum is
+            // not encoded again; the store to bf16 rounds once more.
+            const double u = unit_roundoff(w), store = dt == rg::DType::f32 ? 0x1p-24 : 0x1p-8;
+            std::vector<std::vector<double>> inputs;  // every rank's, as it filled them in dt
+            for (int r = 0; r < N; ++r)
+              inputs.push_back(filled(N * m, dt, [&](int64_t i) { return value(r, i); }).to_vector());
+            double worst = 0;
+            for (int64_t i = 0; i < m; ++i) {
+              const auto at = static_cast<size_t>(rank * m + i);  // this rank's block
+              double exact = 0, magnitude = 0;
+              for (int r = 0; r < N; ++r) {
+                const double v = inputs[static_cast<size_t>(r)][at];
+                exact += v;
+                magnitude += std::fabs(v);
+              }
+              if (op == dist::ReduceOp::avg) exact /= N, magnitude /= N;
+              const double error = std::fabs(got[static_cast<size_t>(i)] - exact);
+              REQUIRE(error <= ((N - 1) * u + store + 0x1p-22) * magnitude);
+              worst = std::max(worst, error / magnitude);
+            }
+            if (N > 1 && m >= 1000 && dt == rg::DType::f32) CHECK(worst > u / 64);  // the wire was low
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("low-precision reduce-scatter: with error feedback nothing is lost over steps; bytes as counted") {
+  const int N = dist::world().size;
+  auto group = dist::new_group("ring", test_options());
+  const int rank = group->rank(), steps = 5;
+  const int64_t m = 700, n = N * m;
+  for (dist::WireFormat w : kWires) {
+    CAPTURE(dist::wire_format_name(w));
+    rg::Tensor residual = rg::zeros({n});
+    std::vector<double> results(m, 0.0), exact(m, 0.0);
+    const dist::TransportBytes before = dist::transport_bytes();
+    for (int step = 0; step < steps; ++step) {
+      rg::Tensor input = filled(n, rg::DType::f32, [&](int64_t i) { return value(rank, i, step) / (1 + step); });
+      rg::Tensor output = rg::zeros({m});
+      group
+          ->reduce_scatter_low_precision(output, input, dist::ReduceOp::avg,
+                                         {.wire = w, .scale_block = 100, .error_feedback = residual})
+          ->wait();
+      const auto got = output.to_vector();
+      for (int64_t i = 0; i < m; ++i) {
+        results[i] += got[i];
+        double sum = 0;
+        for (int r = 0; r < N; ++r)
+          sum += static_cast<double>(static_cast<float>(value(r, rank * m + i, step) / (1 + step)));
+        exact[i] += sum / N;
+      }
+    }
+    const dist::TransportBytes after = dist::transport_bytes();
+    CHECK((after.same_machine + after.other_machines) - (before.same_machine + before.other_machines) ==
+          steps * dist::low_precision_ring_sends(w, n, N, rank, 100, /*reduce_scatter_only=*/true).total());
+    // This rank's own block it never encodes: nothing dropped there.
+    for (int64_t i = 0; i < m; ++i) REQUIRE(residual.to_vector()[static_cast<size_t>(rank * m + i)] == 0);
+    // What every rank still holds back for this block, reduced exactly (f32 reduce-scatter).
+    rg::Tensor held = rg::zeros({m});
+    group->reduce_scatter(held, residual, dist::ReduceOp::avg)->wait();
+    const auto h = held.to_vector();
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      worst = std::max(worst, std::fabs(results[i] + h[i] - exact[i]));
+      scale = std::max(scale, std::fabs(exact[i]));
+    }
+    CHECK(worst <= 1e-5 * scale);
+  }
+}
+
+TEST_CASE("low-precision reduce-scatter: refuses an output that is not a block of the input") {
+  auto group = dist::new_group("ring", test_options());
+  const int N = group->size();
+  CHECK_THROWS_WITH_AS(group->reduce_scatter_low_precision(rg::zeros({3}), rg::zeros({3 * N + 1}), dist::ReduceOp::avg,
+                                                           {}),
+                       doctest::Contains("blocks of output (3,) f32"), std::exception);
+  CHECK_THROWS_WITH_AS(group->reduce_scatter_low_precision(rg::zeros({3}, {.dtype = rg::DType::bf16}),
+                                                           rg::zeros({3 * N}), dist::ReduceOp::avg, {}),
+                       doctest::Contains("output's dtype"), std::exception);
+  CHECK_THROWS_WITH_AS(group->reduce_scatter_low_precision(rg::zeros({3}), rg::zeros({3 * N}), dist::ReduceOp::min, {}),
+                       doctest::Contains("sum or avg, not min"), std::exception);
 }

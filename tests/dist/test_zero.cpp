@@ -905,3 +905,46 @@ TEST_CASE("zero: stage 3 units as given, and what it refuses") {
   CHECK(ddp.buckets().size() == 2);
   CHECK(zero->name() == "ZeRO-3(SGD)");
 }
+
+TEST_CASE("zero: stages 2 and 3 with a low-precision wire step as DDP does, to the format's rounding") {
+  const int N = dist::world().size;
+  for (int stage : {2, 3})
+    for (dist::WireFormat w : {dist::WireFormat::bf16, dist::WireFormat::fp8_e4m3}) {
+      CAPTURE(stage);
+      CAPTURE(dist::wire_format_name(w));
+      auto reference = make_mlp(3), model = make_mlp(3);
+      std::vector<rg::Tensor> start;
+      for (const auto& [name, p] : reference->named_parameters()) start.push_back(p.clone());
+      dist::DistributedDataParallel ref_ddp(reference, ring(), kSmallBuckets);
+      dist::DistributedDataParallel ddp(model, ring(), kSmallBuckets);
+      // Plain SGD: a step's update is lr times the reduced gradient, nothing else.
+      optim::SGD ref_opt(reference->parameters(), {.lr = 0.1});
+      auto zero = dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{.lr = 0.1},
+                                                        {.stage = stage, .reduce_scatter_wire = w, .scale_block = 16});
+      train_side_by_side(ref_ddp, ref_opt, ddp, *zero, 1);
+      auto full = zero->gathered_parameters();
+      // Each update against the exact one: N-1 roundings of partial sums, each at most u of a sum
+      // of magnitudes, which cancellation between ranks' gradients can make a few times the sum.
+      const double u = w == dist::WireFormat::bf16 ? 0x1p-8 : 0x1p-4;
+      auto ref_params = reference->named_parameters(), params = model->named_parameters();
+      double worst = 0;
+      for (size_t i = 0; i < start.size(); ++i)
+        worst = std::max(worst, rel_l2(start[i] - ref_params[i].second, start[i] - params[i].second));
+      CHECK(worst <= 4 * (N - 1) * u + 1e-6);
+      if (N > 1) CHECK(worst > 0);  // the wire really carried the low format
+      else CHECK(worst <= 1e-6);    // one rank: nothing travels, nothing is rounded
+    }
+}
+
+TEST_CASE("zero: a low-precision wire is refused at stage 1 with the reason") {
+  auto model = make_mlp(1);
+  dist::DistributedDataParallel ddp(model, ring(), kSmallBuckets);
+  CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{},
+                                                             {.stage = 1,
+                                                              .reduce_scatter_wire = dist::WireFormat::fp8_e4m3}),
+                       doctest::Contains("stage 1 reduces with DDP's AllReduce"), rg::Error);
+  CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(
+                           ddp, optim::SGDOptions{},
+                           {.stage = 2, .reduce_scatter_wire = dist::WireFormat::bf16, .scale_block = 0}),
+                       doctest::Contains("scale_block must be in [1, INT_MAX], got 0"), rg::Error);
+}

@@ -17,9 +17,10 @@
 // against the flat ring's (3N-4)/N S (Note [Each chunk is reduced once] in ring_pipeline.cpp) -- with
 // 4 nodes or more, more bytes than the flat ring, not fewer.
 //
-// The price: only the leader talks across nodes, so where every rank has a network interface of its
-// own (one per GPU on most GPU servers) the other k-1 per node stay idle; and the three stages run
-// one after the other over the whole tensor. Keeping every interface busy takes another shape:
+// The price: the three stages run one after the other over the whole tensor. Only the leader talks
+// across nodes -- but a flat ring numbered node by node crosses them on one link per node too, so
+// where every rank has a network interface of its own (one per GPU on most GPU servers) neither
+// uses more than one of a node's k. Keeping every interface busy takes another shape:
 // reduce-scatter within the node, an AllReduce across nodes of each local rank's 1/k share with its
 // peers of the same local rank (k rings of M ranks, 2(M-1)/M S/k per interface), then an all-gather
 // within the node -- Horovod's hierarchical AllReduce. This file does not do that.

@@ -160,9 +160,10 @@ def parse_allreduce_tables(text):
                 tables[backend] = []
             continue
         fields = line.split()
-        if backend and len(fields) == 7 and fields[0].isdigit():
+        # allreduce_torch.py's rows have 7 fields; allreduce_bench's 8 (net(B) before #wrong).
+        if backend and len(fields) in (7, 8) and fields[0].isdigit():
             tables[backend].append({"bytes": int(fields[0]), "time_us": float(fields[3]),
-                                    "busbw": float(fields[5]), "wrong": int(fields[6])})
+                                    "busbw": float(fields[5]), "wrong": int(fields[-1])})
     return tables
 
 

@@ -18,12 +18,16 @@
 // For each size: the mean time of one AllReduce (sum) over -n iterations after -w warm-ups (median
 // over -r rounds, see below), algbw =
 // bytes / time, busbw = algbw * 2(N-1)/N (the bytes each rank's link actually carries in a ring, so
-// figures compare across world sizes), and #wrong: elements that differ from the closed-form sum
-// when -c 1 (each rank fills rank + 1, so every element must be N(N+1)/2).
+// figures compare across world sizes), net(B): the most bytes one machine's ranks together sent to
+// other machines per AllReduce (dist::transport_bytes(); "-" for the MPI_Allreduce peer, whose
+// messages are the MPI library's own) -- what the busiest machine's network link carries, the
+// figure hierarchical AllReduce is said to cut (docs/learn/08-cost-model.md) -- and #wrong: elements that differ from
+// the closed-form sum when -c 1 (each rank fills rank + 1, so every element must be N(N+1)/2).
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -63,6 +67,17 @@ double memcpy_bandwidth() {
     best = std::max(best, 2.0 * static_cast<double>(n) / s);
   }
   return best;
+}
+
+// The most that the ranks of one machine sent together (each rank's `bytes`, summed by w.node).
+double busiest_machine(const dist::World& w, double bytes) {
+  std::vector<double> all(static_cast<size_t>(w.size));
+  std::vector<int> node(static_cast<size_t>(w.size));
+  MPI_Allgather(&bytes, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  MPI_Allgather(&w.node, 1, MPI_INT, node.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<double> per_node(static_cast<size_t>(w.size), 0.0);
+  for (size_t r = 0; r < all.size(); ++r) per_node[static_cast<size_t>(node[r])] += all[r];
+  return *std::max_element(per_node.begin(), per_node.end());
 }
 
 }  // namespace
@@ -129,6 +144,8 @@ int main(int argc, char** argv) {
     std::vector<std::vector<std::vector<double>>> seconds(names.size(),
                                                           std::vector<std::vector<double>>(counts.size()));
     std::vector<std::vector<int64_t>> wrong(names.size(), std::vector<int64_t>(counts.size(), 0));
+    // net[b][s]: bytes to other machines per op, the most of any rank (the first round's).
+    std::vector<std::vector<double>> net(names.size(), std::vector<double>(counts.size(), -1));
     for (int round = 0; round < rounds; ++round)
       for (size_t s = 0; s < counts.size(); ++s) {
         Tensor plain = full({counts[s]}, w.rank + 1.0, {.dtype = dtype});
@@ -148,9 +165,14 @@ int main(int argc, char** argv) {
           };
           for (int i = 0; i < warmup; ++i) allreduce(t);
           MPI_Barrier(MPI_COMM_WORLD);
+          const uint64_t away_before = dist::transport_bytes().other_machines;
           auto t0 = Clock::now();
           for (int i = 0; i < iters; ++i) allreduce(t);
           double mean = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+          if (round == 0 && pg != nullptr) {
+            const double away = static_cast<double>(dist::transport_bytes().other_machines - away_before) / iters;
+            net[b][s] = busiest_machine(w, away);
+          }
           // The slowest rank's time is the collective's time.
           MPI_Allreduce(MPI_IN_PLACE, &mean, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
           seconds[b][s].push_back(mean);
@@ -168,16 +190,17 @@ int main(int argc, char** argv) {
     if (w.rank == 0) {
       for (size_t b = 0; b < names.size(); ++b) {
         std::printf("# backend: %s\n", names[b].c_str());
-        std::printf("%12s %12s %6s %12s %10s %10s %7s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
-                    "busbw(GB/s)", "#wrong");
+        std::printf("%12s %12s %6s %12s %10s %10s %12s %7s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+                    "busbw(GB/s)", "net(B)", "#wrong");
         for (size_t s = 0; s < counts.size(); ++s) {
           std::vector<double> v = seconds[b][s];
           std::sort(v.begin(), v.end());
           const double median = v[v.size() / 2];
           const double size = static_cast<double>(counts[s]) * static_cast<double>(dtype_size(dtype));
           const double algbw = size / median / 1e9, busbw = algbw * 2 * (n - 1) / n;
-          std::printf("%12.0f %12lld %6s %12.2f %10.2f %10.2f %7lld\n", size, (long long)counts[s], type.c_str(),
-                      median * 1e6, algbw, busbw, (long long)wrong[b][s]);
+          const std::string away = net[b][s] < 0 ? "-" : std::to_string(std::llround(net[b][s]));
+          std::printf("%12.0f %12lld %6s %12.2f %10.2f %10.2f %12s %7lld\n", size, (long long)counts[s], type.c_str(),
+                      median * 1e6, algbw, busbw, away.c_str(), (long long)wrong[b][s]);
         }
       }
     }

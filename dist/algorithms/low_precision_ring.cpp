@@ -37,7 +37,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -48,14 +47,6 @@
 namespace ringgrad::dist::detail {
 
 namespace {
-
-// A residual that is not finite is not a rounding error to carry: the encoded value was an
-// infinity or a NaN (a block of them decodes as NaN, Note [Scaled FP8 blocks]), the step it
-// belongs to is skipped (optim::GradScaler), and carrying it would poison every later step.
-void keep_finite(float* residual, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(residual[i])) residual[i] = 0;
-}
 
 // What the ring leaves where: every chunk's result on every rank, or chunk r's on rank r alone.
 enum class RingResult { everywhere, scattered };

@@ -136,4 +136,9 @@ void decode_from_wire(WireFormat format, const std::byte* wire, int64_t n, int64
   }
 }
 
+void keep_finite(float* residual, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(residual[i])) residual[i] = 0;
+}
+
 }  // namespace ringgrad::dist

@@ -50,4 +50,11 @@ enum class DecodeInto { assign, add, subtract };  // out = v, out += v, out -= f
 void decode_from_wire(WireFormat format, const std::byte* wire, int64_t n, int64_t scale_block, float* out,
                       DecodeInto how, float factor = 1);
 
+// Sets every element of an error-feedback residual that is not finite to zero. Such an element is
+// not a rounding error to carry: the value encoded was an infinity or a NaN (a block holding one
+// decodes as NaN, Note [Scaled FP8 blocks]), the step it belongs to is skipped
+// (optim::GradScaler), and carrying it would poison every later step. The low-precision ring's
+// residuals and PowerSGD's both pass through it.
+void keep_finite(float* residual, int64_t n);
+
 }  // namespace ringgrad::dist

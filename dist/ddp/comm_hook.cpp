@@ -63,6 +63,16 @@ Tensor ResidualsByParameter::for_bucket(const GradBucket& bucket) {
     offset += n;
   }
   layout = Layout{bucket.parameter_names, residual};
+  // A layout that held any of these parameters is stale: its parameters belong to other buckets
+  // now (DDP rebuilt them, perhaps into fewer). Forgetting it lets its buffer go once no slice
+  // views it, and keeps bytes() from counting it; were it reduced again, it would be laid out anew.
+  for (Layout& other : by_bucket_) {
+    if (&other == &layout || !other.residual.defined()) continue;
+    const bool stale = std::any_of(other.names.begin(), other.names.end(), [&](const std::string& n) {
+      return std::find(bucket.parameter_names.begin(), bucket.parameter_names.end(), n) != bucket.parameter_names.end();
+    });
+    if (stale) other = Layout{};
+  }
   return residual;
 }
 

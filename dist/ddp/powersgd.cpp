@@ -200,10 +200,8 @@ HookWork PowerSgdState::reduce(ProcessGroup& group, GradBucket& bucket) {
       }
     }
     if (residual.defined()) {
-      residual.copy_(before - buffer);  // e = (M + e) - M̂
-      float* e = residual.data<float>();
-      for (int64_t i = 0; i < residual.numel(); ++i)  // an overflowed step leaves no NaN behind
-        if (!std::isfinite(e[i])) e[i] = 0;
+      residual.copy_(before - buffer);                        // e = (M + e) - M̂
+      keep_finite(residual.data<float>(), residual.numel());  // an overflowed step leaves no NaN behind
     }
   };
   return {std::move(work), std::move(then)};

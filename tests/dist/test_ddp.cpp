@@ -481,6 +481,10 @@ TEST_CASE("ddp: error feedback carries each parameter's residual across a bucket
   }
   CHECK(worst <= 1e-5 * scale);
   if (N > 1) CHECK(worst_without > 1e-3 * scale);  // what error feedback makes up for
+  // One f32 residual per gradient element after the rebuild: the old layouts are let go.
+  int64_t elements = 0;
+  for (const rg::Tensor& p : b->parameters()) elements += p.numel();
+  CHECK(state->state_bytes() == elements * static_cast<int64_t>(sizeof(float)));
 }
 
 // Row-major double matrices for the PowerSGD reference.

@@ -59,11 +59,13 @@ if [[ $run_suite == 1 ]]; then
   # whole dist suite at np 3 (its DDP, ZeRO and checkpoint cases run at np 3 in dist_staged_np3, and
   # every case at np 2), the namespace cluster's runs (label cluster: the same code over TCP), and
   # the two exhaustive GEMM sweeps against a triple loop (2 minutes under the sanitizers; their
-  # kernels run here in the suite's other GEMM, layer and training tests), and the MNIST example at
-  # np 3 (its np 2 runs, and dist_staged_np3 runs DDP and ZeRO at np 3).
+  # kernels run here in the suite's other GEMM, layer and training tests), the MNIST example at
+  # np 3 (its np 2 runs, and dist_staged_np3 runs DDP and ZeRO at np 3), the ladder's rungs at np 3
+  # (np 2 runs), the figures script (runs of the examples that run here already) and MNIST's ZeRO-2
+  # with an FP8 reduce-scatter (its collective runs here in dist_np*).
   step "test build-sanitize/ (the suite under ASan + UBSan)"
   ctest --test-dir build-sanitize --output-on-failure -LE 'fuzz|cluster' \
-    -E '^install_|_np4$|^dist_np3$|^dist_timeout_np3$|^example_mnist_(resnet_np2|np3|zero2_np3)$|same_as_one_rank|^(tiled_sgemm|bf16_gemm) matches'
+    -E '^install_|_np4$|^dist_np3$|^dist_timeout_np3$|^example_mnist_(resnet_np2|np3|zero2_np3)$|same_as_one_rank|^(tiled_sgemm|bf16_gemm) matches|^learn_figures$|^learn_ladder_[0-9]_np3$|^example_mnist_zero2_fp8_np2$'
 fi
 if [[ $run_fuzz == 1 ]]; then
   step "fuzz build-sanitize/ (${fuzz_seconds} s per target)"

@@ -26,6 +26,7 @@ packages=(
   libcli11-dev      # command-line parsing in examples/ (header-only)
   clang-format-14   # the format check (scripts/lint.sh)
   python3           # tools/check_citations.py (the docs_citations test)
+  gnuplot-nox       # learn/figures.sh's pictures (the learn_figures test), the benchmarks' charts
   dataset-fashion-mnist  # the MNIST example's default data (/usr/share/datasets/fashion-mnist)
   fortunes               # the GPT-mini corpus (/usr/share/games/fortunes)
 )

@@ -75,7 +75,7 @@ class LowPrecisionRing : public PendingOp {
         slots_{wire, wire + slot_bytes} {
     const T* in = static_cast<const T*>(input.raw_data());
     if constexpr (!std::is_same_v<T, float>) widen(work_, in, n_);
-    else if (work_ != in) std::memcpy(work_, in, static_cast<size_t>(n_) * sizeof(float));
+    else if (work_ != in && n_ > 0) std::memcpy(work_, in, static_cast<size_t>(n_) * sizeof(float));
     if (dropped_ != nullptr)  // Note [Error feedback]: what was dropped before goes in now
       for (int64_t i = 0; i < n_; ++i) work_[i] += dropped_[i];
     if (ch_.size == 1) {  // nothing travels, nothing is dropped

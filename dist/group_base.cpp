@@ -253,9 +253,11 @@ std::shared_ptr<Work> GroupBase::reduce_scatter_low_precision(const Tensor& outp
   check_tensor(name, "input", input, rank_, size_);
   check_tensor(name, "output", output, rank_, size_);
   check_low_precision(name, input, op, how, rank_, size_);
-  RG_CHECK(input.numel() == output.numel() * size_ && output.dtype() == input.dtype() && output.device().is_cpu(), name,
-           "input ", input.desc(), " must hold N = ", size_, " blocks of output ", output.desc(),
-           " (N * output.numel() elements of output's dtype, on the CPU) (rank ", rank_, "/", size_, ")");
+  RG_CHECK(input.numel() == output.numel() * size_, name, "input ", input.desc(), " must hold N = ", size_,
+           " blocks of output ", output.desc(), " (N * output.numel() elements) (rank ", rank_, "/", size_, ")");
+  RG_CHECK(output.dtype() == input.dtype() && output.device().is_cpu(), name, "output ", output.desc(),
+           " must be a CPU tensor of the input's dtype, ", dtype_name(input.dtype()), " (rank ", rank_, "/", size_,
+           ")");
   const OpInfo info{.name = "reduce_scatter_low_precision",
                     .detail = low_precision_detail,
                     .operands = {.tensor = input,

@@ -37,7 +37,6 @@ set boxwidth 0.6
 set yrange [0:*]
 plot for [i = 2:5] out."/memory.tsv" using i:xtic(1) title columnheader(i)
 set style data linespoints
-unset style
 
 # AllReduce bus bandwidth against message size.
 set output out."/busbw.png"
@@ -54,7 +53,7 @@ set output out."/overlap.png"
 set title "W1, 2 ranks, simulated 1 GB/s link: communication hidden behind backward"
 set xlabel "DDP bucket cap (MiB)"
 set ylabel "overlap (%)"
-set format x "%g"
+set format x "%g"  # log scale kept from the busbw chart: the caps run 0.25 .. 25 MiB
 set yrange [0:100]
 unset key
 plot out."/overlap.tsv" using 1:2 skip 1 with linespoints

@@ -41,7 +41,7 @@ def main():
     if args.tsv:
         print("rank\trow\twhat\tstart_ms\tend_ms\tbucket")
         for e in sorted(events, key=lambda e: (e["pid"], e["ts"])):
-            if e.get("ph") != "X" or e["ts"] + e["dur"] < t0 or e["ts"] > t1:
+            if e.get("ph") != "X" or e["ts"] + e["dur"] < t0 or e["ts"] >= t1:
                 continue
             row = "compute" if e["tid"] == "compute" else "comm" if str(e["tid"]).startswith("comm") else None
             if row is None:

@@ -1,4 +1,5 @@
-// The low-precision ring AllReduce: ProcessGroup::allreduce_low_precision on the MPI backends.
+// The low-precision ring: ProcessGroup::allreduce_low_precision and reduce_scatter_low_precision
+// on the MPI backends.
 //
 // Note [Low-precision ring]: the ring of ring_pipeline.cpp -- reduce-scatter, then all-gather,
 // each N-1 steps over the N chunks of the tensor -- with every message encoded in a wire format

@@ -205,10 +205,13 @@ void ZeroOptimizer::build_shards() {
       largest = std::max(largest, N * layout_.block_numel(b) * element);
       widest = std::max(widest, N * element);
       in_shared_memory = in_shared_memory && group_.offers_shared_memory(bucket_type_[b].second);
-      RG_CHECK(!options_.reduce_scatter_wire || bucket_type_[b].second.is_cpu(), "dist.ZeroOptimizer", "rank ", rank,
-               "/", N, ": ZeroOptions::reduce_scatter_wire ", wire_format_name(*options_.reduce_scatter_wire),
-               " reduces CPU buckets only (the low-precision ring), but bucket ", b, " is on ",
-               bucket_type_[b].second.str());
+      const DType dt = bucket_type_[b].first;
+      RG_CHECK(!options_.reduce_scatter_wire ||
+                   (bucket_type_[b].second.is_cpu() && (dt == DType::f32 || dt == DType::f16 || dt == DType::bf16)),
+               "dist.ZeroOptimizer", "rank ", rank, "/", N, ": ZeroOptions::reduce_scatter_wire ",
+               wire_format_name(*options_.reduce_scatter_wire),
+               " reduces f32, f16 or bf16 CPU buckets only (the low-precision ring), but bucket ", b, " is ",
+               dtype_name(dt), " on ", bucket_type_[b].second.str());
     }
     // A low-precision wire travels as messages through the ring, never through the shared buffer.
     in_shared_memory = in_shared_memory && !options_.reduce_scatter_wire;
@@ -217,9 +220,19 @@ void ZeroOptimizer::build_shards() {
     if (N > 1) {
       // The reservation is collective with the same bytes everywhere: a staging_mb that differs
       // between ranks fails every rank here, rather than mismatching the reservation's collectives.
-      Tensor range = from_vector(std::vector<int64_t>{staging, -staging}, {2});  // max and -min
+      // The reduce-scatter's wire travels along: a rank on another wire would reduce with another
+      // collective, and hang or mix formats.
+      const int64_t wire =
+          options_.reduce_scatter_wire
+              ? (static_cast<int64_t>(*options_.reduce_scatter_wire) + 1) * (int64_t{1} << 31) + options_.scale_block
+              : 0;
+      Tensor range = from_vector(std::vector<int64_t>{staging, -staging, wire, -wire}, {4});  // max and -min
       group_.allreduce(range, ReduceOp::max)->wait();
-      const std::vector<double> r = range.to_vector();  // exact: staging < 2^53
+      const std::vector<double> r = range.to_vector();  // exact: staging, wire < 2^53
+      RG_CHECK(r[2] == -r[3], "dist.ZeroOptimizer", "rank ", rank, "/", N,
+               ": ZeroOptions::reduce_scatter_wire and scale_block differ between ranks (here ",
+               options_.reduce_scatter_wire ? wire_format_name(*options_.reduce_scatter_wire) : "none", ", ",
+               options_.scale_block, "): every rank must reduce-scatter with the same wire");
       RG_CHECK(r[0] == -r[1], "dist.ZeroOptimizer", "rank ", rank, "/", N, ": the stage-2 staging is ", staging,
                " bytes here but ", static_cast<int64_t>(r[0] == static_cast<double>(staging) ? -r[1] : r[0]),
                " on another rank: every rank must pass the same ZeroOptions::staging_mb");

@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
     std::vector<std::vector<std::vector<double>>> seconds(names.size(),
                                                           std::vector<std::vector<double>>(counts.size()));
     std::vector<std::vector<int64_t>> wrong(names.size(), std::vector<int64_t>(counts.size(), 0));
-    // net[b][s]: bytes to other machines per op, the most of any rank (the first round's).
+    // net[b][s]: bytes to other machines per op, the most of any machine's ranks together (the
+    // first round's).
     std::vector<std::vector<double>> net(names.size(), std::vector<double>(counts.size(), -1));
     for (int round = 0; round < rounds; ++round)
       for (size_t s = 0; s < counts.size(); ++s) {

@@ -58,7 +58,7 @@ inline std::optional<dist::WireFormat> zero_reduce_scatter_wire(const char* exam
           error_feedback   ? " keeps an f32 residual of every gradient on every rank (error feedback), the memory "
                              "stage 2 shards away: use its -noef variant, or bf16"
           : name == "fp16" ? " is an f16 AllReduce: use bf16, the low-precision ring's 16-bit wire"
-                           : " compresses whole matrices, which stage 2's blocks cut: use bf16 or fp8-e4m3-noef",
+                           : " compresses whole matrices, which ZeRO's blocks cut: use bf16 or fp8-e4m3-noef",
           " (docs/compression.md, \"Combinations\")");
 }
 

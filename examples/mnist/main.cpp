@@ -203,9 +203,9 @@ EpochTotals train_epoch(Training& t, int epoch, bool tty) {
     if (c.stats_every > 0 && t.global_step % c.stats_every == 0) log("%s\n", t.ddp.stats().summary().c_str());
     if (c.eval_every > 0 && t.global_step % c.eval_every == 0) {
       // The clock stops while the test set is scored: a time-to-accuracy curve counts training.
+      const double trained = t.seconds_trained + seconds_since(t_epoch) - eval_seconds;
       auto t_eval = Clock::now();
       const double accuracy = t.evaluate();
-      const double trained = t.seconds_trained + seconds_since(t_epoch) - eval_seconds;
       eval_seconds += seconds_since(t_eval);
       log("eval: step %lld, %.3f s of training, test accuracy %.2f%%\n", (long long)t.global_step, trained, accuracy);
     }

@@ -10,6 +10,7 @@
 // launch nothing and gradients accumulate in .grad, so K micro-batches cost one set of AllReduces.
 #include <map>
 
+#include "core/error.h"
 #include "learn/ladder/ladder.h"
 
 namespace learn {
@@ -36,11 +37,14 @@ class Overlap : public GradientSync {
 
   void backward(const ringgrad::Tensor& loss, bool synchronise) override {
     synchronise_ = synchronise;
+    next_ = 0;
     for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = static_cast<int>(buckets_[b].size());
     loss.backward();  // the hooks start the buckets' AllReduces as backward goes
     if (!synchronise) return;
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      works_[b]->wait();
+      // Every parameter gets a gradient in this model; a bucket left unlaunched would be a bug here.
+      RG_CHECK(works_.count(b) == 1, "learn.Overlap", "bucket ", b, " was never launched: a parameter got no gradient");
+      works_.at(b)->wait();
       int64_t at = 0;
       for (ringgrad::Tensor& p : buckets_[b]) {
         p.grad().copy_(buffers_[b].narrow(0, at, p.numel()).reshape(p.shape()));
@@ -51,9 +55,15 @@ class Overlap : public GradientSync {
   }
 
  private:
-  // One more gradient of bucket b is final; the last one launches the bucket.
+  // One more gradient of bucket b is final. Complete buckets launch in index order, never out of
+  // it: collectives match by order across ranks, and the order gradients become ready in need not
+  // be the same on every rank (Note [Buckets launch in index order] in dist/ddp/reducer.h).
   void ready(size_t b) {
     if (!synchronise_ || --pending_[b] > 0) return;
+    while (next_ < buckets_.size() && pending_[next_] == 0) launch(next_++);
+  }
+
+  void launch(size_t b) {
     int64_t at = 0;
     for (ringgrad::Tensor& p : buckets_[b]) {
       buffers_[b].narrow(0, at, p.numel()).copy_(p.grad().reshape({-1}));
@@ -69,6 +79,7 @@ class Overlap : public GradientSync {
   std::map<size_t, std::shared_ptr<ringgrad::dist::Work>> works_;
   std::vector<std::pair<ringgrad::Tensor, int>> hooks_;
   bool synchronise_ = true;
+  size_t next_ = 0;  // the next bucket to launch, in index order
 };
 
 }  // namespace

@@ -936,7 +936,7 @@ TEST_CASE("zero: stages 2 and 3 with a low-precision wire step as DDP does, to t
     }
 }
 
-TEST_CASE("zero: a low-precision wire is refused at stage 1 with the reason") {
+TEST_CASE("zero: a low-precision wire is refused at stage 1, and where ranks disagree, with the reason") {
   auto model = make_mlp(1);
   dist::DistributedDataParallel ddp(model, ring(), kSmallBuckets);
   CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{},
@@ -947,4 +947,11 @@ TEST_CASE("zero: a low-precision wire is refused at stage 1 with the reason") {
                            ddp, optim::SGDOptions{},
                            {.stage = 2, .reduce_scatter_wire = dist::WireFormat::bf16, .scale_block = 0}),
                        doctest::Contains("scale_block must be in [1, INT_MAX], got 0"), rg::Error);
+  // A wire that differs between ranks: an error on every rank, not two collectives that never meet.
+  if (dist::world().size > 1) {
+    const auto wire = dist::world().rank == 0 ? dist::WireFormat::bf16 : dist::WireFormat::fp8_e4m3;
+    CHECK_THROWS_WITH_AS(dist::ZeroOptimizer::over<optim::SGD>(ddp, optim::SGDOptions{},
+                                                               {.stage = 2, .reduce_scatter_wire = wire}),
+                         doctest::Contains("differ between ranks"), rg::Error);
+  }
 }

@@ -57,3 +57,32 @@ set format x "%g"  # log scale kept from the busbw chart: the caps run 0.25 .. 2
 set yrange [0:100]
 unset key
 plot out."/overlap.tsv" using 1:2 skip 1 with linespoints
+
+# The schedules: every message of one AllReduce as an arrow from its sender to its receiver, in the
+# round it could go (learn_schedules, 4 ranks, 2 per node); red arrows cross between the nodes.
+set terminal pngcairo size 1200,420 font ",10" noenhanced
+set output out."/schedules.png"
+unset title
+set multiplot layout 1,3 title "One AllReduce of S bytes on 4 ranks (nodes {0,1} and {2,3}), as ringgrad sends it; red: between nodes"
+set xlabel "round"
+set ylabel "rank"
+set yrange [3.5:-0.5]
+set ytics 1
+unset logscale
+set format x "%g"
+set format y "%g"
+set xtics 1
+set autoscale xfix
+set offsets 0.5, 0.5, 0, 0
+set grid
+unset key
+sched = out."/schedules.tsv"
+do for [b in "ring tree hierarchical"] {
+  set title b
+  plot sched using (strcol(1) eq b && $7 == 0 ? $2 - 0.35 : NaN):3:(0.7):($4 - $3) skip 1 \
+         with vectors head filled size 0.08,20 lw 1.5 lc rgb "#4c72b0", \
+       "" using (strcol(1) eq b && $7 != 0 ? $2 - 0.35 : NaN):3:(0.7):($4 - $3) skip 1 \
+         with vectors head filled size 0.08,20 lw 1.5 lc rgb "#c44e52", \
+       "" using (strcol(1) eq b ? $2 : NaN):($3 + 0.42 * ($4 - $3)):8 skip 1 with labels font ",8" offset 0,-0.6
+}
+unset multiplot

@@ -13,6 +13,8 @@
 #                      (examples/allreduce_bench: ring, tree, auto)
 #   overlap.tsv/.png   the share of communication hidden behind backward against the bucket cap
 #                      (examples/mnist --simulate-network 1,200 --bucket-mb B)
+#   schedules.tsv/.png every message of one ring, tree and hierarchical AllReduce, round by round,
+#                      4 ranks in nodes of 2 (learn/learn_schedules, through MPI's profiling interface)
 #
 # The .png need gnuplot (gnuplot-nox); without it the tables are still written. CTest runs this
 # with --quick (test learn_figures) to keep it working, and checks nothing about the pictures.
@@ -26,7 +28,7 @@ while (($#)); do
     *) echo "usage: $0 [--out DIR] [--quick]" >&2; exit 2 ;;
   esac
 done
-for p in examples/mnist examples/gpt_mini examples/allreduce_bench; do
+for p in examples/mnist examples/gpt_mini examples/allreduce_bench learn/learn_schedules; do
   [[ -x $build/$p ]] || { echo "$build/$p missing: build first (scripts/test.sh)" >&2; exit 1; }
 done
 mkdir -p "$out"
@@ -72,9 +74,12 @@ for mb in "${caps[@]}"; do
     awk -v mb="$mb" '{ printf "%s\t%s\n", mb, $1 }' >>"$out/overlap.tsv"
 done
 
+# 5. The schedules, as the ranks really send them.
+mpiexec -n 4 --oversubscribe "$build/learn/learn_schedules" --tsv "$out/schedules.tsv" >/dev/null
+
 if command -v gnuplot >/dev/null; then
   gnuplot -e "out='$out'" learn/figures.gp
-  echo "figures: $out/{timeline,memory,busbw,overlap}.png"
+  echo "figures: $out/{timeline,memory,busbw,overlap,schedules}.png"
 else
   echo "figures: tables in $out; no gnuplot (apt-get install gnuplot-nox), so no pictures"
 fi

@@ -16,6 +16,7 @@
 #include "core/random_state.h"
 #include "core/tensor.h"
 #include "core/trace.h"
+#include "core/version.h"
 #include "data/data.h"
 #include "nn/nn.h"
 #ifdef RINGGRAD_WITH_MPI

@@ -28,6 +28,13 @@ import os
 import sys
 import time
 
+# --help and --version before torch loads (tools/ringgrad_cli.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import ringgrad_cli  # noqa: E402
+
+if __name__ == "__main__":
+    ringgrad_cli.answer_help_and_version(sys.argv[1:], __doc__)
+
 try:
     import torch
     import torch.distributed as dist
@@ -55,6 +62,8 @@ def env_int(names, default):
 def main(argv):
     begin, end, type_name = "4K", "256M", "f32"
     factor, iters, warmup, check = 2.0, 20, 5, 1
+    if len(argv) % 2:
+        ringgrad_cli.usage_error(f"{argv[-1]} needs a value", __doc__)
     i = 0
     while i + 1 < len(argv):
         flag, value = argv[i], argv[i + 1]
@@ -73,8 +82,7 @@ def main(argv):
         elif flag == "-d":
             type_name = value
         else:
-            sys.stderr.write(f"unknown flag {flag} (flags: -b -e -f -n -w -c -d f32|f16)\n")
-            return 2
+            ringgrad_cli.usage_error(f"unknown flag {flag} (flags: -b -e -f -n -w -c -d f32|f16)", __doc__)
         i += 2
     dtypes = {"f32": torch.float32, "f16": torch.float16}
     if type_name not in dtypes:

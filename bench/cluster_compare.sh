@@ -17,6 +17,9 @@
 # Noise: the runs of one table alternate, and ratios come from one run; compare ratios, not figures
 # from different runs.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 rounds=2 steps=60 out=bench/cluster-results
 while (($#)); do

@@ -15,6 +15,9 @@
 # and NCCL, and its PowerSGD hook aborts over gloo in Debian's PyTorch 1.13 (a gloo size
 # mismatch, "op.preamble.length <= op.nbytes"), so neither runs here.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 rounds=2 steps=60 rate=1gbit out=docs/compression
 while (($#)); do

@@ -17,6 +17,9 @@
 # for 2 ranks: one core each); --bind none lets the scheduler move them. The machine is shared and
 # noisy: compare ratios from one run, not figures from different runs, and run it on a quiet machine.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

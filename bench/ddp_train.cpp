@@ -28,7 +28,9 @@ int main(int argc, char** argv) {
   bench::TrainFlags flags;  // W1's defaults (--batch 0: 128 for the MLP, 64 for the CNN)
   flags.model = "mlp";
   flags.data = "/usr/share/datasets/fashion-mnist";
-  if (!bench::parse_train_flags(argc, argv, flags, {"--model"})) return 2;
+  if (const auto code = bench::parse_train_flags(argc, argv, flags, {"--model"},
+                                                 "W1 / W2 training throughput, one process or data parallel"))
+    return *code;
   const std::string& model_name = flags.model;
   const int batch = flags.batch > 0 ? flags.batch : model_name == "mlp" ? 128 : 64;
   try {

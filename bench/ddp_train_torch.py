@@ -31,6 +31,13 @@ import os
 import sys
 import time
 
+# --help and --version before torch loads (tools/ringgrad_cli.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import ringgrad_cli  # noqa: E402
+
+if __name__ == "__main__":
+    ringgrad_cli.answer_help_and_version(sys.argv[1:], __doc__)
+
 import numpy as np
 
 # libgomp's idle workers spin by default, and with --threads 2 on two cores they starve OpenBLAS's own
@@ -120,13 +127,17 @@ def main(argv):
     opts = {"--model": "mlp", "--data": "/usr/share/datasets/fashion-mnist", "--steps": "200",
             "--warmup": "20", "--threads": "1", "--batch": "0", "--comm-hook": "allreduce",
             "--powersgd-rank": "4", "--powersgd-start": "10"}
+    if len(argv) % 2:
+        ringgrad_cli.usage_error(f"{argv[-1]} needs a value", __doc__)
     for flag, value in zip(argv[::2], argv[1::2]):
         if flag not in opts:
-            sys.stderr.write(f"unknown flag {flag} (flags: {' '.join(opts)})\n")
-            return 2
+            ringgrad_cli.usage_error(f"unknown flag {flag} (flags: {' '.join(opts)})", __doc__)
         opts[flag] = value
     model_name = opts["--model"]
-    steps, warmup, threads, batch = (int(opts[k]) for k in ("--steps", "--warmup", "--threads", "--batch"))
+    try:
+        steps, warmup, threads, batch = (int(opts[k]) for k in ("--steps", "--warmup", "--threads", "--batch"))
+    except ValueError as e:
+        ringgrad_cli.usage_error(str(e), __doc__)
     if batch <= 0:
         batch = 128 if model_name == "mlp" else 64
 

@@ -25,7 +25,9 @@ int main(int argc, char** argv) {
   bench::TrainFlags flags;  // W3's defaults:
   flags.data = "/usr/share/games/fortunes";
   flags.batch = 16;
-  if (!bench::parse_train_flags(argc, argv, flags, {"--block", "--checkpoint-activations"})) return 2;
+  if (const auto code = bench::parse_train_flags(argc, argv, flags, {"--block", "--checkpoint-activations"},
+                                                 "W3 (GPT-mini) training throughput, one process or data parallel"))
+    return *code;
   const int batch = flags.batch, block = flags.block;
   try {
     const dist::World w = dist::init(&argc, &argv);

@@ -17,6 +17,13 @@ import math
 import os
 import sys
 
+# --help and --version before torch loads (tools/ringgrad_cli.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import ringgrad_cli  # noqa: E402
+
+if __name__ == "__main__":
+    ringgrad_cli.answer_help_and_version(sys.argv[1:], __doc__)
+
 import numpy as np
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # why: bench/ddp_train_torch.py
@@ -115,12 +122,17 @@ def load_fortunes(data_dir):
 def main(argv):
     opts = {"--data": "/usr/share/games/fortunes", "--steps": "200", "--warmup": "20", "--threads": "1",
             "--batch": "16", "--block": "128"}
+    if len(argv) % 2:
+        ringgrad_cli.usage_error(f"{argv[-1]} needs a value", __doc__)
     for flag, value in zip(argv[::2], argv[1::2]):
         if flag not in opts:
-            sys.stderr.write(f"unknown flag {flag} (flags: {' '.join(opts)})\n")
-            return 2
+            ringgrad_cli.usage_error(f"unknown flag {flag} (flags: {' '.join(opts)})", __doc__)
         opts[flag] = value
-    steps, warmup, threads, batch, block = (int(opts[k]) for k in ("--steps", "--warmup", "--threads", "--batch", "--block"))
+    try:
+        steps, warmup, threads, batch, block = (int(opts[k])
+                                                for k in ("--steps", "--warmup", "--threads", "--batch", "--block"))
+    except ValueError as e:
+        ringgrad_cli.usage_error(str(e), __doc__)
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))

@@ -11,6 +11,9 @@
 # shared memory, outside its count), so the parts and the peak are counted alike. Build first
 # (scripts/test.sh). The machine is noisy: compare the ratios of one run.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -7,12 +7,15 @@
 //   build/bench/memory_trace [--precision fp32|fp16|bf16] [--checkpoint-activations 0|1] [--nodes N]
 //
 // docs/zero.md uses it to say what the peak of a checkpointed step is made of.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "examples/common/command_line.h"
+#include "examples/common/flags.h"
 #include "ringgrad.h"
 
 using namespace ringgrad;
@@ -21,17 +24,14 @@ int main(int argc, char** argv) {
   std::string precision = "fp16";
   bool checkpoint = true;
   size_t nodes = 30;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--precision") precision = value;
-    else if (flag == "--checkpoint-activations") checkpoint = value == "1";
-    else if (flag == "--nodes") nodes = static_cast<size_t>(std::atoi(value.c_str()));
-    else {
-      std::fprintf(stderr,
-                   "usage: memory_trace [--precision fp32|fp16|bf16] [--checkpoint-activations 0|1] [--nodes N]\n");
-      return 2;
-    }
-  }
+  int checkpoint_flag = 1;
+  CLI::App app{"Where one GPT-mini training step's memory peak is, backward node by node"};
+  app.add_option("--precision", precision, "the parameters' dtype")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--checkpoint-activations", checkpoint_flag, "1: recompute each block's activations in backward")
+      ->check(flags::int_in(0, 1));
+  app.add_option("--nodes", nodes, "backward nodes to print")->check(flags::int_in(0, 1'000'000));
+  if (const auto code = flags::parse_command_line(app, argc, argv)) return *code;
+  checkpoint = checkpoint_flag != 0;
   const DType dtype = precision == "fp16" ? DType::f16 : precision == "bf16" ? DType::bf16 : DType::f32;
   set_num_threads(1);
   const int64_t B = 16, T = 128, V = 114;

@@ -27,6 +27,7 @@
 // Letters in shapes: M, K, N as in (M, K) @ (K, N); `^T` marks an operand used transposed.
 #include <cblas.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,10 +36,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/fma_peak.h"
+#include "examples/common/command_line.h"
+#include "examples/common/flags.h"
 #include "ringgrad.h"
 
 namespace rg = ringgrad;
@@ -53,40 +57,15 @@ struct Options {
   bool ceilings_only = false;  // print the sgemm and memcpy ceilings, skip the tables
 };
 
-[[noreturn]] void usage(const char* prog, const std::string& problem) {
-  if (!problem.empty()) std::fprintf(stderr, "micro_ops: %s\n", problem.c_str());
-  std::fprintf(stderr,
-               "usage: %s [--threads N] [--repeat N] [--warmup N] [--ceilings-only]\n"
-               "  --threads N      compute threads, also used by BLAS (default: ringgrad's default)\n"
-               "  --repeat N       timed samples per operation (default 10)\n"
-               "  --warmup N       untimed runs before the samples (default 2)\n"
-               "  --ceilings-only  print the sgemm peak and memcpy bandwidth lines only\n",
-               prog);
-  std::exit(problem.empty() ? 0 : 2);
-}
-
-Options parse_options(int argc, char** argv) {
-  Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") usage(argv[0], "");
-    if (arg == "--ceilings-only") {
-      opt.ceilings_only = true;
-      continue;
-    }
-    int* target = arg == "--threads"  ? &opt.threads
-                  : arg == "--repeat" ? &opt.repeat
-                  : arg == "--warmup" ? &opt.warmup
-                                      : nullptr;
-    if (!target) usage(argv[0], "unknown argument '" + arg + "'");
-    if (i + 1 >= argc) usage(argv[0], arg + " needs a value");
-    char* end = nullptr;
-    const long value = std::strtol(argv[++i], &end, 10);
-    if (*end != '\0' || value < 0 || value > 1000000) usage(argv[0], "bad value for " + arg);
-    *target = static_cast<int>(value);
-  }
-  if (opt.repeat < 1) usage(argv[0], "--repeat must be at least 1");
-  return opt;
+// The flags, or the exit code when the program should stop (--help, --version, a mistake).
+std::optional<int> parse_options(int argc, char** argv, Options& opt) {
+  CLI::App app{"GEMM and elementwise throughput through ringgrad's ops, beside OpenBLAS and memcpy bandwidth"};
+  app.add_option("--threads", opt.threads, "compute threads, also used by BLAS (default: ringgrad's default)")
+      ->check(rg::flags::thread_count());
+  app.add_option("--repeat", opt.repeat, "timed samples per operation")->check(rg::flags::int_in(1, 1'000'000));
+  app.add_option("--warmup", opt.warmup, "untimed runs before the samples")->check(rg::flags::int_in(0, 1'000'000));
+  app.add_flag("--ceilings-only", opt.ceilings_only, "print the sgemm peak and memcpy bandwidth lines only");
+  return rg::flags::parse_command_line(app, argc, argv);
 }
 
 struct Stats {
@@ -256,7 +235,8 @@ void run_elementwise(const ElementwiseCase& c, const rg::Tensor& x, const rg::Te
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options opt = parse_options(argc, argv);
+  Options opt;
+  if (const auto code = parse_options(argc, argv, opt)) return *code;
   try {
     if (opt.threads > 0) rg::set_num_threads(opt.threads);
     std::printf("# micro_ops: threads %d (cblas_sgemm below: OpenBLAS with as many threads), repeat %d, warmup %d\n",

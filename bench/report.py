@@ -42,6 +42,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+import ringgrad_cli  # noqa: E402  --help, --version
+
 REPO = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 
@@ -580,9 +583,10 @@ def publish(table_md, chart):
 
 
 def main(argv):
+    ringgrad_cli.answer_help_and_version(argv, __doc__)
     args = [a for a in argv if a != "--publish"]
     if len(args) > 1 or any(a.startswith("-") for a in args):
-        sys.exit("usage: report.py [DIR] [--publish]")
+        ringgrad_cli.usage_error(f"unexpected arguments: {' '.join(argv)}", __doc__)
     out = Path(args[0] if args else REPO / "bench" / "results")
     raw = out / "raw"
     settings = read_settings(raw)

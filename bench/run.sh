@@ -51,13 +51,11 @@
 # turns them into DIR/results.json, DIR/table.md and DIR/benchmarks.png and prints the table. A failed
 # or timed-out run is reported and skipped; the script then exits 1 after the report.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-
-usage() {  # the header's usage lines
-  sed -n '4,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
-  exit 2
-}
 
 mode=full rounds_override='' out=bench/results only=w1,w2,w3,w4 publish=()
 while (($#)); do
@@ -68,7 +66,7 @@ while (($#)); do
     --out) out=${2:?--out needs a directory}; shift ;;
     --only) only=${2:?--only needs a list such as w1,w3}; shift ;;
     --publish) publish=(--publish) ;;
-    *) usage ;;
+    *) cli_usage_error "unknown argument '$1'" ;;
   esac
   shift
 done

@@ -27,6 +27,9 @@
 #   ddp / 2 alone         plus moving the gradients: the scaling the issue asks >= 0.9 of
 #   ddp / pinned          the same against the cores the ranks ran on
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -17,6 +17,9 @@
 #
 # No PyTorch peer: its loop (bench/ddp_train_torch.py) measures samples/s, not accuracy over time.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 epochs=2 seeds="0 1 2" eval_every=10 target=84 rate=1gbit out=docs/compression
 while (($#)); do

@@ -1,19 +1,24 @@
 // What the training-throughput benchmarks (ddp_train: W1 / W2, gpt_train: W3) share, so that both
-// take the same flags and measure the same way: "--flag value" parsing and the timed loop.
+// take the same flags and measure the same way: the command line and the timed loop.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <sys/resource.h>
 
 #include <ringgrad.h>
+
+#include "examples/common/command_line.h"
+#include "examples/common/flags.h"
 
 namespace bench {
 
@@ -31,60 +36,45 @@ struct TrainFlags {
   int64_t powersgd_start = 10;
 };
 
-// Parses "--flag value" pairs into `flags` (its fields hold the program's defaults). `extra` names
-// the flags beyond the common --data --steps --warmup --threads --batch --backend --bucket-mb
-// --first-bucket-mb --comm-hook --step-times --trace --precision --zero --staging-mb
-// --powersgd-rank --powersgd-start that this
-// program takes (--model, --block, --checkpoint-activations).
-// False, after printing the flags it takes, on anything else.
-inline bool parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra) {
-  std::string accepted =
-      "--data --steps --warmup --threads --batch --backend --bucket-mb --first-bucket-mb --comm-hook --step-times "
-      "--trace --precision --zero --staging-mb --powersgd-rank --powersgd-start";
-  for (const std::string& e : extra) accepted += " " + e;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    const bool is_extra = std::find(extra.begin(), extra.end(), flag) != extra.end();
-    if (flag == "--data") flags.data = value;
-    else if (flag == "--steps") flags.steps = std::stoi(value);
-    else if (flag == "--warmup") flags.warmup = std::stoi(value);
-    else if (flag == "--threads") flags.threads = std::stoi(value);
-    else if (flag == "--batch") flags.batch = std::stoi(value);
-    else if (flag == "--backend") flags.backend = value;
-    else if (flag == "--bucket-mb") flags.bucket_mb = std::stod(value);
-    else if (flag == "--first-bucket-mb") flags.first_bucket_mb = std::stod(value);
-    else if (flag == "--staging-mb") flags.staging_mb = std::stod(value);
-    else if (flag == "--comm-hook") flags.comm_hook = value;
-    else if (flag == "--powersgd-rank") flags.powersgd_rank = std::stoi(value);
-    else if (flag == "--powersgd-start") flags.powersgd_start = std::stoll(value);
-    else if (flag == "--step-times") flags.step_times = value;
-    else if (flag == "--trace") flags.trace = value;
-    else if (flag == "--zero") {
-      flags.zero = std::stoi(value);
-      if (flags.zero < 0 || flags.zero > 3) {
-        std::fprintf(stderr, "--zero takes 0, 1, 2 or 3, got %s\n", value.c_str());
-        return false;
-      }
-    } else if (flag == "--precision") {
-      if (value != "fp32" && value != "bf16") {
-        std::fprintf(stderr, "--precision takes fp32 or bf16, got %s\n", value.c_str());
-        return false;
-      }
-      flags.precision = value;
-    } else if (is_extra && flag == "--model") flags.model = value;
-    else if (is_extra && flag == "--block") flags.block = std::stoi(value);
-    else if (is_extra && flag == "--checkpoint-activations") {
-      if (value != "0" && value != "1") {
-        std::fprintf(stderr, "--checkpoint-activations takes 0 or 1, got %s\n", value.c_str());
-        return false;
-      }
-      flags.checkpoint_activations = value == "1";
-    } else {
-      std::fprintf(stderr, "unknown flag %s (flags: %s)\n", flag.c_str(), accepted.c_str());
-      return false;
-    }
-  }
-  return true;
+// Parses the command line into `flags` (its fields hold the program's defaults) with the common
+// --data --steps --warmup --threads --batch --backend --bucket-mb --first-bucket-mb --comm-hook
+// --step-times --trace --precision --zero --staging-mb --powersgd-rank --powersgd-start, plus the
+// `extra` ones this program takes (--model, --block, --checkpoint-activations). Returns the exit
+// code when the program should stop: --help, --version, or a mistake (exit 2, with the usage).
+inline std::optional<int> parse_train_flags(int argc, char** argv, TrainFlags& flags,
+                                            std::initializer_list<std::string> extra, const std::string& about) {
+  namespace rf = ringgrad::flags;
+  const auto takes = [&](const std::string& f) { return std::find(extra.begin(), extra.end(), f) != extra.end(); };
+  CLI::App app{about};
+  app.add_option("--data", flags.data, "the dataset's directory or file")->check(rf::non_empty);
+  app.add_option("--steps", flags.steps, "timed steps")->check(rf::int_in(1, 10'000'000));
+  app.add_option("--warmup", flags.warmup, "untimed steps first")->check(rf::int_in(0, 10'000'000));
+  app.add_option("--threads", flags.threads, "compute threads per rank")->check(rf::thread_count());
+  app.add_option("--batch", flags.batch, "batch per rank")->check(rf::int_in(1, 1 << 20));
+  app.add_option("--backend", flags.backend, "process-group backend (auto, ring, tree, mpi, hierarchical)")
+      ->check(rf::non_empty);
+  app.add_option("--bucket-mb", flags.bucket_mb, "DDP's bucket cap, MiB")->check(rf::finite_in(0, 1e4, true));
+  app.add_option("--first-bucket-mb", flags.first_bucket_mb, "DDP's first bucket cap, MiB")
+      ->check(rf::finite_in(0, 1e4, true));
+  app.add_option("--staging-mb", flags.staging_mb, "ZeRO stage 2's shared staging, MiB")->check(rf::finite_in(0, 1e4));
+  app.add_option("--comm-hook", flags.comm_hook, "DDP communication hook, as the examples name them")
+      ->check(rf::non_empty);
+  app.add_option("--powersgd-rank", flags.powersgd_rank, "PowerSGD's rank")->check(rf::int_in(1, 1 << 16));
+  app.add_option("--powersgd-start", flags.powersgd_start, "steps of plain AllReduce before PowerSGD")
+      ->check(rf::int_in(0, int64_t{1} << 40));
+  app.add_option("--step-times", flags.step_times, "write each timed step's wall ms to this file");
+  app.add_option("--trace", flags.trace, "write DDP's Chrome trace of every rank to this file");
+  app.add_option("--precision", flags.precision, "the parameters' dtype")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--zero", flags.zero, "ZeRO stage (0: plain DDP)")->check(rf::int_in(0, 3));
+  if (takes("--model")) app.add_option("--model", flags.model, "W1 or W2")->check(CLI::IsMember({"mlp", "cnn"}));
+  if (takes("--block")) app.add_option("--block", flags.block, "context length")->check(rf::int_in(1, 1 << 16));
+  int checkpoint = flags.checkpoint_activations;
+  if (takes("--checkpoint-activations"))
+    app.add_option("--checkpoint-activations", checkpoint, "1: recompute each block's activations in backward")
+        ->check(rf::int_in(0, 1));
+  const auto code = rf::parse_command_line(app, argc, argv);
+  flags.checkpoint_activations = checkpoint != 0;
+  return code;
 }
 
 // The parameters' dtype of --precision.

@@ -10,6 +10,9 @@
 # Runs build/bench/ddp_train and build/bench/gpt_train (build first: scripts/test.sh). The machine is
 # shared and noisy: compare the ratios of one run, not figures from different runs.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

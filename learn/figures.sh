@@ -19,6 +19,9 @@
 # The .png need gnuplot (gnuplot-nox); without it the tables are still written. CTest runs this
 # with --quick (test learn_figures) to keep it working, and checks nothing about the pictures.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=docs/learn/figures quick=0 build=${BUILD:-build}
 while (($#)); do

@@ -8,6 +8,9 @@
 # Uses the same build/ directory and configuration as scripts/test.sh, so running one after the
 # other rebuilds nothing.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 jobs=${JOBS:-2}

@@ -12,6 +12,9 @@
 # another version lays some constructs out differently, and the check would fail on code that one
 # developer's editor formatted. Only tracked files are checked, so build trees never are.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 fix=0

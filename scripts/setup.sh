@@ -12,6 +12,9 @@
 # The CUDA toolkit is not a Debian package here; the build finds it at /usr/local/cuda when present
 # (RINGGRAD_CUDA=AUTO) and builds without it otherwise.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 packages=(
   build-essential   # gcc/g++ 12, make

@@ -29,6 +29,10 @@
 # RINGGRAD_SKIP_CLANG=1 skips step 2; RINGGRAD_SKIP_CUDA=1 step 3; RINGGRAD_SKIP_SANITIZE=1 step 4;
 # FUZZ_SECONDS.
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
+(($# == 0)) || cli_usage_error "takes no arguments, got: $*"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 jobs=${JOBS:-2}
@@ -66,11 +70,11 @@ else
   # The suite but the tests that wait on timers or packaging (timeouts, dead ranks, malformed-input
   # limits, the install test), the multi-rank runs at np 3 and 4 that repeat np 2's code at more
   # ranks, the namespace cluster's runs (label cluster), which repeat the same code over TCP, and the
-  # figures script (runs of the examples): build/ ran them all. CI's time goes to what a compiler can
-  # change.
+  # figures script (runs of the examples), the scripts' and Python tools' command lines (no
+  # compiler in them): build/ ran them all. CI's time goes to what a compiler can change.
   step "test build-clang/"
   ctest --test-dir build-clang --output-on-failure \
-    -E 'timeout|deadrank|sigkill|created_alone|malformed|^install_|_np4$|^dist_np3$|np3_(staged_)?same_as_one_rank|^cluster_|^learn_figures$'
+    -E 'timeout|deadrank|sigkill|created_alone|malformed|^install_|_np4$|^dist_np3$|np3_(staged_)?same_as_one_rank|^cluster_|^learn_figures$|^cli_.*_(sh|py)_'
 fi
 
 # ---- 3. CUDA build (compile + link check; gpu tests skip without a device) -------------------------

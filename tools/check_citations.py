@@ -21,6 +21,8 @@ import pathlib
 import re
 import sys
 
+import ringgrad_cli  # tools/: --version
+
 CITE = re.compile(r"`([A-Za-z0-9_./-]+\.(?:h|cpp|cu|cuh|py|sh|cmake|txt)):(\d+)`|`:(\d+)`")
 NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_:<>,. ]*?)(?:\(\))?`|Note \[([^\]]+)\]|\"([^\"\n]{3,80})\"")
 FIX_REACH = 12
@@ -89,7 +91,8 @@ def paragraphs(text):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ringgrad_cli.add_version(ap)
     ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))
     ap.add_argument("--fix", action="store_true", help="move citations that are off by a few lines")
     args = ap.parse_args()

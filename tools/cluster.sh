@@ -42,6 +42,9 @@
 # Names are fixed (prefix RINGGRAD_CLUSTER_PREFIX, default rgc), so `down` also cleans up after a
 # crash. Needs root and iproute2's `ip netns`; refuses otherwise (exit 77: "cannot be made here").
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 prefix=${RINGGRAD_CLUSTER_PREFIX:-rgc}
 subnet=${RINGGRAD_CLUSTER_SUBNET:-10.213.47}  # a /24 that exists only inside the cluster
@@ -246,5 +249,5 @@ case ${1:-} in
   exec) shift; cmd_exec "$@" ;;
   link) shift; cmd_link "$@" ;;
   status) cmd_status ;;
-  *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
+  *) cli_usage_error "unknown command '${1:-}'" ;;
 esac

@@ -38,6 +38,8 @@ import math
 import re
 import sys
 
+import ringgrad_cli  # tools/: --version
+
 SEGMENT = 1 << 20  # GroupOptions::ring_segment_bytes
 
 
@@ -161,6 +163,7 @@ def topology(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ringgrad_cli.add_version(ap)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("predict", "compare"):
         p = sub.add_parser(name)

@@ -46,6 +46,9 @@
 # Exit status: 0 when every step ran and passed (steps skipped for want of a GPU or mpirun count as
 # passed; a step the budget left no time for does not).
 set -uo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
 

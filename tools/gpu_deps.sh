@@ -8,6 +8,9 @@
 # Then, on the GPU machine (the device tool carries ignored paths: carry=["gpu-deps"]):
 #   RINGGRAD_DEPS_DEBS=gpu-deps tools/gpu_check.sh
 set -euo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 dir=${1:-gpu-deps}
 mkdir -p "$dir"

@@ -29,6 +29,9 @@
 # layouts). Wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) put headers under
 # site-packages/nvidia/*/include and only versioned libraries under .../lib.
 set -uo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 env_file=${1:-}
 

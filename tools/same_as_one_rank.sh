@@ -20,6 +20,9 @@
 #   TOL_ACCURACY      largest difference of the test accuracies, in points (default 0.5)
 #   TOL_LOSS          largest relative difference of the validation losses (default 1e-3)
 set -uo pipefail
+# --help, --version (scripts/cli.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
+cli_answer_help_and_version "$@"
 
 if (($# < 4)); then
   echo "usage: tools/same_as_one_rank.sh mnist|gpt_mini BINARY NP B [extra args...]" >&2

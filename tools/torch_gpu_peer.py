@@ -17,6 +17,13 @@ import os
 import sys
 import time
 
+# --help and --version before torch loads (tools/ringgrad_cli.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import ringgrad_cli  # noqa: E402
+
+if __name__ == "__main__":
+    ringgrad_cli.answer_help_and_version(sys.argv[1:], __doc__)
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 
 import numpy as np  # noqa: E402
@@ -99,6 +106,7 @@ def gpt(args, dev, precision, mode):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ringgrad_cli.add_version(parser)
     parser.add_argument("--mnist", required=True)
     parser.add_argument("--fortunes", required=True)
     parser.add_argument("--steps", type=int, default=150)

@@ -14,9 +14,12 @@ bucket): learn/figures.sh draws docs/learn/figures/timeline.png from it.
 import argparse
 import json
 
+import ringgrad_cli  # tools/: --version
+
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ringgrad_cli.add_version(ap)
     ap.add_argument("trace")
     ap.add_argument("--step", type=int, default=-2)
     ap.add_argument("--width", type=int, default=100)

@@ -25,16 +25,21 @@
 // the closed-form sum when -c 1 (each rank fills rank + 1, so every element must be N(N+1)/2).
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <ringgrad.h>
+
+#include "examples/common/command_line.h"
+#include "examples/common/flags.h"
 
 using namespace ringgrad;
 using Clock = std::chrono::steady_clock;
@@ -44,8 +49,24 @@ namespace {
 int64_t parse_size(const std::string& s) {
   const char unit = s.empty() ? '\0' : static_cast<char>(std::toupper(s.back()));
   const int64_t scale = unit == 'K' ? 1 << 10 : unit == 'M' ? 1 << 20 : unit == 'G' ? 1 << 30 : 1;
-  return static_cast<int64_t>(std::stod(scale == 1 ? s : s.substr(0, s.size() - 1)) * static_cast<double>(scale));
+  const std::string number = scale == 1 ? s : s.substr(0, s.size() - 1);
+  size_t used = 0;
+  const double value = std::stod(number, &used);  // throws when there is no number at all
+  if (used != number.size()) throw std::invalid_argument("trailing characters in " + s);
+  return static_cast<int64_t>(value * static_cast<double>(scale));
 }
+
+// A message size such as 4096, 4K, 256M or 1G: positive, at most 4 GiB.
+const CLI::Validator size_flag(
+    [](std::string& text) -> std::string {
+      try {
+        const int64_t bytes = parse_size(text);
+        return bytes >= 1 && bytes <= (int64_t{1} << 32) ? "" : "must be 1 byte .. 4G, got " + text;
+      } catch (const std::exception&) {
+        return "'" + text + "' is not a size (a number with an optional K, M or G)";
+      }
+    },
+    "SIZE");
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -87,26 +108,20 @@ int main(int argc, char** argv) {
   std::string segment;
   double factor = 2;
   int iters = 20, warmup = 5, check = 1, rounds = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "-b") begin = value;
-    else if (flag == "-e") end = value;
-    else if (flag == "-f") factor = std::stod(value);
-    else if (flag == "-n") iters = std::stoi(value);
-    else if (flag == "-w") warmup = std::stoi(value);
-    else if (flag == "-c") check = std::stoi(value);
-    else if (flag == "-r") rounds = std::stoi(value);
-    else if (flag == "-d") type = value;
-    else if (flag == "--backends") backends = value;
-    else if (flag == "--segment") segment = value;
-    else {
-      std::fprintf(stderr,
-                   "unknown flag %s (flags: -b -e -f -n -w -c -r -d f32|f16|bf16 --backends "
-                   "MPI_Allreduce,mpi,ring,tree,auto,hierarchical --segment BYTES)\n",
-                   flag.c_str());
-      return 2;
-    }
-  }
+  CLI::App app{"AllReduce bandwidth per backend, in the style of nccl-tests' all_reduce_perf (run under mpirun)"};
+  app.add_option("-b", begin, "smallest message, bytes (K, M, G suffixes)")->check(size_flag);
+  app.add_option("-e", end, "largest message, bytes (K, M, G suffixes)")->check(size_flag);
+  app.add_option("-f", factor, "growth factor between sizes")->check(flags::finite_in(1, 1024, /*open_below=*/true));
+  app.add_option("-n", iters, "timed iterations per size")->check(flags::int_in(1, 1'000'000));
+  app.add_option("-w", warmup, "warm-up iterations per size")->check(flags::int_in(0, 1'000'000));
+  app.add_option("-c", check, "1: count elements that differ from the closed-form sum")->check(flags::int_in(0, 1));
+  app.add_option("-r", rounds, "interleaved rounds; the tables show each backend's median")
+      ->check(flags::int_in(1, 1000));
+  app.add_option("-d", type, "element type")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app.add_option("--backends", backends, "comma-separated: MPI_Allreduce,mpi,ring,tree,auto,hierarchical,auto/shared")
+      ->check(flags::non_empty);
+  app.add_option("--segment", segment, "the ring's segment size, bytes (K, M, G suffixes)")->check(size_flag);
+  if (const auto code = flags::parse_command_line(app, argc, argv)) return *code;
   try {
     const dist::World w = dist::init(&argc, &argv);
     set_num_threads(1);

@@ -26,6 +26,7 @@
 #include <ringgrad.h>
 
 #include "examples/common/comm_hook.h"
+#include "examples/common/command_line.h"
 #include "examples/common/fingerprint.h"
 #include "examples/common/zero.h"
 #include "examples/gpt_mini/config.h"
@@ -394,9 +395,9 @@ int main(int argc, char** argv) {
   Config c;
   CLI::App app{"Train a GPT-2-architecture character model (GPT-mini) with ringgrad"};
   gpt_mini::add_flags(app, c);
+  if (const auto code = flags::parse_command_line(app, argc, argv)) return *code;  // before MPI starts
   const dist::World world = dist::init(&argc, &argv);
   g_speaks = world.rank == 0;
-  CLI11_PARSE(app, argc, argv);
   // A failed rank must not leave the others waiting in a collective: run_or_abort ends the job.
   return dist::run_or_abort([&] {
     gpt_mini::finish(c);

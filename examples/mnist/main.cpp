@@ -25,6 +25,7 @@
 #include <optional>
 
 #include "examples/common/comm_hook.h"
+#include "examples/common/command_line.h"
 #include "examples/common/fingerprint.h"
 #include "examples/common/zero.h"
 #include "examples/mnist/config.h"
@@ -355,9 +356,9 @@ int main(int argc, char** argv) {
   Config c;
   CLI::App app{"Train an MLP or CNN on Fashion-MNIST (MNIST-format IDX files) with ringgrad"};
   mnist::add_flags(app, c);
+  if (const auto code = flags::parse_command_line(app, argc, argv)) return *code;  // before MPI starts
   const dist::World world = dist::init(&argc, &argv);
   g_speaks = world.rank == 0;
-  CLI11_PARSE(app, argc, argv);
   // A failed rank must not leave the others waiting in a collective: run_or_abort ends the job.
   return dist::run_or_abort([&] {
     mnist::finish(c);

@@ -1,9 +1,11 @@
 // The harness of the hook-order exercise: a 3-layer MLP, your record_hook_order(), and the check
 // of the rule DDP is built on -- backward makes the last layer's gradients ready first, so a bucket
 // of the last layers can be reduced while the first layers' gradients are still being computed.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "dist/init.h"
+#include "examples/common/command_line.h"
 #include "learn/hook_order/hook_order.h"
 
 namespace rg = ringgrad;
@@ -19,6 +21,8 @@ struct MLP : rg::nn::Module {
 };
 
 int main(int argc, char** argv) {
+  CLI::App app{"The hook-order exercise: the order in which backward makes gradients ready"};
+  if (const auto code = ringgrad::flags::parse_command_line(app, argc, argv)) return *code;
   rg::dist::init(&argc, &argv);
   return rg::dist::run_or_abort([] {
     rg::manual_seed(0);

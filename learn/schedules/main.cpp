@@ -2,7 +2,7 @@
 // by round, recorded through MPI's profiling interface (message_log.h) -- the data behind the
 // schedule pictures of docs/learn/07-ring-tree-hierarchical.md.
 //
-//   mpiexec -n 4 learn/learn_schedules [--ranks-per-node K] [--tsv FILE] [--check]
+//   mpiexec -n 4 learn/learn_schedules [--ranks-per-node K] [--tsv FILE] [--check] [--help]
 //
 // Each rank AllReduces a tensor of S = N x 256 bytes (f32, every chunk the same size) once per
 // backend, on MPI point-to-point only: shared memory is switched off (GroupOptions::shared_memory)
@@ -19,6 +19,7 @@
 // hierarchical stages. It fails (exit 1) on any difference.
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -32,6 +33,8 @@
 #include "core/ops.h"
 #include "dist/init.h"
 #include "dist/process_group.h"
+#include "examples/common/command_line.h"
+#include "examples/common/flags.h"
 #include "learn/schedules/message_log.h"
 
 namespace rg = ringgrad;
@@ -74,7 +77,8 @@ std::vector<Message> with_rounds(const std::vector<learn::MessageLog>& logs) {
   // sends_to[{from, to, tag}]: indices into logs[from].sent, in posting order.
   std::map<std::tuple<int, int, int>, std::vector<size_t>> sends_to;
   for (int r = 0; r < N; ++r)
-    for (size_t i = 0; i < logs[r].sent.size(); ++i) sends_to[{r, logs[r].sent[i].to, logs[r].sent[i].tag}].push_back(i);
+    for (size_t i = 0; i < logs[r].sent.size(); ++i)
+      sends_to[{r, logs[r].sent[i].to, logs[r].sent[i].tag}].push_back(i);
   // source[a][j]: the (rank, send index) of rank a's j-th completed receive.
   std::vector<std::vector<std::pair<int, size_t>>> source(N);
   for (int a = 0; a < N; ++a) {
@@ -234,22 +238,14 @@ int main(int argc, char** argv) {
     int k = N >= 3 ? 2 : 1;
     std::string tsv;
     bool check = false;
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (a == "--ranks-per-node" && i + 1 < argc) {
-        k = std::stoi(argv[++i]);
-      } else if (a == "--tsv" && i + 1 < argc) {
-        tsv = argv[++i];
-      } else if (a == "--check") {
-        check = true;
-      } else {
-        if (r == 0)
-          std::printf("usage: mpiexec -n N %s [--ranks-per-node K] [--tsv FILE] [--check]\n"
-                      "Records the messages of ringgrad's ring, tree and hierarchical AllReduce, round by round.\n",
-                      argv[0]);
-        return a == "--help" || a == "-h" ? 0 : 2;
-      }
-    }
+    CLI::App app{
+        "Records the messages of ringgrad's ring, tree and hierarchical AllReduce, round by round "
+        "(run under mpirun)"};
+    app.add_option("--ranks-per-node", k, "ranks per node: hierarchical's nodes, and the red arrows")
+        ->check(rg::flags::int_in(1, 1 << 20));
+    app.add_option("--tsv", tsv, "write the messages as a table to this file (rank 0)");
+    app.add_flag("--check", check, "compare with the textbook schedules; exit 1 on a difference");
+    if (const auto code = rg::flags::parse_command_line(app, argc, argv)) return *code;
     const int64_t n = 64 * N, S = n * static_cast<int64_t>(sizeof(float));
     std::FILE* out = nullptr;
     if (r == 0 && !tsv.empty()) {

@@ -16,10 +16,10 @@
 namespace learn {
 
 struct SentMessage {
-  int to = -1;           // world rank
+  int to = -1;  // world rank
   int tag = 0;
   int64_t bytes = 0;
-  int64_t offset = -1;   // byte offset of the send buffer in the watched tensor; -1 when outside it
+  int64_t offset = -1;          // byte offset of the send buffer in the watched tensor; -1 when outside it
   int64_t received_before = 0;  // how many of this rank's receives had completed when it was posted
 };
 
@@ -29,8 +29,8 @@ struct ReceivedMessage {
 };
 
 struct MessageLog {
-  std::vector<SentMessage> sent;              // in posting order
-  std::vector<ReceivedMessage> received;      // in completion order
+  std::vector<SentMessage> sent;          // in posting order
+  std::vector<ReceivedMessage> received;  // in completion order
 };
 
 // Start recording, noting send buffers' offsets within [watched, watched + watched_bytes).

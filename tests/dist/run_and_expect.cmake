@@ -1,15 +1,18 @@
-# Runs CMD and passes when it exits 0 and its output matches every regular expression in EXPECT
-# (a ;-list). (PASS_REGULAR_EXPRESSION alone would ignore the exit status.)
+# Runs CMD and passes when it exits 0 (or EXPECT_EXIT) and its output matches every regular
+# expression in EXPECT (a ;-list). (PASS_REGULAR_EXPRESSION alone would ignore the exit status.)
 #   MIN_ACCURACY  optional: the last "test accuracy X%" printed must be at least this
 #   RUN_TIMEOUT   optional: seconds before the run is stopped (default 240)
+if(NOT DEFINED EXPECT_EXIT)
+  set(EXPECT_EXIT 0)
+endif()
 if(NOT DEFINED RUN_TIMEOUT)
   set(RUN_TIMEOUT 240)
 endif()
 execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT ${RUN_TIMEOUT})
 set(log "${out}${err}")
 message("---- exit status '${rc}' ----\n${log}")
-if(NOT rc STREQUAL "0")
-  message(FATAL_ERROR "expected exit status 0, got '${rc}'")
+if(NOT rc STREQUAL "${EXPECT_EXIT}")
+  message(FATAL_ERROR "expected exit status ${EXPECT_EXIT}, got '${rc}'")
 endif()
 foreach(pattern IN LISTS EXPECT)
   if(NOT log MATCHES "${pattern}")

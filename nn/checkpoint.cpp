@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/file_io.h"
 #include "core/native/native.h"
 #include "core/ops.h"
 
@@ -56,8 +57,6 @@ uint32_t crc32_of(const char* data, size_t size) {
   return static_cast<uint32_t>(crc);
 }
 
-std::string temporary_path(const std::string& path) { return path + ".tmp"; }
-
 }  // namespace
 
 void check_checkpoint_destination(const std::string& path) {
@@ -93,52 +92,11 @@ void save_checkpoint(const std::string& path, const StateDict& entries) {
   }
   put<uint32_t>(out, crc32_of(out.data(), out.size()));
 
-  const std::string tmp = temporary_path(path);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  RG_CHECK(fd >= 0, "save_checkpoint", "cannot create ", tmp, ": ", std::strerror(errno));
-  size_t written = 0;
-  while (written < out.size()) {
-    const ssize_t n = ::write(fd, out.data() + written, out.size() - written);
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      std::remove(tmp.c_str());
-      RG_FAIL("save_checkpoint", "writing ", tmp, " failed after ", written, " of ", out.size(),
-              " bytes: ", std::strerror(err), "; ", path, " was left as it was");
-    }
-    written += static_cast<size_t>(n);
-  }
-  // The data must be on disk before the rename makes it the checkpoint. A failure at either step
-  // removes the temporary file: what stays is the previous checkpoint, untouched, and nothing else.
-  const bool synced = ::fsync(fd) == 0;
-  const int sync_error = errno;
-  const bool closed = ::close(fd) == 0;  // NFS may report a failed write only here
-  const int close_error = errno;
-  if (!synced || !closed) {
-    std::remove(tmp.c_str());
-    RG_FAIL("save_checkpoint", synced ? "closing " : "fsync of ", tmp,
-            " failed: ", std::strerror(synced ? close_error : sync_error), "; ", path, " was left as it was");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    RG_FAIL("save_checkpoint", "renaming ", tmp, " to ", path, " failed: ", std::strerror(err), "; ", path,
-            " was left as it was");
-  }
+  write_file_atomically(path, out, "save_checkpoint");
 }
 
 StateDict load_checkpoint(const std::string& path) {
-  std::error_code ec;
-  RG_CHECK(!std::filesystem::is_directory(path, ec), "load_checkpoint", path, " is a directory, not a checkpoint file");
-  std::ifstream in(path, std::ios::binary);
-  RG_CHECK(in.good(), "load_checkpoint", "cannot open ", path, ": ", std::strerror(errno));
-  std::string bytes;
-  try {
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  } catch (const std::exception& e) {
-    RG_FAIL("load_checkpoint", "reading ", path, " failed: ", e.what());
-  }
-  RG_CHECK(!in.bad(), "load_checkpoint", "reading ", path, " failed: ", std::strerror(errno));
+  const std::string bytes = read_whole_file(path, "load_checkpoint");
   Reader r{bytes, path};
   r.need(sizeof kMagic, "the magic number");
   RG_CHECK(std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0, "load_checkpoint", path,

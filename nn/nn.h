@@ -11,4 +11,5 @@
 #include "nn/linear.h"
 #include "nn/module.h"
 #include "nn/normalization.h"
+#include "nn/safetensors.h"
 #include "nn/sequential.h"

@@ -14,6 +14,7 @@
 #include "core/parallel.h"
 #include "core/random.h"
 #include "core/random_state.h"
+#include "core/summary_writer.h"
 #include "core/tensor.h"
 #include "core/trace.h"
 #include "core/version.h"

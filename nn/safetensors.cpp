@@ -86,8 +86,8 @@ class HeaderReader {
     RG_FAIL(kOp, origin_, ": header (", text_.size(), " bytes), at byte ", pos_, ": ", what);
   }
   void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\r' ||
-                                   text_[pos_] == '\t'))
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\r' || text_[pos_] == '\t'))
       ++pos_;
   }
   bool consume(char c) {
@@ -117,7 +117,9 @@ class HeaderReader {
       if (pos_ >= text_.size()) fail("a string runs past the header's end");
       const char e = text_[pos_++];
       switch (e) {
-        case '"': case '\\': case '/': out += e; break;
+        case '"':
+        case '\\':
+        case '/': out += e; break;
         case 'b': out += '\b'; break;
         case 'f': out += '\f'; break;
         case 'n': out += '\n'; break;
@@ -133,7 +135,10 @@ class HeaderReader {
     uint32_t v = 0;
     for (int i = 0; i < 4; ++i) {
       const char h = text_[pos_++];
-      const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      const int d = h >= '0' && h <= '9'   ? h - '0'
+                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                           : -1;
       if (d < 0) fail("a \\u escape needs four hex digits");
       v = v * 16 + static_cast<uint32_t>(d);
     }
@@ -237,7 +242,8 @@ class HeaderReader {
           e.dtype = it->first;
         } else if (field == "shape" && !has_shape) {
           has_shape = true;
-          for (uint64_t d : integers("a dimension of '" + e.name + "'", kMaxDims)) e.shape.push_back(static_cast<int64_t>(d));
+          for (uint64_t d : integers("a dimension of '" + e.name + "'", kMaxDims))
+            e.shape.push_back(static_cast<int64_t>(d));
         } else if (field == "data_offsets" && !has_offsets) {
           has_offsets = true;
           const auto offsets = integers("a data offset of '" + e.name + "'", 2);
@@ -273,7 +279,29 @@ uint64_t bytes_needed(const Entry& e, const std::string& origin) {
   return needed;
 }
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF):
+// the specification's header is UTF-8 JSON, and readers in other languages decode it as such.
+bool is_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || s.size() - i < n) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b >> 6) != 0x2) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    const uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < smallest[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
 void append_json_string(std::string& out, const std::string& s) {
+  RG_CHECK(is_utf8(s), "save_safetensors", "the header is UTF-8 JSON, and the name or metadata \"", s.substr(0, 40),
+           "\" is not valid UTF-8");
   out += '"';
   for (const char c : s) {
     if (c == '"' || c == '\\') {
@@ -345,6 +373,7 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& ori
   RG_CHECK(n <= bytes.size() - 8, kOp, origin, ": the header claims ", n, " bytes, but the file has ", bytes.size() - 8,
            " after the length");
   RG_CHECK(n <= kMaxHeaderBytes, kOp, origin, ": a header of ", n, " bytes, over the format's 100 MB limit");
+  RG_CHECK(is_utf8(bytes.substr(8, n)), kOp, origin, ": the header is not valid UTF-8");
   HeaderReader header(bytes.substr(8, n), origin);
   header.read();
   const std::string_view data = bytes.substr(8 + n);
@@ -368,8 +397,8 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& ori
              shape_str(e.shape), " ", format_name(e.dtype), " needs ", needed);
     RG_CHECK(e.begin >= expected, kOp, origin, ": the data of '", e.name, "' [", e.begin, ", ", e.end,
              ") overlaps that of '", previous ? previous->name : "", "' (which ends at ", expected, ")");
-    RG_CHECK(e.begin == expected, kOp, origin, ": bytes [", expected, ", ", e.begin, ") of the data belong to no tensor",
-             previous ? " (after '" + previous->name + "')" : std::string());
+    RG_CHECK(e.begin == expected, kOp, origin, ": bytes [", expected, ", ", e.begin,
+             ") of the data belong to no tensor", previous ? " (after '" + previous->name + "')" : std::string());
     expected = e.end;
     previous = &e;
   }
@@ -381,9 +410,9 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& ori
   for (size_t i : order) {
     const Entry& e = header.entries[i];
     // An empty tensor has no bytes to copy (and data.data() may be null).
-    file.tensors.emplace_back(e.name, e.begin == e.end ? zeros(e.shape, {.dtype = e.dtype})
-                                                       : from_blob(data.data() + e.begin, e.shape, e.dtype,
-                                                                   {.dtype = e.dtype}));
+    file.tensors.emplace_back(e.name, e.begin == e.end
+                                          ? zeros(e.shape, {.dtype = e.dtype})
+                                          : from_blob(data.data() + e.begin, e.shape, e.dtype, {.dtype = e.dtype}));
   }
   return file;
 }

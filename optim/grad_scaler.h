@@ -44,6 +44,7 @@ class GradScaler {
   void update();
 
   double get_scale() const { return scale_; }
+  bool is_enabled() const { return options_.enabled; }
   int64_t growth_tracker() const { return growth_tracker_; }
   void set_found_inf_reducer(std::function<bool(bool)> reducer) { reducer_ = std::move(reducer); }
   // A rank with no gradients of its own (out of data under dist::Join) answers the other ranks'

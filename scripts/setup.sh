@@ -29,6 +29,7 @@ packages=(
   libcli11-dev      # command-line parsing in examples/ (header-only)
   clang-format-14   # the format check (scripts/lint.sh)
   python3           # tools/check_citations.py (the docs_citations test)
+  protobuf-compiler python3-protobuf  # the TensorBoard event files' reader (test interop_tensorboard_events)
   gnuplot-nox       # learn/figures.sh's pictures (the learn_figures test), the benchmarks' charts
   dataset-fashion-mnist  # the MNIST example's default data (/usr/share/datasets/fashion-mnist)
   fortunes               # the GPT-mini corpus (/usr/share/games/fortunes)

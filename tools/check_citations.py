@@ -21,8 +21,6 @@ import pathlib
 import re
 import sys
 
-import ringgrad_cli  # tools/: --version
-
 CITE = re.compile(r"`([A-Za-z0-9_./-]+\.(?:h|cpp|cu|cuh|py|sh|cmake|txt)):(\d+)`|`:(\d+)`")
 NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_:<>,. ]*?)(?:\(\))?`|Note \[([^\]]+)\]|\"([^\"\n]{3,80})\"")
 FIX_REACH = 12
@@ -91,6 +89,8 @@ def paragraphs(text):
 
 
 def main():
+    import ringgrad_cli  # tools/: --version (imported here: tests import this file as a module)
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ringgrad_cli.add_version(ap)
     ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))

@@ -38,8 +38,6 @@ import math
 import re
 import sys
 
-import ringgrad_cli  # tools/: --version
-
 SEGMENT = 1 << 20  # GroupOptions::ring_segment_bytes
 
 
@@ -162,6 +160,8 @@ def topology(args):
 
 
 def main():
+    import ringgrad_cli  # tools/: --version (imported here: tests import this file as a module)
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ringgrad_cli.add_version(ap)
     sub = ap.add_subparsers(dest="cmd", required=True)

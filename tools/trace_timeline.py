@@ -14,10 +14,10 @@ bucket): learn/figures.sh draws docs/learn/figures/timeline.png from it.
 import argparse
 import json
 
-import ringgrad_cli  # tools/: --version
-
 
 def main():
+    import ringgrad_cli  # tools/: --version (imported here: tests import this file as a module)
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ringgrad_cli.add_version(ap)
     ap.add_argument("trace")

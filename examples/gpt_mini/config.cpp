@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "examples/common/comm_hook.h"
 #include "examples/common/flags.h"
+#include "examples/common/run_log.h"
 
 namespace gpt_mini {
 
@@ -36,6 +37,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--eval-every", c.eval_every, "validation loss every N steps (0: only at the end)")->check(count(0));
   app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation")
       ->check(flags::int_in(1, 1 << 20));
+  examples::add_log_dir_flags(app, c.log_dir, c.log_all_ranks);
   app.add_option("--log-every", c.log_every, "progress line every N steps")->check(count(1));
   app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here at the end (and every --checkpoint-every)")
       ->check(flags::non_empty);
@@ -43,6 +45,14 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--resume", c.resume, "continue from (or, with --generate, sample from) this checkpoint")
       ->check(flags::non_empty);
   app.add_flag("--generate", c.generate, "print text sampled from --resume's model and exit");
+  app.add_option("--export", c.export_path,
+                 "after training, write the model's weights to this .safetensors file (PyTorch, Hugging Face; "
+                 "docs/interop.md)")
+      ->check(flags::non_empty);
+  app.add_option("--init-from", c.init_from,
+                 "start from the weights of this .safetensors file (an --export) instead of random ones; the "
+                 "optimizer starts fresh")
+      ->check(flags::non_empty);
   app.add_option("--prompt", c.prompt, "text to continue (not empty)")->check(flags::non_empty);
   app.add_option("--num-chars", c.num_chars, "characters to generate")->check(flags::int_in(0, 1 << 24));
   app.add_option("--temperature", c.temperature, "sampling temperature")->check(flags::finite_in(0, 1e6, true));
@@ -77,6 +87,8 @@ void finish(Config& c) {
            kMaxParameters);
   examples::zero_reduce_scatter_wire("gpt_mini", c.comm_hook, c.zero);  // refuses what stage 2 cannot carry
   RG_CHECK(c.min_lr <= c.lr, "gpt_mini", "--min-lr ", c.min_lr, " is above the peak --lr ", c.lr);
+  RG_CHECK(c.init_from.empty() || c.resume.empty(), "gpt_mini",
+           "--init-from and --resume both set the weights: give one (--resume also restores the optimizer)");
 }
 
 }  // namespace gpt_mini

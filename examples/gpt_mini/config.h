@@ -16,6 +16,10 @@ struct Config {
   ringgrad::dist::PowerSgdOptions powersgd =
       ringgrad::examples::example_powersgd_options();  // --powersgd-rank, --powersgd-start
   std::string device = "cpu";                          // cpu, cuda (the local rank's GPU) or cuda:N
+  std::string export_path;  // --export: the trained weights as .safetensors (docs/interop.md)
+  std::string init_from;    // --init-from: start from a .safetensors file's weights
+  std::string log_dir;      // --log-dir: TensorBoard event files (examples/common/run_log.h)
+  bool log_all_ranks = false;
   int64_t max_steps = 3000, lr_decay_steps = 0, warmup = 100, batch_size = 16, block_size = 128;
   int64_t n_layer = 4, n_head = 4, n_embd = 128, accum = 1, eval_every = 250, eval_batches = 20;
   int64_t checkpoint_every = 0, log_every = 50, num_chars = 400, top_k = 0, threads = 0;

@@ -28,6 +28,7 @@
 #include "examples/common/comm_hook.h"
 #include "examples/common/command_line.h"
 #include "examples/common/fingerprint.h"
+#include "examples/common/run_log.h"
 #include "examples/common/zero.h"
 #include "examples/gpt_mini/config.h"
 
@@ -244,6 +245,51 @@ double train_step(Training& t, int64_t step) {
   return step_loss;
 }
 
+// The vocabulary's bytes as text a JSON header can hold (it must be UTF-8): byte b as the code
+// point U+00bb, Latin-1's reading. ASCII stays as it is.
+std::string latin1_to_utf8(const std::string& bytes) {
+  std::string out;
+  for (const char ch : bytes) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b < 0x80) {
+      out += ch;
+    } else {
+      out += static_cast<char>(0xC0 | (b >> 6));
+      out += static_cast<char>(0x80 | (b & 0x3F));
+    }
+  }
+  return out;
+}
+
+// --export's metadata: what rebuilds the model from the file alone -- its shape, and the
+// vocabulary that gives the token ids their characters (as latin1_to_utf8 writes it).
+nn::SafetensorsMetadata export_metadata(const Config& c, const std::string& vocab_chars, int64_t step) {
+  return {{"producer", std::string("ringgrad ") + version() + " examples/gpt_mini"},
+          {"vocab", latin1_to_utf8(vocab_chars)},
+          {"vocab_size", std::to_string(vocab_chars.size())},
+          {"block_size", std::to_string(c.block_size)},
+          {"n_layer", std::to_string(c.n_layer)},
+          {"n_head", std::to_string(c.n_head)},
+          {"n_embd", std::to_string(c.n_embd)},
+          {"step", std::to_string(step)}};
+}
+
+// --init-from: the weights of a .safetensors file. Refused unless the file's model is this run's
+// (the shapes; the heads, which no shape shows) and its vocabulary this corpus's, else the same ids
+// would mean other characters.
+void init_from(nn::GPT& model, const Config& c, const std::string& vocab_chars) {
+  const nn::SafetensorsFile file = nn::read_safetensors(c.init_from);
+  for (const auto& [key, value] : file.metadata) {
+    RG_CHECK(key != "n_head" || value == std::to_string(c.n_head), "gpt_mini", "--init-from ", c.init_from, " has ",
+             value, " heads, this run --n-head ", c.n_head);
+    RG_CHECK(key != "vocab" || value == latin1_to_utf8(vocab_chars), "gpt_mini", "--init-from ", c.init_from,
+             ": its vocabulary is not this corpus's (", vocab_chars.size(), " characters)");
+  }
+  const LoadResult result = model.load_state_dict(file.tensors, /*strict=*/false);
+  RG_CHECK(result.all_matched(), "gpt_mini", "--init-from ", c.init_from, " does not fit this model (--n-layer ",
+           c.n_layer, " --n-embd ", c.n_embd, " --block-size ", c.block_size, "): ", result.describe());
+}
+
 int run(Config& c, const dist::World& world) {
   if (c.threads > 0) set_num_threads(c.threads);
   const DType dtype = precision_dtype(c.precision);
@@ -266,6 +312,9 @@ int run(Config& c, const dist::World& world) {
   // ---- model, optimizer, DDP ----
   Generator init_gen(c.seed);
   auto model = std::make_shared<nn::GPT>(config_from(c, vocab.size()), &init_gen);
+  std::string vocab_chars;
+  for (int64_t i = 0; i < vocab.size(); ++i) vocab_chars += vocab.decode({i});
+  if (!c.init_from.empty()) init_from(*model, c, vocab_chars);
   if (c.checkpoint_activations)
     for (const auto& block : *model->h) block->checkpoint_activations();
   const Device device = parse_device(c.device, world.local_rank);  // batches are copied there per step
@@ -302,8 +351,6 @@ int run(Config& c, const dist::World& world) {
   // A compressing hook's state (residuals, PowerSGD's Qs) differs by rank: gathered before each save.
   std::optional<dist::CommHookCheckpoint> hook_state;
   if (comm_hook.state != nullptr) checkpoint.add("comm_hook", hook_state.emplace(comm_hook.state, group));
-  std::string vocab_chars;
-  for (int64_t i = 0; i < vocab.size(); ++i) vocab_chars += vocab.decode({i});
   checkpoint.metadata = {{"vocab", vocab_chars},
                          {"block_size", c.block_size},
                          {"n_layer", c.n_layer},
@@ -312,6 +359,7 @@ int run(Config& c, const dist::World& world) {
   dist::sync_checkpoint(checkpoint, group);
   // A destination that cannot be written is found now, not after an epoch of training.
   if (!c.checkpoint.empty()) checkpoint.check_destination(c.checkpoint);
+  if (!c.export_path.empty() && world.rank == 0) nn::check_checkpoint_destination(c.export_path);
   if (!c.resume.empty()) {
     {
       auto whole = examples::whole_model(*opt, /*write_back=*/true);  // ZeRO-3: the loaded weights into the shards
@@ -347,7 +395,10 @@ int run(Config& c, const dist::World& world) {
   const size_t allocated_before = memory_stats(device).allocated;  // --memory-report
   reset_peak_memory_stats(device);
   Training training{c, device, train, sampler, ddp, *opt, scaler, *model};
+  examples::RunLog run_log(c.log_dir, world.rank, c.log_all_ranks);
   auto t_start = Clock::now();
+  double logged_seconds = 0;  // --log-dir: the time and steps at the last logging point
+  int64_t logged_steps = 0;
   int64_t steps_run = 0;
   double loss_value = 0;
   for (; step < c.max_steps; ++step) {
@@ -361,9 +412,23 @@ int run(Config& c, const dist::World& world) {
       log("step %lld/%lld  loss (rank 0) %.4f  lr %.2e  %.0f tokens/s  ETA %.0f s\n", (long long)(step + 1),
           (long long)c.max_steps, loss_value, opt->lr(), tps,
           static_cast<double>(c.max_steps - step - 1) * static_cast<double>(tokens_per_step) / tps);
+      run_log.training_step(step + 1, loss_value, opt->lr(), "tokens_per_s", tps,
+                            1e3 * (seconds - logged_seconds) / static_cast<double>(steps_run - logged_steps),
+                            ddp.stats(), device, scaler);
+      logged_seconds = seconds;
+      logged_steps = steps_run;
     }
-    if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.max_steps))
-      log("step %lld: validation loss %.4f\n", (long long)(step + 1), evaluate(*model, val, c, device, *group));
+    if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.max_steps)) {
+      const double val_loss = evaluate(*model, val, c, device, *group);
+      log("step %lld: validation loss %.4f\n", (long long)(step + 1), val_loss);
+      run_log.scalar("val/loss", val_loss, step + 1);
+      // Text from --prompt, as --generate samples it. Not under ZeRO-3: a forward there gathers
+      // the parameters on every rank, and only rank 0 logs.
+      if (run_log && c.zero < 3) {
+        run_log.text("samples", latin1_to_utf8(sample(*model, vocab, c, device)), step + 1);  // text is UTF-8
+        model->train();
+      }
+    }
     if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) save(step + 1);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
@@ -386,6 +451,13 @@ int run(Config& c, const dist::World& world) {
   }();
   log("final loss %.17g, parameter checksum %.17g, norm %.17g\n", loss_value, fingerprint.checksum, fingerprint.norm);
   save(step);
+  if (!c.export_path.empty()) {
+    auto whole = examples::whole_model(*opt);  // ZeRO-3: every rank gathers the parameters
+    if (world.rank == 0) {
+      nn::save_safetensors(c.export_path, model->state_dict(), export_metadata(c, vocab_chars, step));
+      log("exported the weights to %s (safetensors; docs/interop.md)\n", c.export_path.c_str());
+    }
+  }
   return 0;
 }
 

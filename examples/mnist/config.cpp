@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "examples/common/comm_hook.h"
 #include "examples/common/flags.h"
+#include "examples/common/run_log.h"
 
 namespace mnist {
 
@@ -46,6 +47,7 @@ void add_flags(CLI::App& app, Config& c) {
   examples::add_comm_hook_flags(app, c.comm_hook, c.powersgd);
   app.add_option("--backend", c.backend, "process group backend: auto, ring, tree, mpi, hierarchical, nccl")
       ->check(CLI::IsMember({"auto", "ring", "tree", "mpi", "hierarchical", "nccl"}));
+  examples::add_log_dir_flags(app, c.log_dir, c.log_all_ranks);
   app.add_option("--stats-every", c.stats_every,
                  "print DDP's compute / communication / overlap figures every N steps (0: never)")
       ->check(flags::int_in(0, INT64_MAX));

@@ -30,6 +30,8 @@ struct Config {
   int64_t eval_every = 0;      // test accuracy every N steps as well as at epoch ends (0: epoch ends only)
   int zero = 0;                // ZeRO stage: 0 plain DDP, 1 optimizer state sharded, 2 gradients too
   bool memory_report = false;  // print where a rank's memory goes after training
+  std::string log_dir;         // --log-dir: TensorBoard event files (examples/common/run_log.h)
+  bool log_all_ranks = false;
 };
 
 // The largest batch a flag may ask for: a bound, so that a typo cannot allocate without end.

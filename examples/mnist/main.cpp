@@ -27,6 +27,7 @@
 #include "examples/common/comm_hook.h"
 #include "examples/common/command_line.h"
 #include "examples/common/fingerprint.h"
+#include "examples/common/run_log.h"
 #include "examples/common/zero.h"
 #include "examples/mnist/config.h"
 #include "examples/mnist/models.h"
@@ -147,8 +148,12 @@ struct Training {
   int64_t& global_step;
   std::function<void()> save;        // a checkpoint, when --checkpoint asks for one
   std::function<double()> evaluate;  // test accuracy in percent (collective)
+  examples::RunLog& run_log;         // --log-dir
   double seconds_trained = 0;        // training time of the epochs before this one (--eval-every)
 };
+
+// --log-dir's training figures every this many steps (and at each evaluation).
+constexpr int64_t kLogDirEvery = 10;
 
 // What one epoch did on this rank.
 struct EpochTotals {
@@ -184,6 +189,8 @@ EpochTotals train_epoch(Training& t, int epoch, bool tty) {
   auto t_epoch = Clock::now();
   double eval_seconds = 0;  // --eval-every's, not training
   EpochTotals e;
+  double logged_seconds = 0;  // --log-dir: the training time and steps at the last logging point
+  int64_t logged_steps = 0;
   for (const data::Example& batch : t.loader) {
     int64_t step_in_epoch = t.loader.batches_taken() - 1;
     const int micro = static_cast<int>(step_in_epoch % c.accum);
@@ -201,6 +208,14 @@ EpochTotals train_epoch(Training& t, int epoch, bool tty) {
       log("%sepoch %d step %lld/%lld  loss (rank 0) %.4f  %.0f samples/s (all ranks)  ETA %.0f s%s", tty ? "\r" : "",
           epoch + 1, (long long)step_in_epoch, (long long)steps_per_epoch, loss_value, rate * t.world.size, eta,
           tty ? "   " : "\n");
+    if (t.run_log && t.global_step % kLogDirEvery == 0) {
+      const double trained = seconds_since(t_epoch) - eval_seconds;
+      t.run_log.training_step(t.global_step, loss_value, t.opt.lr(), "samples_per_s", rate * t.world.size,
+                              1e3 * (trained - logged_seconds) / static_cast<double>(e.steps - logged_steps),
+                              t.ddp.stats(), t.device, t.scaler);
+      logged_seconds = trained;
+      logged_steps = e.steps;
+    }
     if (c.stats_every > 0 && t.global_step % c.stats_every == 0) log("%s\n", t.ddp.stats().summary().c_str());
     if (c.eval_every > 0 && t.global_step % c.eval_every == 0) {
       // The clock stops while the test set is scored: a time-to-accuracy curve counts training.
@@ -209,6 +224,7 @@ EpochTotals train_epoch(Training& t, int epoch, bool tty) {
       const double accuracy = t.evaluate();
       eval_seconds += seconds_since(t_eval);
       log("eval: step %lld, %.3f s of training, test accuracy %.2f%%\n", (long long)t.global_step, trained, accuracy);
+      t.run_log.scalar("eval/test_accuracy", accuracy, t.global_step);
     }
     if (c.checkpoint_every > 0 && t.global_step % c.checkpoint_every == 0) t.save();
     if (c.limit_steps > 0 && t.global_step >= c.limit_steps) break;
@@ -310,7 +326,8 @@ int run(Config& c, const dist::World& world) {
   const size_t allocated_before = memory_stats(device).allocated;  // --memory-report
   reset_peak_memory_stats(device);
   auto evaluate_model = [&] { return evaluate(*model, mnist.test, dtype, device, *group); };
-  Training training{c, world, device, dtype, ddp, *opt, scaler, loader, global_step, save, evaluate_model};
+  examples::RunLog run_log(c.log_dir, world.rank, c.log_all_ranks);
+  Training training{c, world, device, dtype, ddp, *opt, scaler, loader, global_step, save, evaluate_model, run_log};
   auto t_train = Clock::now();
   int64_t trained_samples = 0;
   double train_seconds = 0;
@@ -321,6 +338,7 @@ int run(Config& c, const dist::World& world) {
     training.seconds_trained = train_seconds;
     trained_samples += e.samples;
     const double accuracy = evaluate_model();
+    run_log.scalar("eval/test_accuracy", accuracy, global_step);
     log("epoch %d: train loss (rank 0) %.5f, test accuracy %.2f%%, %.1f s, %.0f samples/s (all ranks)\n", epoch + 1,
         e.steps ? e.loss_sum / static_cast<double>(e.steps) : 0.0, accuracy, e.seconds,
         static_cast<double>(e.samples) * world.size / e.seconds);

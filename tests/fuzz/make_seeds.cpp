@@ -5,12 +5,14 @@
 #include <zlib.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include "core/ops.h"
 #include "nn/checkpoint.h"
+#include "nn/safetensors.h"
 #include "tests/fuzz/training_setup.h"
 #include "tests/fuzz/zero_save.h"
 
@@ -81,6 +83,15 @@ int main(int argc, char** argv) {
                   {"count", scalar_tensor(7, {.dtype = DType::i64})},
                   {"empty", zeros({0, 4})}};
   nn::save_checkpoint(scratch.string(), state);
+  // fuzz_safetensors: mode byte 0 = the file as it is, 1 = without its length prefix (the target
+  // writes it).
+  const std::string st = nn::serialize_safetensors(state, {{"step", "3"}});
+  write(corpus / "safetensors" / "four-tensors.safetensors", with_mode(0, {st.begin(), st.end()}));
+  uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, st.data(), 8);
+  const std::string header = st.substr(8, header_bytes), tensors = st.substr(8 + header_bytes);
+  const std::string unpadded = header.substr(0, header.rfind('}') + 1) + tensors;  // the target's own prefix
+  write(corpus / "safetensors" / "four-tensors-prefix-by-target", with_mode(1, {unpadded.begin(), unpadded.end()}));
   // The checkpoint targets' mode byte (fuzz::checkpoint_bytes): 0 as it is, 1 checksum recomputed.
   write(corpus / "checkpoint" / "four-tensors.ckpt", with_mode(0, read(scratch)));
   write(corpus / "checkpoint" / "four-tensors-crc-fixed.ckpt", with_mode(1, read(scratch)));

@@ -46,13 +46,13 @@ std::string refusal(const std::string& bytes) {
 }  // namespace
 
 TEST_CASE("safetensors: the bytes of a small file are exactly the format's") {
-  const StateDict state{{"w", from_vector(std::vector<double>{1.5, -2.0}, {2})}, {"s", full({}, 7.0, {.dtype = DType::i64})}};
+  const StateDict state{{"w", from_vector(std::vector<double>{1.5, -2.0}, {2})},
+                        {"s", full({}, 7.0, {.dtype = DType::i64})}};
   const std::string file = nn::serialize_safetensors(state);
   // Written by hand from the specification: the JSON header padded with spaces to a multiple of 8,
   // then w's 8 bytes at [0, 8) and s's 8 at [8, 16).
-  std::string header =
-      R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("s":{"dtype":"I64","shape":[],"data_offsets":[8,16]}})";
+  std::string header = R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                       R"("s":{"dtype":"I64","shape":[],"data_offsets":[8,16]}})";
   header.append((8 - header.size() % 8) % 8, ' ');
   const int64_t seven = 7;
   CHECK(file == raw_file(header, f32_bytes({1.5f, -2.0f}) + std::string(reinterpret_cast<const char*>(&seven), 8)));
@@ -97,12 +97,11 @@ TEST_CASE("safetensors: every dtype round-trips bit for bit, empty and 0-dim ten
 TEST_CASE("safetensors: a file laid out as another writer would is read") {
   // Entries in another order than their data, fields in another order, spaces, \u escapes,
   // metadata last, two empty tensors sharing an offset.
-  const std::string header =
-      R"({ "b" : {"data_offsets": [8, 12], "shape": [1], "dtype": "F32"},)"
-      R"( "a\u00e9\ud83d\ude00": {"dtype": "F32", "shape": [2, 1], "data_offsets": [0, 8]},)"
-      R"( "e1": {"dtype": "BF16", "shape": [0], "data_offsets": [12, 12]},)"
-      R"( "e2": {"dtype": "F16", "shape": [3, 0], "data_offsets": [12, 12]},)"
-      R"( "__metadata__": {"source": "hand"} }    )";
+  const std::string header = R"({ "b" : {"data_offsets": [8, 12], "shape": [1], "dtype": "F32"},)"
+                             R"( "a\u00e9\ud83d\ude00": {"dtype": "F32", "shape": [2, 1], "data_offsets": [0, 8]},)"
+                             R"( "e1": {"dtype": "BF16", "shape": [0], "data_offsets": [12, 12]},)"
+                             R"( "e2": {"dtype": "F16", "shape": [3, 0], "data_offsets": [12, 12]},)"
+                             R"( "__metadata__": {"source": "hand"} }    )";
   const nn::SafetensorsFile f = nn::parse_safetensors(raw_file(header, f32_bytes({1, 2, 3})), "hand");
   REQUIRE(f.tensors.size() == 4);
   CHECK(f.tensors[0].first == "a\xc3\xa9\xf0\x9f\x98\x80");
@@ -141,12 +140,14 @@ TEST_CASE("safetensors: malformed files are refused, each with its reason") {
       {"shape x dtype != bytes", raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data),
        "spans 8 bytes, but (3,) F32 needs 12"},
       {"duplicate names",
-       raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                data),
+       raw_file(
+           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           data),
        "the name 'a' appears twice"},
       {"overlap",
-       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                data),
+       raw_file(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           data),
        "overlaps"},
       {"hole", raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", data), "belong to no tensor"},
       {"trailing data", raw_file(ok, data + "z"), "trailing bytes belong to no tensor"},
@@ -171,6 +172,8 @@ TEST_CASE("safetensors: malformed files are refused, each with its reason") {
        "overflows 64 bits"},
       {"lone surrogate", raw_file(R"({"\udc00":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data),
        "lone low surrogate"},
+      {"not UTF-8", raw_file("{\"\xff\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data),
+       "not valid UTF-8"},
       {"raw control character", raw_file("{\"a\nb\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data),
        "control character"},
   };
@@ -201,6 +204,11 @@ TEST_CASE("safetensors: saving refuses names the format cannot hold, and a faile
                        doctest::Contains("the name 'a' twice"), Error);
   CHECK_THROWS_WITH_AS(nn::serialize_safetensors({{"__metadata__", ones({1})}}), doctest::Contains("format's own"),
                        Error);
+  // The header is UTF-8 JSON: a Latin-1 byte, a lone continuation byte, an overlong '/' and a UTF-16
+  // surrogate written as UTF-8 are refused; a 4-byte character is fine.
+  for (const char* bad : {"caf\xe9", "\x80", "\xc0\xaf", "\xed\xa0\x80"})
+    CHECK_THROWS_WITH_AS(nn::serialize_safetensors({}, {{"note", bad}}), doctest::Contains("not valid UTF-8"), Error);
+  CHECK_NOTHROW(nn::serialize_safetensors({{"\xf0\x9f\x98\x80", ones({1})}}));
   const fs::path missing = fs::temp_directory_path() / "ringgrad_no_such_dir" / "m.safetensors";
   CHECK_THROWS_WITH_AS(nn::save_safetensors(missing.string(), {{"a", ones({1})}}), doctest::Contains("cannot create"),
                        Error);

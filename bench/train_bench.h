@@ -26,6 +26,7 @@ struct TrainFlags {
   std::string model, data, backend = "auto", comm_hook = "allreduce";
   std::string step_times;          // --step-times FILE: each timed step's wall ms, one per line, in order
   std::string trace;               // --trace FILE: DDP's Chrome trace of every rank (2+ ranks), all steps
+  std::string log_dir;             // --log-dir DIR: TensorBoard event files of the timed steps (each rank)
   std::string precision = "fp32";  // --precision fp32|bf16: the parameters' dtype (bf16: f32 master weights)
   int steps = 200, warmup = 20, threads = 1, batch = 0, block = 128;
   int zero = 0;  // --zero 1|2|3: the optimizer wrapped in dist::ZeroOptimizer (DDP even at one rank)
@@ -64,6 +65,9 @@ inline std::optional<int> parse_train_flags(int argc, char** argv, TrainFlags& f
       ->check(rf::int_in(0, int64_t{1} << 40));
   app.add_option("--step-times", flags.step_times, "write each timed step's wall ms to this file");
   app.add_option("--trace", flags.trace, "write DDP's Chrome trace of every rank to this file");
+  app.add_option("--log-dir", flags.log_dir,
+                 "write TensorBoard event files here, one per rank, after the timed steps: each step's time, the "
+                 "mean communication figures and the memory peak");
   app.add_option("--precision", flags.precision, "the parameters' dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--zero", flags.zero, "ZeRO stage (0: plain DDP)")->check(rf::int_in(0, 3));
   if (takes("--model")) app.add_option("--model", flags.model, "W1 or W2")->check(CLI::IsMember({"mlp", "cnn"}));
@@ -80,6 +84,27 @@ inline std::optional<int> parse_train_flags(int argc, char** argv, TrainFlags& f
 // The parameters' dtype of --precision.
 inline ringgrad::DType precision_dtype(const TrainFlags& flags) {
   return flags.precision == "bf16" ? ringgrad::DType::bf16 : ringgrad::DType::f32;
+}
+
+// --log-dir: written after the timed steps, so that logging costs them nothing. Each step's wall
+// time as bench/step_ms at its step, then at the last step the steps per second and DDP's mean
+// communication, exposed communication and overlap. One file per rank (suffix ".rank<r>").
+inline void log_timed_steps(const TrainFlags& flags, const std::vector<double>& step_ms, double seconds,
+                            ringgrad::dist::ProcessGroup& group, const ringgrad::dist::DistributedDataParallel* ddp) {
+  ringgrad::SummaryWriter tb(flags.log_dir, ".rank" + std::to_string(group.rank()));
+  for (size_t i = 0; i < step_ms.size(); ++i) tb.add_scalar("bench/step_ms", step_ms[i], static_cast<int64_t>(i + 1));
+  const auto last = static_cast<int64_t>(step_ms.size());
+  tb.add_scalar("bench/steps_per_s", static_cast<double>(last) / seconds, last);
+  if (ddp != nullptr && ddp->stats().steps > 0) {
+    const ringgrad::dist::DDPStats& s = ddp->stats();
+    const double n = static_cast<double>(s.steps);
+    tb.add_scalar("comm/comm_ms", s.total.comm_ms / n, last);
+    tb.add_scalar("comm/exposed_ms", s.total.exposed_comm_ms / n, last);
+    tb.add_scalar("comm/overlap_percent", s.total.overlap_percent(), last);
+  }
+  // The benchmarks train on the CPU.
+  tb.add_scalar("memory/peak_mib",
+                static_cast<double>(ringgrad::memory_stats(ringgrad::Device::cpu()).peak_allocated) / (1 << 20), last);
 }
 
 // CPU seconds (user, system) used so far by the calling thread, or by the whole process.
@@ -133,6 +158,7 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
     for (const double ms : step_ms) out << ms << '\n';
     if (!out) std::fprintf(stderr, "could not write --step-times %s\n", path.c_str());
   }
+  if (!flags.log_dir.empty()) log_timed_steps(flags, step_ms, seconds, group, ddp);
   if (flags.steps > 0) {
     const double per_step = 1e3 / flags.steps;  // seconds in all -> ms per step
     const double user = (thread1.user - thread0.user) * per_step, sys = (thread1.sys - thread0.sys) * per_step;

@@ -108,10 +108,10 @@ SummaryWriter::SummaryWriter(const std::string& log_dir, const std::string& file
   RG_CHECK(!ec, "SummaryWriter", "cannot create the log folder ", log_dir, ": ", ec.message());
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
-  path_ = (std::filesystem::path(log_dir) / ("events.out.tfevents." +
-                                             std::to_string(static_cast<int64_t>(now_seconds())) + "." + host +
-                                             filename_suffix))
-              .string();
+  path_ =
+      (std::filesystem::path(log_dir) /
+       ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host + filename_suffix))
+          .string();
   file_ = std::fopen(path_.c_str(), "wb");
   RG_CHECK(file_ != nullptr, "SummaryWriter", "cannot create ", path_, ": ", std::strerror(errno));
   write_event(Proto().f64(event::wall_time, now_seconds()).bytes(event::file_version, "brain.Event:2").str());
@@ -122,7 +122,8 @@ SummaryWriter::~SummaryWriter() {
 }
 
 void SummaryWriter::add_scalar(const std::string& tag, double value, int64_t step) {
-  write_event(event_with(step, Proto().bytes(value::tag, tag).f32(value::simple_value, static_cast<float>(value)).str()));
+  write_event(
+      event_with(step, Proto().bytes(value::tag, tag).f32(value::simple_value, static_cast<float>(value)).str()));
 }
 
 void SummaryWriter::add_text(const std::string& tag, const std::string& text, int64_t step) {
@@ -132,7 +133,9 @@ void SummaryWriter::add_text(const std::string& tag, const std::string& text, in
                                  .bytes(kTensorShape, Proto().bytes(kShapeDim, Proto().varint(kDimSize, 1).str()).str())
                                  .bytes(kTensorStringVal, text)
                                  .str();
-  write_event(event_with(step, Proto().bytes(value::tag, tag).bytes(value::metadata, metadata).bytes(value::tensor, tensor).str()));
+  write_event(
+      event_with(step,
+                 Proto().bytes(value::tag, tag).bytes(value::metadata, metadata).bytes(value::tensor, tensor).str()));
 }
 
 void SummaryWriter::write_event(const std::string& event) {

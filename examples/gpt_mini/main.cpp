@@ -397,8 +397,9 @@ int run(Config& c, const dist::World& world) {
   Training training{c, device, train, sampler, ddp, *opt, scaler, *model};
   examples::RunLog run_log(c.log_dir, world.rank, c.log_all_ranks);
   auto t_start = Clock::now();
-  double logged_seconds = 0;  // --log-dir: the time and steps at the last logging point
+  double logged_seconds = 0;  // --log-dir: the training time and steps at the last logging point
   int64_t logged_steps = 0;
+  double paused = 0;  // seconds spent evaluating and sampling, not training
   int64_t steps_run = 0;
   double loss_value = 0;
   for (; step < c.max_steps; ++step) {
@@ -412,13 +413,17 @@ int run(Config& c, const dist::World& world) {
       log("step %lld/%lld  loss (rank 0) %.4f  lr %.2e  %.0f tokens/s  ETA %.0f s\n", (long long)(step + 1),
           (long long)c.max_steps, loss_value, opt->lr(), tps,
           static_cast<double>(c.max_steps - step - 1) * static_cast<double>(tokens_per_step) / tps);
-      run_log.training_step(step + 1, loss_value, opt->lr(), "tokens_per_s", tps,
-                            1e3 * (seconds - logged_seconds) / static_cast<double>(steps_run - logged_steps),
+      // Since the last point, without the evaluations between (their time is in `paused`).
+      const double interval = seconds - paused - logged_seconds;
+      const auto steps = static_cast<double>(steps_run - logged_steps);
+      run_log.training_step(step + 1, loss_value, opt->lr(), "tokens_per_s",
+                            steps * static_cast<double>(tokens_per_step) / interval, 1e3 * interval / steps,
                             ddp.stats(), device, scaler);
-      logged_seconds = seconds;
+      logged_seconds = seconds - paused;
       logged_steps = steps_run;
     }
     if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.max_steps)) {
+      const auto t_eval = Clock::now();
       const double val_loss = evaluate(*model, val, c, device, *group);
       log("step %lld: validation loss %.4f\n", (long long)(step + 1), val_loss);
       run_log.scalar("val/loss", val_loss, step + 1);
@@ -428,6 +433,7 @@ int run(Config& c, const dist::World& world) {
         run_log.text("samples", latin1_to_utf8(sample(*model, vocab, c, device)), step + 1);  // text is UTF-8
         model->train();
       }
+      paused += std::chrono::duration<double>(Clock::now() - t_eval).count();
     }
     if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) save(step + 1);
   }

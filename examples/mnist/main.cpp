@@ -189,8 +189,8 @@ EpochTotals train_epoch(Training& t, int epoch, bool tty) {
   auto t_epoch = Clock::now();
   double eval_seconds = 0;  // --eval-every's, not training
   EpochTotals e;
-  double logged_seconds = 0;  // --log-dir: the training time and steps at the last logging point
-  int64_t logged_steps = 0;
+  double logged_seconds = 0;  // --log-dir: the training time, steps and samples at the last point
+  int64_t logged_steps = 0, logged_samples = 0;
   for (const data::Example& batch : t.loader) {
     int64_t step_in_epoch = t.loader.batches_taken() - 1;
     const int micro = static_cast<int>(step_in_epoch % c.accum);
@@ -210,11 +210,14 @@ EpochTotals train_epoch(Training& t, int epoch, bool tty) {
           tty ? "   " : "\n");
     if (t.run_log && t.global_step % kLogDirEvery == 0) {
       const double trained = seconds_since(t_epoch) - eval_seconds;
-      t.run_log.training_step(t.global_step, loss_value, t.opt.lr(), "samples_per_s", rate * t.world.size,
-                              1e3 * (trained - logged_seconds) / static_cast<double>(e.steps - logged_steps),
-                              t.ddp.stats(), t.device, t.scaler);
+      const double interval = trained - logged_seconds;  // since the last point, this rank's samples
+      t.run_log.training_step(t.global_step, loss_value, t.opt.lr(), "samples_per_s",
+                              static_cast<double>(e.samples - logged_samples) / interval * t.world.size,
+                              1e3 * interval / static_cast<double>(e.steps - logged_steps), t.ddp.stats(), t.device,
+                              t.scaler);
       logged_seconds = trained;
       logged_steps = e.steps;
+      logged_samples = e.samples;
     }
     if (c.stats_every > 0 && t.global_step % c.stats_every == 0) log("%s\n", t.ddp.stats().summary().c_str());
     if (c.eval_every > 0 && t.global_step % c.eval_every == 0) {

@@ -64,7 +64,11 @@ TEST_CASE("summary writer: a scalar event is the hand-encoded Event, framed as a
   // Event 2: wall_time; step 3 (field 2 varint: 0x10 0x03); summary (field 5, key 0x2A, 10 bytes):
   // value (field 1, key 0x0A, 8 bytes): tag "a" (0x0A 0x01 'a'), simple_value 0.5f (field 2, 4 bytes:
   // key 0x15, then 00 00 00 3F).
-  const std::string value = std::string("\x0a\x01" "a" "\x15\x00\x00\x00\x3f", 8);
+  const std::string value = std::string(
+      "\x0a\x01"
+      "a"
+      "\x15\x00\x00\x00\x3f",
+      8);
   const std::string expected = std::string("\x10\x03\x2a\x0a\x0a\x08", 6) + value;
   REQUIRE(r[1].size() == 9 + expected.size());
   CHECK(static_cast<unsigned char>(r[1][0]) == 0x09);

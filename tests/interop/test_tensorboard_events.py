@@ -1,19 +1,22 @@
 """ringgrad's TensorBoard event files read by a reader built from the format's specification:
 
-    /usr/bin/python3 test_tensorboard_events.py SAMPLE_BIN WORKDIR [MNIST_BIN [GPT_MINI_BIN]]
+    /usr/bin/python3 test_tensorboard_events.py SAMPLE_BIN WORKDIR [--mnist BIN] [--gpt-mini BIN] [--ddp-train BIN]
 
 The reader: TFRecord framing (u64 length, masked CRC-32C of the length, the bytes, masked CRC-32C
-of the bytes; both checksums checked, with a CRC-32C written here from its definition) and Event /
+of the bytes; both checksums checked with tools/plot_run.py's CRC-32C, written in Python from the
+algorithm's definition) and Event /
 Summary messages parsed by python3-protobuf from tensorboard_event.proto (the official field
 numbers), compiled with protoc into WORKDIR.
 
 1. interop_sample --tensorboard: exactly the tags, steps and values it logged, in order, each value
    the f32 of its formula; the text plugin's string tensor.
-2. With MNIST_BIN: examples/mnist --log-dir (one process): the training and evaluation tags,
-   steps increasing, values finite.
-3. With GPT_MINI_BIN: examples/gpt_mini --log-dir: its tags, and the sampled text.
+2. --mnist: examples/mnist --log-dir (one process): the training and evaluation tags, steps
+   increasing, values finite.
+3. --gpt-mini: examples/gpt_mini --log-dir: its tags, and the sampled text.
+4. --ddp-train: bench/ddp_train --log-dir: a step time for each timed step, then the summary.
 Exit 77 (CTest's skip) where protoc or python3-protobuf is missing.
 """
+import argparse
 import glob
 import importlib
 import math
@@ -23,18 +26,9 @@ import struct
 import subprocess
 import sys
 
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-    return crc ^ 0xFFFFFFFF
-
-
-def masked(crc):
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+# The CRC-32C of tools/plot_run.py (Python, checked below against the algorithm's published value).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from plot_run import crc32c, masked  # noqa: E402
 
 
 def fail(what):
@@ -141,21 +135,33 @@ def example_run(name, command, work, pb, expected_tags):
 
 
 def main():
-    sample, work = sys.argv[1], sys.argv[2]
-    os.makedirs(work, exist_ok=True)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sample")
+    ap.add_argument("work")
+    ap.add_argument("--mnist")
+    ap.add_argument("--gpt-mini")
+    ap.add_argument("--ddp-train")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
     if crc32c(b"123456789") != 0xE3069283:  # CRC-32C's published check value
         fail("the test's own CRC-32C")
-    pb = load_messages(work)
-    sample_run(sample, work, pb)
-    if len(sys.argv) > 3:
-        example_run("mnist", [sys.argv[3], "--limit-steps", "40", "--stats-every", "20", "--eval-every", "20"], work,
-                    pb, {"train/loss", "train/lr", "train/samples_per_s", "train/step_ms", "eval/test_accuracy"})
-    if len(sys.argv) > 4:
-        got = example_run("gpt_mini", [sys.argv[4], "--max-steps", "20", "--log-every", "10", "--eval-every", "10",
-                                       "--eval-batches", "2", "--n-layer", "1", "--num-chars", "40"], work, pb,
+    pb = load_messages(args.work)
+    sample_run(args.sample, args.work, pb)
+    if args.mnist:
+        example_run("mnist", [args.mnist, "--limit-steps", "40", "--stats-every", "20", "--eval-every", "20"],
+                    args.work, pb,
+                    {"train/loss", "train/lr", "train/samples_per_s", "train/step_ms", "eval/test_accuracy"})
+    if args.gpt_mini:
+        got = example_run("gpt_mini", [args.gpt_mini, "--max-steps", "20", "--log-every", "10", "--eval-every", "10",
+                                       "--eval-batches", "2", "--n-layer", "1", "--num-chars", "40"], args.work, pb,
                           {"train/loss", "train/lr", "train/tokens_per_s", "val/loss", "samples"})
         if not any(tag == "samples" and len(text) > 0 for tag, _, text in got):
             fail("gpt_mini: no sampled text")
+    if args.ddp_train:
+        got = example_run("ddp_train", [args.ddp_train, "--steps", "6", "--warmup", "1"], args.work, pb,
+                          {"bench/step_ms", "bench/steps_per_s", "memory/peak_mib"})
+        if [s for t, s, _ in got if t == "bench/step_ms"] != list(range(1, 7)):
+            fail("ddp_train: not one step time per timed step")
     print("OK")
 
 

@@ -61,7 +61,7 @@ struct Options {
 std::optional<int> parse_options(int argc, char** argv, Options& opt) {
   CLI::App app{"GEMM and elementwise throughput through ringgrad's ops, beside OpenBLAS and memcpy bandwidth"};
   app.add_option("--threads", opt.threads, "compute threads, also used by BLAS (default: ringgrad's default)")
-      ->check(rg::flags::thread_count());
+      ->check(rg::flags::int_in(0, rg::flags::max_threads()));
   app.add_option("--repeat", opt.repeat, "timed samples per operation")->check(rg::flags::int_in(1, 1'000'000));
   app.add_option("--warmup", opt.warmup, "untimed runs before the samples")->check(rg::flags::int_in(0, 1'000'000));
   app.add_flag("--ceilings-only", opt.ceilings_only, "print the sgemm peak and memcpy bandwidth lines only");

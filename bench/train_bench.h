@@ -51,7 +51,7 @@ inline std::optional<int> parse_train_flags(int argc, char** argv, TrainFlags& f
   app.add_option("--steps", flags.steps, "timed steps")->check(rf::int_in(1, 10'000'000));
   app.add_option("--warmup", flags.warmup, "untimed steps first")->check(rf::int_in(0, 10'000'000));
   app.add_option("--threads", flags.threads, "compute threads per rank")->check(rf::thread_count());
-  app.add_option("--batch", flags.batch, "batch per rank")->check(rf::int_in(1, 1 << 20));
+  app.add_option("--batch", flags.batch, "batch per rank (0: the workload's default)")->check(rf::int_in(0, 1 << 20));
   app.add_option("--backend", flags.backend, "process-group backend (auto, ring, tree, mpi, hierarchical)")
       ->check(rf::non_empty);
   app.add_option("--bucket-mb", flags.bucket_mb, "DDP's bucket cap, MiB")->check(rf::finite_in(0, 1e4, true));

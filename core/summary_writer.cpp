@@ -108,13 +108,19 @@ SummaryWriter::SummaryWriter(const std::string& log_dir, const std::string& file
   RG_CHECK(!ec, "SummaryWriter", "cannot create the log folder ", log_dir, ": ", ec.message());
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
+  // The pid too, as PyTorch's writer: two writers started in one second must not share a file.
   path_ =
-      (std::filesystem::path(log_dir) /
-       ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host + filename_suffix))
+      (std::filesystem::path(log_dir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) +
+                                         "." + host + "." + std::to_string(::getpid()) + filename_suffix))
           .string();
   file_ = std::fopen(path_.c_str(), "wb");
   RG_CHECK(file_ != nullptr, "SummaryWriter", "cannot create ", path_, ": ", std::strerror(errno));
-  write_event(Proto().f64(event::wall_time, now_seconds()).bytes(event::file_version, "brain.Event:2").str());
+  try {
+    write_event(Proto().f64(event::wall_time, now_seconds()).bytes(event::file_version, "brain.Event:2").str());
+  } catch (...) {
+    std::fclose(file_);  // the destructor does not run for a constructor that throws
+    throw;
+  }
 }
 
 SummaryWriter::~SummaryWriter() {

@@ -1,7 +1,7 @@
 // SummaryWriter: TensorBoard event files, the curves of a run where TensorBoard (and every tool that
 // reads its format) can plot them -- as torch.utils.tensorboard.SummaryWriter:
 //
-//   SummaryWriter tb("runs/mnist");               // runs/mnist/events.out.tfevents.<time>.<host>
+//   SummaryWriter tb("runs/mnist");               // runs/mnist/events.out.tfevents.<time>.<host>.<pid>
 //   tb.add_scalar("train/loss", loss, step);
 //   tb.add_text("samples", text, step);
 //

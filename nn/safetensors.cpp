@@ -323,7 +323,9 @@ void append_json_string(std::string& out, const std::string& s) {
 
 std::string serialize_safetensors(const StateDict& entries, const SafetensorsMetadata& metadata) {
   SafetensorsMetadata meta{{"format", "pt"}};
+  std::set<std::string> keys;
   for (const auto& [key, value] : metadata) {
+    RG_CHECK(keys.insert(key).second, "save_safetensors", "the metadata key '", key, "' twice");
     if (key == "format") meta[0].second = value;
     else meta.emplace_back(key, value);
   }

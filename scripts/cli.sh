@@ -3,7 +3,7 @@
 # both exit 0; a mistake prints what is wrong and the usage, exit 2. Sourced, not run:
 #
 #   source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cli.sh"
-#   cli_answer_help_and_version "$@"     # first, before anything runs; stops looking at a "--"
+#   cli_answer_help_and_version "$@"     # first, before anything runs; looks at the first argument
 #   cli_usage_error "unknown argument '$1'"
 # shellcheck shell=bash
 
@@ -16,15 +16,13 @@ cli_usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit
 # "ringgrad 0.1.0", from project() in CMakeLists.txt, where the library's version is set.
 cli_version() { sed -nE 's/^project\(ringgrad VERSION ([0-9.]+).*/ringgrad \1/p' "$cli_root/CMakeLists.txt"; }
 
+# Only the first argument: later ones may belong to a command the script runs
+# (tools/cluster.sh exec HOST df -h, scripts/demo.sh's mnist flags).
 cli_answer_help_and_version() {
-  local arg
-  for arg in "$@"; do
-    case $arg in
-      --) return 0 ;;
-      -h | --help) cli_usage; exit 0 ;;
-      --version) cli_version; exit 0 ;;
-    esac
-  done
+  case ${1:-} in
+    -h | --help) cli_usage; exit 0 ;;
+    --version) cli_version; exit 0 ;;
+  esac
 }
 
 cli_usage_error() {

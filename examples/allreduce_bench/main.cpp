@@ -53,7 +53,10 @@ int64_t parse_size(const std::string& s) {
   size_t used = 0;
   const double value = std::stod(number, &used);  // throws when there is no number at all
   if (used != number.size()) throw std::invalid_argument("trailing characters in " + s);
-  return static_cast<int64_t>(value * static_cast<double>(scale));
+  const double bytes = value * static_cast<double>(scale);
+  // Checked as a double: converting NaN or a value past int64's range would be undefined.
+  if (!(bytes >= 0 && bytes <= 0x1p62)) throw std::invalid_argument(s + " is not a byte count");
+  return static_cast<int64_t>(bytes);
 }
 
 // A message size such as 4096, 4K, 256M or 1G: positive, at most 4 GiB.

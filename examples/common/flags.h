@@ -47,11 +47,14 @@ inline CLI::Validator int_in(long long lo, long long hi) {
 inline const CLI::Validator non_empty(
     [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : std::string(); }, "NONEMPTY");
 
-// Compute threads: at least 1, at most what set_num_threads accepts on this machine.
-inline CLI::Validator thread_count() {
+// The most compute threads set_num_threads accepts on this machine.
+inline long long max_threads() {
   const long long cores = std::max(1u, std::thread::hardware_concurrency());
-  return int_in(1, cores * kMaxThreadsPerCore);
+  return cores * kMaxThreadsPerCore;
 }
+
+// Compute threads: at least 1, at most max_threads().
+inline CLI::Validator thread_count() { return int_in(1, max_threads()); }
 
 // --zero and --memory-report, the same in both examples (examples/common/zero.h acts on them).
 inline void add_zero_flags(CLI::App& app, int& zero, bool& memory_report) {

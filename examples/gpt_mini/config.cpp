@@ -87,6 +87,9 @@ void finish(Config& c) {
            kMaxParameters);
   examples::zero_reduce_scatter_wire("gpt_mini", c.comm_hook, c.zero);  // refuses what stage 2 cannot carry
   RG_CHECK(c.min_lr <= c.lr, "gpt_mini", "--min-lr ", c.min_lr, " is above the peak --lr ", c.lr);
+  RG_CHECK(!c.generate || (c.export_path.empty() && c.init_from.empty() && c.log_dir.empty()), "gpt_mini",
+           "--generate samples from --resume's model and trains nothing: --export, --init-from and --log-dir do not "
+           "apply");
   RG_CHECK(c.init_from.empty() || c.resume.empty(), "gpt_mini",
            "--init-from and --resume both set the weights: give one (--resume also restores the optimizer)");
 }

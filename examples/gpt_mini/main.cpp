@@ -90,16 +90,20 @@ double evaluate(nn::GPT& model, const std::vector<int64_t>& val, const Config& c
 
 // Autoregressive sampling: softmax(logits / temperature) over the top-k tokens, one token at a time,
 // the context cropped to the last block_size tokens. Deterministic for a seed.
+// --prompt as token ids (an error when the vocabulary lacks one of its characters).
+std::vector<int64_t> sample_prompt_ids(const data::CharVocab& vocab, const Config& c) {
+  try {
+    return vocab.encode(c.prompt);
+  } catch (const Error& e) {
+    RG_FAIL("gpt_mini", "--prompt holds a character the model never saw: ", e.what());
+  }
+}
+
 std::string sample(nn::GPT& model, const data::CharVocab& vocab, const Config& c, Device device) {
   NoGradGuard no_grad;
   model.eval();
   Generator gen(c.seed);
-  std::vector<int64_t> ids;
-  try {
-    ids = vocab.encode(c.prompt);
-  } catch (const Error& e) {
-    RG_FAIL("gpt_mini", "--prompt holds a character the model never saw: ", e.what());
-  }
+  std::vector<int64_t> ids = sample_prompt_ids(vocab, c);
   const int64_t V = vocab.size(), block = model.config().block_size;
   for (int64_t n = 0; n < c.num_chars; ++n) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), block);
@@ -396,6 +400,9 @@ int run(Config& c, const dist::World& world) {
   reset_peak_memory_stats(device);
   Training training{c, device, train, sampler, ddp, *opt, scaler, *model};
   examples::RunLog run_log(c.log_dir, world.rank, c.log_all_ranks);
+  // --log-dir samples text from --prompt at each evaluation: a prompt the vocabulary cannot encode
+  // is refused now, not after the first stretch of training.
+  if (run_log) (void)sample_prompt_ids(vocab, c);
   auto t_start = Clock::now();
   double logged_seconds = 0;  // --log-dir: the training time and steps at the last logging point
   int64_t logged_steps = 0;

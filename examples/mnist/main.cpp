@@ -152,7 +152,7 @@ struct Training {
   double seconds_trained = 0;        // training time of the epochs before this one (--eval-every)
 };
 
-// --log-dir's training figures every this many steps (and at each evaluation).
+// --log-dir's training figures every this many steps (the test accuracy at each evaluation).
 constexpr int64_t kLogDirEvery = 10;
 
 // What one epoch did on this rank.

@@ -232,20 +232,21 @@ bool same(const std::string& what, const std::vector<Message>& got, const std::v
 }  // namespace
 
 int main(int argc, char** argv) {
+  int k = 0;  // 0: 2 from 3 ranks on, else 1 (once the world's size is known)
+  std::string tsv;
+  bool check = false;
+  CLI::App app{
+      "Records the messages of ringgrad's ring, tree and hierarchical AllReduce, round by round "
+      "(run under mpirun)"};
+  app.add_option("--ranks-per-node", k, "ranks per node: hierarchical's nodes, and the red arrows (default 2)")
+      ->check(rg::flags::int_in(1, 1 << 20));
+  app.add_option("--tsv", tsv, "write the messages as a table to this file (rank 0)");
+  app.add_flag("--check", check, "compare with the textbook schedules; exit 1 on a difference");
+  if (const auto code = rg::flags::parse_command_line(app, argc, argv)) return *code;  // before MPI starts
   const rg::dist::World world = rg::dist::init(&argc, &argv);
   return rg::dist::run_or_abort([&] {
     const int N = world.size, r = world.rank;
-    int k = N >= 3 ? 2 : 1;
-    std::string tsv;
-    bool check = false;
-    CLI::App app{
-        "Records the messages of ringgrad's ring, tree and hierarchical AllReduce, round by round "
-        "(run under mpirun)"};
-    app.add_option("--ranks-per-node", k, "ranks per node: hierarchical's nodes, and the red arrows")
-        ->check(rg::flags::int_in(1, 1 << 20));
-    app.add_option("--tsv", tsv, "write the messages as a table to this file (rank 0)");
-    app.add_flag("--check", check, "compare with the textbook schedules; exit 1 on a difference");
-    if (const auto code = rg::flags::parse_command_line(app, argc, argv)) return *code;
+    if (k == 0) k = N >= 3 ? 2 : 1;
     const int64_t n = 64 * N, S = n * static_cast<int64_t>(sizeof(float));
     std::FILE* out = nullptr;
     if (r == 0 && !tsv.empty()) {

@@ -2,7 +2,7 @@
 // (mpiP, Score-P, Vampir) take theirs: through MPI's profiling interface.
 //
 // Every MPI function F also exists as PMPI_F. message_log.cpp defines MPI_Isend, MPI_Irecv,
-// MPI_Test, MPI_Testall and MPI_Wait itself; the linker resolves ringgrad's calls to those
+// MPI_Test and MPI_Testall itself; the linker resolves ringgrad's calls to those
 // definitions, which note what happens and call the PMPI_ versions to do it. ringgrad is not
 // changed or told: what the log holds is what dist/algorithms/ really sends.
 //

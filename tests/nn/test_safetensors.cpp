@@ -204,6 +204,8 @@ TEST_CASE("safetensors: saving refuses names the format cannot hold, and a faile
                        doctest::Contains("the name 'a' twice"), Error);
   CHECK_THROWS_WITH_AS(nn::serialize_safetensors({{"__metadata__", ones({1})}}), doctest::Contains("format's own"),
                        Error);
+  CHECK_THROWS_WITH_AS(nn::serialize_safetensors({}, {{"step", "1"}, {"step", "2"}}),
+                       doctest::Contains("the metadata key 'step' twice"), Error);
   // The header is UTF-8 JSON: a Latin-1 byte, a lone continuation byte, an overlong '/' and a UTF-16
   // surrogate written as UTF-8 are refused; a 4-byte character is fine.
   for (const char* bad : {"caf\xe9", "\x80", "\xc0\xaf", "\xed\xa0\x80"})

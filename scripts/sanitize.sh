@@ -65,11 +65,12 @@ if [[ $run_suite == 1 ]]; then
   # kernels run here in the suite's other GEMM, layer and training tests), the MNIST example at
   # np 3 (its np 2 runs, and dist_staged_np3 runs DDP and ZeRO at np 3), the ladder's rungs at np 3
   # (np 2 runs), the figures script (runs of the examples that run here already), MNIST's ZeRO-2
-  # with an FP8 reduce-scatter (its collective runs here in dist_np*) and the scripts' and Python
-  # tools' command lines (nothing compiled).
+  # with an FP8 reduce-scatter (its collective runs here in dist_np*), the command lines (label cli:
+  # the examples' flags are fuzzed here, fuzz_*_cli) and the interop tests (runs of the examples read
+  # back by Python; the files' parsers run here in the suite and in fuzz_safetensors).
   step "test build-sanitize/ (the suite under ASan + UBSan)"
   ctest --test-dir build-sanitize --output-on-failure -LE 'fuzz|cluster' \
-    -E '^install_|_np4$|^dist_np3$|^dist_timeout_np3$|^example_mnist_(resnet_np2|np3|zero2_np3)$|same_as_one_rank|^(tiled_sgemm|bf16_gemm) matches|^learn_figures$|^learn_ladder_[0-9]_np3$|^example_mnist_zero2_fp8_np2$|^cli_.*_(sh|py)_'
+    -E '^install_|_np4$|^dist_np3$|^dist_timeout_np3$|^example_mnist_(resnet_np2|np3|zero2_np3)$|same_as_one_rank|^(tiled_sgemm|bf16_gemm) matches|^learn_figures$|^learn_ladder_[0-9]_np3$|^example_mnist_zero2_fp8_np2$|^cli_|^interop_|^tools_plot_run$'
 fi
 if [[ $run_fuzz == 1 ]]; then
   step "fuzz build-sanitize/ (${fuzz_seconds} s per target)"

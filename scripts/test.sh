@@ -70,11 +70,12 @@ else
   # The suite but the tests that wait on timers or packaging (timeouts, dead ranks, malformed-input
   # limits, the install test), the multi-rank runs at np 3 and 4 that repeat np 2's code at more
   # ranks, the namespace cluster's runs (label cluster), which repeat the same code over TCP, and the
-  # figures script (runs of the examples), the scripts' and Python tools' command lines (no
-  # compiler in them): build/ ran them all. CI's time goes to what a compiler can change.
+  # figures script (runs of the examples), the command lines (label cli: parsing that build/ runs)
+  # and the interop tests (runs of the examples read back by Python): build/ ran them all. CI's
+  # time goes to what a compiler can change.
   step "test build-clang/"
   ctest --test-dir build-clang --output-on-failure \
-    -E 'timeout|deadrank|sigkill|created_alone|malformed|^install_|_np4$|^dist_np3$|np3_(staged_)?same_as_one_rank|^cluster_|^learn_figures$|^cli_.*_(sh|py)_'
+    -E 'timeout|deadrank|sigkill|created_alone|malformed|^install_|_np4$|^dist_np3$|np3_(staged_)?same_as_one_rank|^cluster_|^learn_figures$|^cli_|^interop_|^tools_plot_run$'
 fi
 
 # ---- 3. CUDA build (compile + link check; gpu tests skip without a device) -------------------------

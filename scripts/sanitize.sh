@@ -39,7 +39,7 @@ export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:check_initialization_order=
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0"
 
-step() { printf '\n==== %s\n' "$*"; }
+step() { printf "\n==== %s  [%s, %d s since the start]\n" "$*" "$(date +%T)" "$SECONDS"; }
 
 # Release, so that the vector kernels are the shipped ones (RINGGRAD_ISA_FLAGS); RINGGRAD_SANITIZE
 # adds -O2 -g -UNDEBUG (CMakeLists.txt).

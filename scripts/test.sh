@@ -43,7 +43,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 bash scripts/setup.sh
 
-step() { printf '\n==== %s\n' "$*"; }
+step() { printf "\n==== %s  [%s, %d s since the start]\n" "$*" "$(date +%T)" "$SECONDS"; }
 
 # ---- 0. format ------------------------------------------------------------------------------------
 step "format check (scripts/lint.sh)"

@@ -1,7 +1,6 @@
 // autograd_demo: fits y = 3x - 2 + noise with a one-neuron model, printing the loss as it falls and
 // the recovered parameters. Shows the whole loop a training step is made of: forward, backward,
 // an in-place update under NoGradGuard, zero_grad.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include <ringgrad.h>
@@ -11,8 +10,10 @@
 using namespace ringgrad;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Fit y = 3x - 2 with one neuron: forward, backward, update, zero_grad, printed as the loss falls"};
-  if (const auto code = flags::parse_command_line(app, argc, argv)) return *code;
+  if (const auto code = flags::parse_no_flags(
+          argc, argv,
+          "Fit y = 3x - 2 with one neuron: forward, backward, update, zero_grad, printed as the loss falls"))
+    return *code;
   Generator gen(42);
   // Data: x: (N, 1), y = 3x - 2 + 0.1 noise
   const int64_t n = 256;

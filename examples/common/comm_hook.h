@@ -2,7 +2,6 @@
 // sent and keeps.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -13,28 +12,6 @@
 #include "dist/ddp/comm_hook.h"
 
 namespace ringgrad::examples {
-
-// --comm-hook, --powersgd-rank and --powersgd-start, the same in both examples. Every name
-// dist::make_comm_hook takes.
-inline void add_comm_hook_flags(CLI::App& app, std::string& comm_hook, dist::PowerSgdOptions& powersgd) {
-  app.add_option("--comm-hook", comm_hook,
-                 "how gradients travel: allreduce (f32 average), fp16 (compressed; fp32 models), or bf16 / FP8 on "
-                 "the low-precision ring, with or without error feedback (docs/compression.md): " +
-                     std::string(dist::comm_hook_names()))
-      ->check([](const std::string& name) -> std::string {
-        try {
-          dist::make_comm_hook(name);
-          return "";
-        } catch (const std::exception& e) {
-          return e.what();
-        }
-      });
-  app.add_option("--powersgd-rank", powersgd.rank, "--comm-hook powersgd: the rank r of each gradient's approximation")
-      ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--powersgd-start", powersgd.start_iteration,
-                 "--comm-hook powersgd: steps of plain AllReduce before compressing")
-      ->check(CLI::Range(int64_t{0}, INT64_MAX));
-}
 
 // The examples' PowerSGD settings where they differ from PyTorch's defaults (rank 1, start 1000):
 // rank 4, and compression from step 10, since an example trains a few hundred steps.

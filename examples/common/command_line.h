@@ -7,29 +7,29 @@
 //   CLI::App app{"what the program does"};
 //   app.add_option("--steps", steps, "...")->check(flags::int_in(1, 1'000'000));
 //   if (const auto code = flags::parse_command_line(app, argc, argv)) return *code;
+//
+// A program without flags of its own needs no CLI::App:
+//   if (const auto code = flags::parse_no_flags(argc, argv, "what the program does")) return *code;
+//
+// CLI11 is a header-only library whose header costs seconds of compile time in every file that
+// includes it, so this header only names CLI::App: the parsing lives in command_line.cpp (library
+// ringgrad_command_line), and a program includes <CLI/CLI.hpp> in the one file that declares its flags.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
 
-#include "core/version.h"
+namespace CLI {
+class App;
+}
 
 namespace ringgrad::flags {
 
 // Parses argv into app's options. Returns the exit code when the program should stop here.
-inline std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv) {
-  app.set_version_flag("--version", std::string("ringgrad ") + version());
-  app.failure_message(CLI::FailureMessage::help);  // a mistake prints the usage too
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
-  return std::nullopt;
-}
+std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv);
+
+// The same for a program that takes no flags: only --help (the usage, with `about`) and --version;
+// anything else is a mistake (exit 2).
+std::optional<int> parse_no_flags(int argc, const char* const* argv, const std::string& about);
 
 }  // namespace ringgrad::flags

@@ -56,15 +56,4 @@ inline long long max_threads() {
 // Compute threads: at least 1, at most max_threads().
 inline CLI::Validator thread_count() { return int_in(1, max_threads()); }
 
-// --zero and --memory-report, the same in both examples (examples/common/zero.h acts on them).
-inline void add_zero_flags(CLI::App& app, int& zero, bool& memory_report) {
-  app.add_option("--zero", zero,
-                 "ZeRO stage: 0 plain DDP, 1 optimizer state sharded across ranks, 2 gradients too, 3 parameters too "
-                 "(docs/zero.md)")
-      ->check(int_in(0, 3));
-  app.add_flag("--memory-report", memory_report,
-               "after training, print the bytes per parameter of parameters, gradients and optimizer state, and "
-               "the allocator's peak");
-}
-
 }  // namespace ringgrad::flags

@@ -52,12 +52,4 @@ class RunLog {
   std::unique_ptr<SummaryWriter> writer_;
 };
 
-// The two flags, the same in both examples.
-inline void add_log_dir_flags(CLI::App& app, std::string& log_dir, bool& all_ranks) {
-  app.add_option("--log-dir", log_dir,
-                 "write TensorBoard event files here: loss, learning rate, throughput, step time, communication, "
-                 "memory (tensorboard --logdir DIR)");
-  app.add_flag("--log-all-ranks", all_ranks, "with --log-dir: every rank writes its own file, not only rank 0");
-}
-
 }  // namespace ringgrad::examples

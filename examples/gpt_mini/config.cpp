@@ -1,9 +1,10 @@
 #include "examples/gpt_mini/config.h"
 
+#include <CLI/CLI.hpp>
+
 #include "core/error.h"
 #include "examples/common/comm_hook.h"
-#include "examples/common/flags.h"
-#include "examples/common/run_log.h"
+#include "examples/common/example_flags.h"
 
 namespace gpt_mini {
 
@@ -92,6 +93,12 @@ void finish(Config& c) {
            "apply");
   RG_CHECK(c.init_from.empty() || c.resume.empty(), "gpt_mini",
            "--init-from and --resume both set the weights: give one (--resume also restores the optimizer)");
+}
+
+std::optional<int> parse_flags(int argc, const char* const* argv, Config& c) {
+  CLI::App app{"Train a GPT-2-architecture character model (GPT-mini) with ringgrad"};
+  add_flags(app, c);
+  return flags::parse_command_line(app, argc, argv);
 }
 
 }  // namespace gpt_mini

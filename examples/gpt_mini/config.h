@@ -2,11 +2,12 @@
 // sampling so that a fuzzer (tests/fuzz/fuzz_gpt_mini_cli.cpp) can drive it alone.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "examples/common/comm_hook.h"
+#include "examples/common/command_line.h"
 
 namespace gpt_mini {
 
@@ -39,6 +40,11 @@ inline constexpr int64_t kMaxParameters = int64_t{1} << 30;
 
 // Declares every flag on `app`, bound to the fields of `c`, each with its range check.
 void add_flags(CLI::App& app, Config& c);
+
+// The whole command line: declares the flags on a CLI::App and parses argv into c (--help,
+// --version, a mistake: flags::parse_command_line). Returns the exit code when the program should
+// stop here; finish(c) is still to be called.
+std::optional<int> parse_flags(int argc, const char* const* argv, Config& c);
 
 // After a successful parse: the checks that involve several flags, and defaults that depend on
 // others. Throws ringgrad::Error naming the flags.

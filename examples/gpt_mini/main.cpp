@@ -14,7 +14,6 @@
 // clipping at 1.0. Every rank draws its own random windows (data::WindowSampler: a pure function of
 // seed, epoch, step and rank, so a resumed run continues the same stream); DDP averages gradients.
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -478,9 +477,7 @@ int run(Config& c, const dist::World& world) {
 
 int main(int argc, char** argv) {
   Config c;
-  CLI::App app{"Train a GPT-2-architecture character model (GPT-mini) with ringgrad"};
-  gpt_mini::add_flags(app, c);
-  if (const auto code = flags::parse_command_line(app, argc, argv)) return *code;  // before MPI starts
+  if (const auto code = gpt_mini::parse_flags(argc, argv, c)) return *code;  // before MPI starts
   const dist::World world = dist::init(&argc, &argv);
   g_speaks = world.rank == 0;
   // A failed rank must not leave the others waiting in a collective: run_or_abort ends the job.

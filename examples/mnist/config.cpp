@@ -1,12 +1,12 @@
 #include "examples/mnist/config.h"
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <sstream>
 
 #include "core/error.h"
 #include "examples/common/comm_hook.h"
-#include "examples/common/flags.h"
-#include "examples/common/run_log.h"
+#include "examples/common/example_flags.h"
 
 namespace mnist {
 
@@ -77,6 +77,12 @@ void finish(Config& c) {
              "' is not 'GBPS,LATENCY_US' with GBPS >= 0 and LATENCY_US >= 0 (e.g. 0.5,100)");
     c.simulated_network = std::pair{gbps, latency_us};
   }
+}
+
+std::optional<int> parse_flags(int argc, const char* const* argv, Config& c) {
+  CLI::App app{"Train an MLP or CNN on Fashion-MNIST (MNIST-format IDX files) with ringgrad"};
+  add_flags(app, c);
+  return flags::parse_command_line(app, argc, argv);
 }
 
 }  // namespace mnist

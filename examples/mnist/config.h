@@ -2,12 +2,12 @@
 // loop so that a fuzzer (tests/fuzz/fuzz_mnist_cli.cpp) can drive it alone.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "examples/common/comm_hook.h"
+#include "examples/common/command_line.h"
 
 namespace mnist {
 
@@ -39,6 +39,11 @@ inline constexpr int kMaxBatchSize = 1 << 16;
 
 // Declares every flag on `app`, bound to the fields of `c`, each with its range check.
 void add_flags(CLI::App& app, Config& c);
+
+// The whole command line: declares the flags on a CLI::App and parses argv into c (--help,
+// --version, a mistake: flags::parse_command_line). Returns the exit code when the program should
+// stop here; finish(c) is still to be called.
+std::optional<int> parse_flags(int argc, const char* const* argv, Config& c);
 
 // After a successful parse: fills in the defaults that depend on other flags and parses the
 // compound ones. Throws ringgrad::Error naming the flag.

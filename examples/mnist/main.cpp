@@ -17,7 +17,6 @@
 // replicas take identical steps. Rank 0 logs. See docs/ddp.md.
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -375,9 +374,7 @@ int run(Config& c, const dist::World& world) {
 
 int main(int argc, char** argv) {
   Config c;
-  CLI::App app{"Train an MLP or CNN on Fashion-MNIST (MNIST-format IDX files) with ringgrad"};
-  mnist::add_flags(app, c);
-  if (const auto code = flags::parse_command_line(app, argc, argv)) return *code;  // before MPI starts
+  if (const auto code = mnist::parse_flags(argc, argv, c)) return *code;  // before MPI starts
   const dist::World world = dist::init(&argc, &argv);
   g_speaks = world.rank == 0;
   // A failed rank must not leave the others waiting in a collective: run_or_abort ends the job.

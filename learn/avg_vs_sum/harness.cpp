@@ -5,7 +5,6 @@
 //   - under SGD, summing is the single process with its learning rate times N;
 //   - under Adam, summing changes almost nothing: m / (sqrt(v) + eps) cancels a constant factor
 //     (but eps acts N times smaller, and clipping to a fixed norm would clip N times harder).
-#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -85,9 +84,10 @@ std::shared_ptr<rg::nn::Module> train_ddp(const MakeOptimizer& make, double lr, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "The avg-vs-sum exercise: DDP's averaging against your sum_hook, checked against one process (run under mpirun)"};
-  if (const auto code = ringgrad::flags::parse_command_line(app, argc, argv)) return *code;
+  if (const auto code = ringgrad::flags::parse_no_flags(argc, argv,
+                                                        "The avg-vs-sum exercise: DDP's averaging against your "
+                                                        "sum_hook, checked against one process (run under mpirun)"))
+    return *code;
   const dist::World world = dist::init(&argc, &argv);
   return dist::run_or_abort([&] {
     const int N = world.size;

@@ -1,7 +1,6 @@
 // The harness of the hook-order exercise: a 3-layer MLP, your record_hook_order(), and the check
 // of the rule DDP is built on -- backward makes the last layer's gradients ready first, so a bucket
 // of the last layers can be reduced while the first layers' gradients are still being computed.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "dist/init.h"
@@ -21,8 +20,10 @@ struct MLP : rg::nn::Module {
 };
 
 int main(int argc, char** argv) {
-  CLI::App app{"The hook-order exercise: the order in which backward makes gradients ready"};
-  if (const auto code = ringgrad::flags::parse_command_line(app, argc, argv)) return *code;
+  if (const auto code =
+          ringgrad::flags::parse_no_flags(argc, argv,
+                                          "The hook-order exercise: the order in which backward makes gradients ready"))
+    return *code;
   rg::dist::init(&argc, &argv);
   return rg::dist::run_or_abort([] {
     rg::manual_seed(0);

@@ -4,7 +4,6 @@
 
 #include <mpi.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -78,10 +77,11 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 }  // namespace
 
 int climb(int argc, char** argv, MakeRung rung, MakeRung below, int accumulation) {
-  CLI::App app{
-      "A rung of the ladder (docs/learn/13-the-ladder.md): trains beside the rung below, same gradients "
-      "required, and prints both step times (run under mpirun)"};
-  if (const auto code = rg::flags::parse_command_line(app, argc, argv)) return *code;
+  if (const auto code = rg::flags::parse_no_flags(
+          argc, argv,
+          "A rung of the ladder (docs/learn/13-the-ladder.md): trains beside the rung below, same gradients "
+          "required, and prints both step times (run under mpirun)"))
+    return *code;
   const rg::dist::World world = rg::dist::init(&argc, &argv);
   return rg::dist::run_or_abort([&] {
     rg::set_num_threads(1);

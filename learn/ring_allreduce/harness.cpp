@@ -4,7 +4,6 @@
 // add up to 2(N-1) S -- each rank sends 2(N-1)/N S, the ring's bandwidth optimum.
 #include <mpi.h>
 
-#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 
@@ -17,8 +16,9 @@
 namespace rg = ringgrad;
 
 int main(int argc, char** argv) {
-  CLI::App app{"The ring exercise: your ring AllReduce against backend ring, and its bytes (run under mpirun)"};
-  if (const auto code = ringgrad::flags::parse_command_line(app, argc, argv)) return *code;
+  if (const auto code = ringgrad::flags::parse_no_flags(
+          argc, argv, "The ring exercise: your ring AllReduce against backend ring, and its bytes (run under mpirun)"))
+    return *code;
   const rg::dist::World world = rg::dist::init(&argc, &argv);
   return rg::dist::run_or_abort([&] {
     const int N = world.size, r = world.rank;

@@ -2,7 +2,6 @@
 // several world sizes, ranks and epochs, then shows what set_epoch changes: the permutation is
 // seeded with seed + epoch, so a sampler whose epoch never changes deals the same shards every
 // epoch -- each rank sees the same examples in the same order, epoch after epoch.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -25,8 +24,9 @@ std::string str(const std::vector<int64_t>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The set_epoch exercise: your shard against data::DistributedSampler, epoch by epoch"};
-  if (const auto code = ringgrad::flags::parse_command_line(app, argc, argv)) return *code;
+  if (const auto code = ringgrad::flags::parse_no_flags(
+          argc, argv, "The set_epoch exercise: your shard against data::DistributedSampler, epoch by epoch"))
+    return *code;
   rg::dist::init(&argc, &argv);
   return rg::dist::run_or_abort([] {
     constexpr int64_t kSize = 10;  // not a multiple of 3 or 4: padding is needed there

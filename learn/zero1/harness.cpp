@@ -3,7 +3,6 @@
 // must agree (to rounding), while each rank holds 1/N of Adam's 8 bytes per parameter of moments.
 #include <mpi.h>
 
-#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 
@@ -41,8 +40,9 @@ Batch global_batch(int step, int N) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The ZeRO-1 exercise: your Zero1Adam against one process's Adam (run under mpirun)"};
-  if (const auto code = ringgrad::flags::parse_command_line(app, argc, argv)) return *code;
+  if (const auto code = ringgrad::flags::parse_no_flags(
+          argc, argv, "The ZeRO-1 exercise: your Zero1Adam against one process's Adam (run under mpirun)"))
+    return *code;
   const rg::dist::World world = rg::dist::init(&argc, &argv);
   return rg::dist::run_or_abort([&] {
     const int N = world.size, r = world.rank;

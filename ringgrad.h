@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/parallel.h"
+#include "core/profiler.h"
 #include "core/random.h"
 #include "core/random_state.h"
 #include "core/summary_writer.h"

@@ -2,6 +2,7 @@
 // queue ordered by node creation (latest first). See the contract in autograd/engine.h.
 #include "autograd/engine.h"
 
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -9,6 +10,7 @@
 #include "autograd/accumulate_grad.h"
 #include "core/native/native.h"
 #include "core/ops.h"
+#include "core/profiler.h"
 #include "core/trace.h"
 
 namespace ringgrad::autograd {
@@ -154,6 +156,10 @@ TensorList run_graph(const std::vector<Edge>& root_edges, const TensorList& root
     TensorList outputs;
     if (any_defined) {
       store_retained_grads(*node, inputs);
+      // The profiler's row for the node ("node:mm"), around the ops its formula calls (the
+      // prefix keeps it apart from the forward op of the same name, which the formula may call).
+      std::optional<profiler::OpScope> profiled;
+      if (profiler::enabled()) profiled.emplace("node:" + node->name());
       if (t_node_observer) {
         const double start_us = trace_clock_us();
         outputs = node->apply(std::move(inputs));
@@ -197,6 +203,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     ~TaskScope() { t_current_task = nullptr; }
   } scope(&task);
   NoGradGuard no_grad;
+  profiler::PhaseGuard phase(profiler::Phase::backward);
 
   std::vector<Edge> root_edges;
   TensorList root_grads;

@@ -31,11 +31,12 @@ struct TrainFlags {
   double staging_mb = 1;                       // ZeroOptions' default (stage 2's shared staging)
   int powersgd_rank = 4;                       // --comm-hook powersgd (as the examples)
   int64_t powersgd_start = 10;
+  bool profile = false;  // --profile: the per-op table of the timed steps (core/profiler.h), rank 0
 };
 
 // Parses the command line into `flags` (its fields hold the program's defaults) with the common
 // --data --steps --warmup --threads --batch --backend --bucket-mb --first-bucket-mb --comm-hook
-// --step-times --trace --precision --zero --staging-mb --powersgd-rank --powersgd-start, plus the
+// --step-times --trace --precision --zero --staging-mb --powersgd-rank --powersgd-start --profile, plus the
 // `extra` ones this program takes (--model, --block, --checkpoint-activations). Returns the exit
 // code when the program should stop: --help, --version, or a mistake (exit 2, with the usage).
 std::optional<int> parse_train_flags(int argc, char** argv, TrainFlags& flags, std::initializer_list<std::string> extra,
@@ -93,6 +94,10 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
   for (int i = 0; i < flags.warmup; ++i) step();
   group.barrier()->wait();
   if (ddp) ddp->reset_stats();
+  if (flags.profile) {  // the timed steps only; their ops join --trace's events too
+    ringgrad::profiler::reset();
+    ringgrad::profiler::enable({.trace_events = !flags.trace.empty()});
+  }
   const CpuTime thread0 = CpuTime::of(RUSAGE_THREAD), process0 = CpuTime::of(RUSAGE_SELF);
   const ringgrad::dist::TransportBytes sent0 = ringgrad::dist::transport_bytes();
   const auto t0 = Clock::now();
@@ -103,6 +108,7 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
     step();
     step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - s0).count());
   }
+  if (flags.profile) ringgrad::profiler::disable();
   group.barrier()->wait();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const ringgrad::dist::TransportBytes sent1 = ringgrad::dist::transport_bytes();
@@ -132,6 +138,9 @@ inline double time_steps(const std::function<void()>& step, const TrainFlags& fl
     std::fprintf(stderr, "rank %d step times: min %.2f, p10 %.2f, median %.2f, p90 %.2f, max %.2f ms\n", group.rank(),
                  at(0), at(0.1), at(0.5), at(0.9), at(1));
   }
+  if (flags.profile && group.rank() == 0)
+    std::printf("ops of rank 0's timed steps (--profile):\n%s",
+                ringgrad::profiler::format_table(ringgrad::profiler::op_table(), flags.steps).c_str());
   return seconds;
 }
 

@@ -37,6 +37,8 @@ std::optional<int> parse_train_flags(int argc, char** argv, TrainFlags& flags, s
                  "mean communication figures and the memory peak");
   app.add_option("--precision", flags.precision, "the parameters' dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--zero", flags.zero, "ZeRO stage (0: plain DDP)")->check(rf::int_in(0, 3));
+  app.add_flag("--profile", flags.profile,
+               "print a table of the timed steps' ops by self time (rank 0; with --trace, the ops join the trace)");
   if (takes("--model")) app.add_option("--model", flags.model, "W1 or W2")->check(CLI::IsMember({"mlp", "cnn"}));
   if (takes("--block")) app.add_option("--block", flags.block, "context length")->check(rf::int_in(1, 1 << 16));
   int checkpoint = flags.checkpoint_activations;

@@ -1,6 +1,7 @@
 #include "data/dataloader.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 #include "autograd/engine.h"
@@ -173,6 +174,9 @@ void DataLoader::load_state_dict(const StateDict& state) {
   const bool drop_last = state_int(state, "drop_last", who) != 0;
   const int64_t replicas = state_int(sampler_state, "num_replicas", who);
   RG_CHECK(position >= 0, who, "position ", position, " is negative");
+  // batch_size x ranks below must be a number: a file's values are checked before they multiply.
+  RG_CHECK(batch_size >= 1 && replicas >= 1 && batch_size <= INT64_MAX / replicas, who, "batch_size ", batch_size,
+           " and num_replicas ", replicas, " must be positive with a product that fits 64 bits");
   if (position > 0) {
     // Note [Resuming at another world size]: the sampler deals the epoch's permutation out
     // round-robin (index i to rank i mod N), so global batch k -- every rank's k-th batch together --

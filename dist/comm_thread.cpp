@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/profiler.h"
 #include "dist/kept_until_exit.h"
 
 namespace ringgrad::dist {
@@ -220,8 +221,9 @@ constexpr int kBlockedSpinMicroseconds = 3000;
 // device]), one per pass, so they start in order; sends / receives whenever they reach the front
 // of the queue.
 void CommThread::loop() {
-  prctl(PR_SET_TIMERSLACK, kTimerSlackNs, 0, 0, 0);  // Note [Polling, not spinning]
-  int sleeps = 0;                                    // the back-off (back_off())
+  prctl(PR_SET_TIMERSLACK, kTimerSlackNs, 0, 0, 0);   // Note [Polling, not spinning]
+  profiler::PhaseGuard phase(profiler::Phase::comm);  // the ops a collective calls here (casts, sums)
+  int sleeps = 0;                                     // the back-off (back_off())
   Clock::time_point idle_since = Clock::now();
   bool was_running = false;    // something ran in the last pass: it counts as busy time
   bool just_finished = false;  // an op ended in the last pass

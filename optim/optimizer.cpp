@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "autograd/engine.h"
 #include "core/native/native.h"
 #include "core/ops.h"
+#include "core/profiler.h"
 
 namespace ringgrad::optim {
 
@@ -52,6 +54,10 @@ void Optimizer::step() {
     for (const StepCheck* c : g_checks) checks.push_back(*c);
   }
   for (const StepCheck& check : checks) check(*this);
+  // The profiler's row "Adam.step" (phase optimizer), around the update's own ops.
+  profiler::PhaseGuard phase(profiler::Phase::optimizer);
+  std::optional<profiler::OpScope> op;
+  if (profiler::enabled()) op.emplace(name() + ".step");
   update();
 }
 

@@ -5,6 +5,8 @@
 #   scripts/setup.sh            what the build, the tests and the examples need
 #   scripts/setup.sh --bench    also the benchmark suite's peer and chart (bench/run.sh):
 #                               python3-torch (PyTorch 1.13, CPU) and python3-matplotlib
+#   scripts/setup.sh --interop  also python3-torch, in which the interop tests load ringgrad's
+#                               exports (scripts/test.sh installs it; without it they are skipped)
 #   scripts/setup.sh --sanitize also clang 14 with its sanitizer and libFuzzer runtimes
 #                               (scripts/sanitize.sh)
 #   scripts/setup.sh --clang    also clang 16, the second compiler scripts/test.sh builds with
@@ -38,9 +40,10 @@ packages=(
 case "${1:-}" in
   "") ;;
   --bench) packages+=(python3-torch python3-matplotlib) ;;
+  --interop) packages+=(python3-torch) ;;  # scripts/test.sh: PyTorch reads the exports (interop_*_torch)
   --sanitize) packages+=(clang-14 libclang-rt-14-dev) ;;  # scripts/sanitize.sh: ASan, UBSan, libFuzzer
   --clang) packages+=(clang-16) ;;  # scripts/test.sh: the Release build with a second compiler
-  *) echo "usage: scripts/setup.sh [--bench | --sanitize | --clang]" >&2; exit 2 ;;
+  *) echo "usage: scripts/setup.sh [--bench | --interop | --sanitize | --clang]" >&2; exit 2 ;;
 esac
 
 missing=()

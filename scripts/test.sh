@@ -41,7 +41,8 @@ jobs=${JOBS:-2}
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-bash scripts/setup.sh
+# With PyTorch, so that the interop tests load ringgrad's exports in it instead of skipping.
+bash scripts/setup.sh --interop
 
 step() { printf "\n==== %s  [%s, %d s since the start]\n" "$*" "$(date +%T)" "$SECONDS"; }
 

@@ -28,6 +28,9 @@
 #   7. throughput         MNIST CNN samples/s and GPT-mini tokens/s (fp32, bf16) on one GPU, then
 #                         PyTorch on the same GPU for the same workloads, eager and torch.compile'd
 #                         (tools/torch_gpu_peer.py)
+#   8. real readers       the image's tensorboard (EventAccumulator) and safetensors packages read a
+#                         short GPT-mini run's log and --export as ringgrad's own readers do
+#                         (tests/interop/check_real_readers.py; CI's machines have neither package)
 #
 # Environment:
 #   RINGGRAD_DEPS_DEBS    a folder of .deb files (tools/gpu_deps.sh fetches them): each is unpacked
@@ -273,6 +276,15 @@ else
   else
     record torch_peer "skipped: no PyTorch on CUDA" 0 ""
   fi
+fi
+
+# ---- 8. the ecosystem's readers ----------------------------------------------------------------------
+# On the CPU: what is checked is the files, which do not depend on the device that trained.
+if [[ -e $fortunes ]]; then
+  run_step real_readers 90 "^tensorboard|^safetensors|not installed" python3 tests/interop/check_real_readers.py \
+    "$build_dir/examples/gpt_mini" "$fortunes/computers" "$build_dir/real_readers"
+else
+  record real_readers "FAILED: no data" 0 "no fortunes at $fortunes (FORTUNES)"
 fi
 
 printf '\n==== gpu_check done in %ss, exit status %s; log %s\n' "$SECONDS" "$status" "$log"

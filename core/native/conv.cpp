@@ -10,6 +10,7 @@
 // OH/OW output height/width.
 #include "core/native/backend.h"
 #include "core/native/native.h"
+#include "core/profiler.h"
 
 namespace ringgrad::native {
 namespace {
@@ -32,6 +33,12 @@ ConvShape conv_geometry(const Tensor& x, const Tensor& weight, int64_t stride, i
   return g;
 }
 
+// The FLOPs of the convolution's product (a multiply and an add per term), the same for the forward
+// and for each of the backward's two products (data, filter).
+double conv_flops(const ConvShape& g) {
+  return 2.0 * static_cast<double>(g.N * g.O * g.OH * g.OW) * static_cast<double>(g.C * g.KH * g.KW);
+}
+
 // The dtype the CPU-style kernels compute in (pooling): f32, or f64 for f64 tensors.
 DType compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
@@ -45,6 +52,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   if (bias.defined())
     RG_CHECK(bias.dim() == 1 && bias.size(0) == g.O && bias.dtype() == x.dtype() && bias.device() == x.device(),
              "conv2d", "bias ", bias.desc(), " must be (", g.O, ",) ", dtype_name(x.dtype()), " on ", x.device().str());
+  profiler::OpScope op("conv2d", conv_flops(g));
   const DType kt = backend_conv2d_dtype(x.device(), x.dtype());
   Tensor xc = conv_operand(x, kt), wc = conv_operand(weight, kt);
   Tensor out = empty({g.N, g.O, g.OH, g.OW}, kt, x.device());
@@ -56,6 +64,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, int64_t stride, int64_t padding,
                      Tensor* dx, Tensor* dweight, Tensor* dbias) {
   const ConvShape g = conv_geometry(x, weight, stride, padding);
+  profiler::OpScope op("conv2d_backward");  // its two products below are ops of their own
   const DType kt = backend_conv2d_dtype(x.device(), x.dtype());
   Tensor dy = conv_operand(grad, kt);  // (N, O, OH, OW)
   if (dbias && (kt == DType::f32 || kt == DType::f64)) {
@@ -68,6 +77,7 @@ void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, 
     *dbias = cast(reduce(RowReduction::sum, dy, {0, 2, 3}, false), x.dtype());
   }
   if (dweight) {
+    profiler::OpScope product("conv2d_backward_filter", conv_flops(g));
     Tensor dw = empty(weight.shape(), kt, weight.device());
     if (dy.numel() > 0)
       backend_conv2d_backward_filter(x.device(), kt, g, conv_operand(x, kt).raw_data(), dy.raw_data(), dw.raw_data());
@@ -75,6 +85,7 @@ void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, 
     *dweight = dw.dtype() == weight.dtype() ? dw : cast(dw, weight.dtype());
   }
   if (dx) {
+    profiler::OpScope product("conv2d_backward_data", conv_flops(g));
     Tensor d = empty(x.shape(), kt, x.device());
     if (dy.numel() > 0)
       backend_conv2d_backward_data(x.device(), kt, g, dy.raw_data(), conv_operand(weight, kt).raw_data(), d.raw_data());
@@ -103,6 +114,10 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   const PoolShape g = pool_geometry(x, kernel, stride, padding);
   const int64_t n = g.N, c = g.C, h = g.H, w = g.W, oh = g.OH, ow = g.OW;
   stride = g.stride;
+  // Reads x; writes y and the i64 indices.
+  profiler::OpScope op("max_pool2d", 0,
+                       static_cast<double>(x.nbytes()) +
+                           static_cast<double>(n * c * oh * ow) * static_cast<double>(x.element_size() + 8));
   const DType ct = compute_dtype(x.dtype());
   Tensor xc = contiguous(x.dtype() == ct ? x : cast(x, ct));
   Tensor y = empty({n, c, oh, ow}, ct, x.device());
@@ -141,6 +156,10 @@ Tensor max_pool2d_cudnn_backward(const Tensor& grad, const Tensor& x, const Tens
 Tensor max_pool2d_backward(const Tensor& grad, const Shape& input_shape, const Tensor& indices) {
   const int64_t planes = input_shape[0] * input_shape[1], hw = input_shape[2] * input_shape[3];
   const int64_t per_plane = indices.size(2) * indices.size(3);
+  // Reads the gradient and the indices; writes dx.
+  profiler::OpScope op("max_pool2d_backward", 0,
+                       static_cast<double>(grad.nbytes() + indices.nbytes()) +
+                           static_cast<double>(planes * hw) * static_cast<double>(grad.element_size()));
   const DType ct = compute_dtype(grad.dtype());
   Tensor g = contiguous(grad.dtype() == ct ? grad : cast(grad, ct));
   Tensor dx = empty(input_shape, ct, grad.device());

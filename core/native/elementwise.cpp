@@ -4,6 +4,7 @@
 
 #include "core/native/backend.h"
 #include "core/native/native.h"
+#include "core/profiler.h"
 
 namespace ringgrad {
 
@@ -131,6 +132,7 @@ Tensor unary(UnaryOp op, const Tensor& a, ScalarArgs s) {
   const char* name = unary_op_name(op);
   RG_CHECK(a.defined(), name, "undefined tensor argument");
   if (unary_op_needs_floating(op)) check_floating(name, a);
+  profiler::OpScope record(name, 0, 2 * static_cast<double>(a.nbytes()));  // a in, out out
   Tensor out = empty(a.shape(), a.dtype(), a.device());
   backend_unary(a.device(), op, s, a.dtype(), make_args(name, out, {&a}));
   return out;
@@ -139,6 +141,8 @@ Tensor unary(UnaryOp op, const Tensor& a, ScalarArgs s) {
 void unary_(UnaryOp op, const Tensor& self, ScalarArgs s) {
   const char* name = unary_op_name(op);
   if (unary_op_needs_floating(op)) check_floating(name, self);
+  // self read and written; a fill only writes.
+  profiler::OpScope record(name, 0, static_cast<double>(self.nbytes()) * (op == UnaryOp::fill ? 1 : 2));
   backend_unary(self.device(), op, s, self.dtype(), make_args(name, self, {&self}));
 }
 
@@ -148,6 +152,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   if (binary_op_needs_floating(op)) check_floating(name, a);
   const Shape shape = broadcast_shapes(name, a.shape(), b.shape());
   Tensor out = empty(shape, is_comparison(op) ? DType::u8 : a.dtype(), a.device());
+  profiler::OpScope record(name, 0, static_cast<double>(a.nbytes() + b.nbytes() + out.nbytes()));
   backend_binary(a.device(), op, a.dtype(), make_args(name, out, {&a, &b}));
   return out;
 }
@@ -156,6 +161,7 @@ void binary_(BinaryOp op, const Tensor& self, const Tensor& other) {
   const char* name = binary_op_name(op);
   check_same_device_dtype(name, self, other);
   RG_CHECK(!is_comparison(op), name, "has no in-place form");
+  profiler::OpScope record(name, 0, static_cast<double>(2 * self.nbytes() + other.nbytes()));
   backend_binary(self.device(), op, self.dtype(), make_args(name, self, {&self, &other}));
 }
 
@@ -165,6 +171,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
            "condition must be a u8 tensor on ", a.device().str(), ", got ", cond.desc());
   const Shape shape = broadcast_shapes("where", cond.shape(), broadcast_shapes("where", a.shape(), b.shape()));
   Tensor out = empty(shape, a.dtype(), a.device());
+  profiler::OpScope record("where", 0, static_cast<double>(cond.nbytes() + a.nbytes() + b.nbytes() + out.nbytes()));
   backend_where(a.device(), a.dtype(), make_args("where", out, {&cond, &a, &b}));
   return out;
 }
@@ -173,6 +180,7 @@ void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
   RG_CHECK(dst.defined() && src.defined(), "copy_", "undefined tensor argument");
   if (dst.numel() == 0) return;
   if (dst.device() == src.device()) {
+    profiler::OpScope record("copy_", 0, static_cast<double>(src.nbytes() + dst.nbytes()));
     backend_cast_copy(dst.device(), dst.dtype(), src.dtype(), make_args("copy_", dst, {&src}));
     return;
   }
@@ -181,6 +189,7 @@ void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
   // Across devices: a dense copy of src in dst's dtype and shape on src's device (src itself when it
   // already is one -- which keeps a pinned source pinned), move the bytes, then (if dst is strided)
   // scatter them into place on dst's device.
+  profiler::OpScope record("copy_ across devices", 0, static_cast<double>(dst.nbytes()));  // the bytes moved
   const bool src_ready = src.is_contiguous() && src.dtype() == dst.dtype() && src.shape() == dst.shape();
   Tensor staged = src_ready ? src : empty(dst.shape(), dst.dtype(), src.device());
   if (!src_ready) copy_(staged, src);

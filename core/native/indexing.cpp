@@ -4,6 +4,7 @@
 // first), so a bad index is a clear error, not a device-side fault.
 #include "core/native/backend.h"
 #include "core/native/native.h"
+#include "core/profiler.h"
 
 namespace ringgrad::native {
 namespace {
@@ -49,6 +50,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     shape[dim] += t.size(dim);
   }
   Tensor out = empty(shape, first.dtype(), first.device());
+  profiler::OpScope record("cat", 0, 2 * static_cast<double>(out.nbytes()));  // a copy_ per input inside
   int64_t at = 0;
   for (const Tensor& t : tensors) {
     copy_(slice(out, dim, at, at + t.size(dim), 1), t);
@@ -65,6 +67,7 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   Shape shape = a.shape();
   shape[dim] = idx.numel();
   Tensor out = empty(shape, a.dtype(), a.device());
+  profiler::OpScope record("index_select", 0, static_cast<double>(2 * out.nbytes() + idx.nbytes()));
   const Split3 s = split3(a.shape(), dim);
   if (backend_checks_indices_on_host(idx.device())) {
     const int64_t* ip = idx.data<int64_t>();
@@ -81,6 +84,7 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
 // that the forward reported).
 Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
   const Split3 d = split3(shape, dim);
+  profiler::OpScope record("index_add", 0, static_cast<double>(2 * src.nbytes() + index.nbytes()));
   const DType ct = backend_accumulate_dtype(src.device(), src.dtype());
   Tensor out = empty(shape, ct, src.device());
   out.zero_();
@@ -133,6 +137,7 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   check_gather_shapes("gather", a, dim, index);
   Tensor idx = contiguous(index);
   Tensor out = empty(index.shape(), a.dtype(), a.device());
+  profiler::OpScope record("gather", 0, static_cast<double>(2 * out.nbytes() + idx.nbytes()));
   check_gather_index("gather", idx, a.shape(), dim);
   backend_gather(a.device(), a.element_size(), a.raw_data(), idx.data<int64_t>(), out.raw_data(), idx.numel(),
                  gather_geometry("gather", idx, a.shape(), a.strides(), dim));
@@ -142,6 +147,7 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
 // The indices come from a forward gather, already checked.
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
   Tensor idx = contiguous(index);
+  profiler::OpScope record("scatter_add", 0, static_cast<double>(2 * src.nbytes() + idx.nbytes()));
   const DType ct = backend_accumulate_dtype(src.device(), src.dtype());
   Tensor out = empty(shape, ct, src.device());
   out.zero_();

@@ -3,9 +3,15 @@
 // the BLAS cannot express (broadcast strides, non-unit inner strides) are copied first.
 #include "core/native/backend.h"
 #include "core/native/native.h"
+#include "core/profiler.h"
 
 namespace ringgrad::native {
 namespace {
+
+// The FLOPs of out(M, N) = a(M, K) @ b(K, N): a multiply and an add per term.
+double gemm_flops(const Tensor& a, const Tensor& b) {
+  return 2.0 * static_cast<double>(a.size(-2)) * static_cast<double>(a.size(-1)) * static_cast<double>(b.size(-1));
+}
 
 struct BlasOperand {
   Tensor storage_view;  // what the pointer refers to
@@ -58,6 +64,7 @@ bool needs_f32_compute(const Tensor& a) {
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_matmul_args("mm", a, b, 2);
   if (needs_f32_compute(a)) return cast(mm(cast(a, DType::f32), cast(b, DType::f32)), a.dtype());
+  profiler::OpScope op("mm", gemm_flops(a, b));
   Tensor out = empty({a.size(0), b.size(1)}, a.dtype(), a.device());
   gemm_2d(a, b, out);
   return out;
@@ -77,20 +84,23 @@ void addmm_(const Tensor& out, const Tensor& a, const Tensor& b) {
   RG_CHECK(!needs_f32_compute(a), "addmm_", "CPU ", dtype_name(a.dtype()), " has no GEMM that accumulates; got a ",
            a.desc());
   check_matmul_out("addmm_", out, a, b);
+  profiler::OpScope op("addmm_", gemm_flops(a, b));
   gemm_2d(a, b, out, /*accumulate=*/true);
 }
 
 void mm_out(const Tensor& out, const Tensor& a, const Tensor& b) {
   check_matmul_args("mm_out", a, b, 2);
   check_matmul_out("mm_out", out, a, b);
-  if (needs_f32_compute(a)) copy_(out, mm(a, b));
-  else gemm_2d(a, b, out);
+  if (needs_f32_compute(a)) return copy_(out, mm(a, b));
+  profiler::OpScope op("mm_out", gemm_flops(a, b));
+  gemm_2d(a, b, out);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   check_matmul_args("bmm", a, b, 3);
   RG_CHECK(a.size(0) == b.size(0), "bmm", "batch sizes differ: a ", a.desc(), ", b ", b.desc());
   if (needs_f32_compute(a)) return cast(bmm(cast(a, DType::f32), cast(b, DType::f32)), a.dtype());
+  profiler::OpScope op("bmm", static_cast<double>(a.size(0)) * gemm_flops(a, b));
   Tensor out = empty({a.size(0), a.size(1), b.size(2)}, a.dtype(), a.device());
   for (int64_t i = 0; i < a.size(0); ++i) gemm_2d(select(a, 0, i), select(b, 0, i), select(out, 0, i));
   return out;

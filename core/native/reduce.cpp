@@ -4,6 +4,7 @@
 
 #include "core/native/backend.h"
 #include "core/native/native.h"
+#include "core/profiler.h"
 
 namespace ringgrad::native {
 
@@ -48,6 +49,9 @@ Tensor reduce(RowReduction op, const Tensor& a, const Shape& dims, bool keepdim)
   if (op == RowReduction::max || op == RowReduction::argmax) {
     RG_CHECK(cols > 0, name, "cannot reduce an empty dimension of ", a.desc());
   }
+  profiler::OpScope record(name, 0,
+                           static_cast<double>(a.nbytes()) +
+                               static_cast<double>(rows) * static_cast<double>(a.element_size()));  // a in, out out
   // Summing the leading dims of a dense tensor (a bias gradient: (B*T, C) -> (C)): the kept
   // elements are the columns, so sum down them in place instead of copying the transpose (where the
   // device's backend can: the CPU's).

@@ -7,6 +7,7 @@
 // log_softmax = (x - max) - log(sum(exp(x - max))) never takes the log of a rounded-to-zero softmax.
 #include "core/native/backend.h"
 #include "core/native/native.h"
+#include "core/profiler.h"
 
 namespace ringgrad::native {
 namespace {
@@ -25,6 +26,7 @@ Tensor softmax(const Tensor& a, int64_t dim, bool log) {
   check_floating(op, a);
   if (a.dim() == 0) return view(softmax(unsqueeze(a, 0), 0, log), {});
   dim = wrap_dim(dim, a.dim(), op);
+  profiler::OpScope record(op, 0, 2 * static_cast<double>(a.nbytes()));  // a in, the result out
   // Move `dim` last, compute over dense rows, move it back.
   const DType ct = compute_dtype(a.dtype());
   Tensor x = contiguous(cast(transpose(a, dim, -1), ct));
@@ -43,6 +45,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   RG_CHECK(target.device() == logits.device(), "cross_entropy", "logits ", logits.desc(), " and target ", target.desc(),
            " are on different devices");
   const int64_t n = logits.size(0), c = logits.size(1);
+  profiler::OpScope record("cross_entropy", 0, static_cast<double>(logits.nbytes()));  // its log_softmax inside
   const Tensor t = contiguous(target);
   // On the CPU the targets are checked here; a GPU's kernel checks its own (Note [Device-side index
   // checks]): copying them to the host would wait for the forward's kernels, every step.
@@ -67,6 +70,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, int64_t ignore_index,
                               const Tensor& count) {
   const int64_t n = logits.size(0), c = logits.size(1);
+  profiler::OpScope record("cross_entropy_backward", 0, 2 * static_cast<double>(logits.nbytes()));
   const DType ct = compute_dtype(logits.dtype());
   Tensor p = softmax(cast(logits, ct), 1, /*log=*/false);  // dense (N, C)
   const Tensor g = contiguous(cast(grad, ct));             // f16 / bf16 / f32 values are exact in f32

@@ -9,6 +9,7 @@
 
 #include "core/native/backend.h"
 #include "core/native/native.h"
+#include "core/profiler.h"
 
 namespace ringgrad::native {
 namespace {
@@ -17,6 +18,14 @@ DType compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32;
 
 // t as a dense tensor of dtype dt: t itself when it already is one, else a copy (cast copies).
 Tensor dense(const Tensor& t, DType dt) { return t.dtype() == dt ? contiguous(t) : cast(t, dt); }
+
+// FLOPs of causal attention's products over B sequences of T positions and C = heads x D channels:
+// each of the T (T + 1) / 2 (query, key) pairs of a head takes a D-long dot product for its score
+// and a D-long update of its output, 2 D FLOPs each. The backward has four such products (the
+// gradients of the probabilities, values, queries and keys).
+double attention_flops(int64_t B, int64_t T, int64_t C) {
+  return 2.0 * static_cast<double>(B) * static_cast<double>(C) * static_cast<double>(T) * static_cast<double>(T + 1);
+}
 
 // t's data, or null for an undefined (optional, or not wanted) tensor.
 void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
@@ -33,6 +42,7 @@ LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
              "layer_norm", "weight and bias must be (", C, ",) ", dtype_name(x.dtype()), " on ", x.device().str(),
              " like x ", x.desc(), ", got ", p->desc());
   RG_CHECK(eps > 0, "layer_norm", "eps must be positive, got ", eps);
+  profiler::OpScope op("layer_norm", 0, 2 * static_cast<double>(x.nbytes()));  // x in, y out
   const DType ct = compute_dtype(x.dtype());
   Tensor xd = dense(x, ct);
   Tensor w = weight.defined() ? dense(weight, ct) : Tensor(), b = bias.defined() ? dense(bias, ct) : Tensor();
@@ -48,6 +58,7 @@ LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
 void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          Tensor* dx, Tensor* dweight, Tensor* dbias) {
   const DType ct = mean.dtype();
+  profiler::OpScope op("layer_norm_backward", 0, 3 * static_cast<double>(x.nbytes()));  // g and x in, dx out
   const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
   Tensor gd = dense(g, ct), xd = dense(x, ct), w = weight.defined() ? dense(weight, ct) : Tensor();
   Tensor dxt = dx ? empty(x.shape(), ct, x.device()) : Tensor();
@@ -64,6 +75,7 @@ Tensor causal_softmax(const Tensor& scores, double scale) {
   RG_CHECK(scores.defined() && is_floating(scores.dtype()) && scores.dim() >= 2 && scores.size(-1) == scores.size(-2),
            "causal_softmax", "scores must be a floating-point (..., T, T) tensor, got ",
            scores.defined() ? scores.desc() : std::string("undefined"));
+  profiler::OpScope op("causal_softmax", 0, 2 * static_cast<double>(scores.nbytes()));
   const DType ct = compute_dtype(scores.dtype());
   Tensor s = dense(scores, ct);
   Tensor y = empty(scores.shape(), ct, scores.device());
@@ -73,6 +85,7 @@ Tensor causal_softmax(const Tensor& scores, double scale) {
 }
 
 Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale) {
+  profiler::OpScope op("causal_softmax_backward", 0, 3 * static_cast<double>(y.nbytes()));
   const DType ct = compute_dtype(y.dtype());
   Tensor gd = dense(g, ct), yd = dense(y, ct);
   Tensor ds = empty(y.shape(), ct, y.device());
@@ -85,6 +98,7 @@ Tensor dropout(const Tensor& x, double rate, uint64_t seed, uint64_t offset) {
   RG_CHECK(x.defined() && is_floating(x.dtype()), "dropout", "expects a floating-point tensor, got ",
            x.defined() ? x.desc() : std::string("undefined"));
   RG_CHECK(rate >= 0 && rate < 1, "dropout", "rate must be in [0, 1), got ", rate);
+  profiler::OpScope op("dropout", 0, 2 * static_cast<double>(x.nbytes()));
   const DType ct = compute_dtype(x.dtype());
   Tensor in = dense(x, ct);
   Tensor out = empty(x.shape(), ct, x.device());
@@ -101,6 +115,7 @@ AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double 
   RG_CHECK(dropout >= 0 && dropout < 1, "causal_self_attention", "dropout must be in [0, 1), got ", dropout);
   const DType ct = compute_dtype(qkv.dtype());
   const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;
+  profiler::OpScope op("causal_self_attention", attention_flops(B, n, C));
   const AttentionDropout drop{dropout, seed, offset};
   Tensor x = dense(qkv, ct);
   AttentionOutput out{empty({B, n, C}, ct, qkv.device()), empty({B, n_head, n, n}, ct, qkv.device())};
@@ -116,6 +131,7 @@ Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const
   const DType ct = att.dtype();
   const AttentionDropout drop{dropout, seed, offset};
   const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;
+  profiler::OpScope op("causal_self_attention_backward", 2 * attention_flops(B, n, C));
   Tensor g = dense(dy, ct), x = dense(qkv, ct);
   Tensor dqkv = empty(qkv.shape(), ct, qkv.device());
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));

@@ -7,6 +7,7 @@
 #include "autograd/engine.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/profiler.h"
 #include "dist/consistency.h"
 #include "dist/ddp/reducer.h"
 #include "optim/grad_scaler.h"
@@ -247,7 +248,14 @@ std::vector<BucketInfo> DistributedDataParallel::buckets() const { return reduce
 std::vector<TraceEvent> DistributedDataParallel::trace_events() const { return reducer_->recorder().trace_events(); }
 
 void DistributedDataParallel::write_trace(const std::string& path) {
-  const std::vector<std::string> all = allgather_strings(*group_, encode_events(reducer_->recorder().trace_events()));
+  // With the profiler's op events (profiler::Options::trace_events), which nest inside the forward
+  // and backward intervals on the same row.
+  std::vector<TraceEvent> mine = reducer_->recorder().trace_events();
+  for (TraceEvent& e : profiler::trace_events()) {
+    e.pid = group_->rank();
+    mine.push_back(std::move(e));
+  }
+  const std::vector<std::string> all = allgather_strings(*group_, encode_events(mine));
   if (group_->rank() != 0) return;
   std::vector<TraceEvent> events;
   for (const std::string& text : all) {

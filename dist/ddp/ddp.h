@@ -152,7 +152,8 @@ class DistributedDataParallel {
   std::vector<BucketInfo> buckets() const;
 
   // Compute and communication events of this rank (empty unless DDPOptions::trace), and a Chrome
-  // trace of every rank's events gathered to rank 0 (collective; rank 0 writes `path`).
+  // trace of every rank's events gathered to rank 0 (collective; rank 0 writes `path`), the
+  // profiler's op events among them when it keeps them (core/profiler.h).
   std::vector<TraceEvent> trace_events() const;
   void write_trace(const std::string& path);
 

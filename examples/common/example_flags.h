@@ -1,5 +1,5 @@
 // The flags both examples (mnist, gpt_mini) take alike: --comm-hook and PowerSGD's, --log-dir,
-// --zero. Included by each example's config.cpp only, the one file of a program that includes CLI11.
+// --profile, --zero. Included by each example's config.cpp only, the one file of a program that includes CLI11.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -39,6 +39,14 @@ inline void add_log_dir_flags(CLI::App& app, std::string& log_dir, bool& all_ran
                  "write TensorBoard event files here: loss, learning rate, throughput, step time, communication, "
                  "memory (tensorboard --logdir DIR)");
   app.add_flag("--log-all-ranks", all_ranks, "with --log-dir: every rank writes its own file, not only rank 0");
+}
+
+// --profile: rank 0 prints a table of the training steps' ops by self time at the end (evaluation
+// and checkpoints left out); with --trace the ops join the Chrome trace too.
+inline void add_profile_flag(CLI::App& app, bool& profile) {
+  app.add_flag("--profile", profile,
+               "after training, print the training steps' ops by self time: calls, total and self ms, GFLOP/s, GB/s "
+               "(rank 0; docs/performance.md)");
 }
 
 }  // namespace ringgrad::examples

@@ -39,6 +39,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation")
       ->check(flags::int_in(1, 1 << 20));
   examples::add_log_dir_flags(app, c.log_dir, c.log_all_ranks);
+  examples::add_profile_flag(app, c.profile);
   app.add_option("--log-every", c.log_every, "progress line every N steps")->check(count(1));
   app.add_option("--checkpoint", c.checkpoint, "write a checkpoint here at the end (and every --checkpoint-every)")
       ->check(flags::non_empty);
@@ -88,9 +89,9 @@ void finish(Config& c) {
            kMaxParameters);
   examples::zero_reduce_scatter_wire("gpt_mini", c.comm_hook, c.zero);  // refuses what stage 2 cannot carry
   RG_CHECK(c.min_lr <= c.lr, "gpt_mini", "--min-lr ", c.min_lr, " is above the peak --lr ", c.lr);
-  RG_CHECK(!c.generate || (c.export_path.empty() && c.init_from.empty() && c.log_dir.empty()), "gpt_mini",
-           "--generate samples from --resume's model and trains nothing: --export, --init-from and --log-dir do not "
-           "apply");
+  RG_CHECK(!c.generate || (c.export_path.empty() && c.init_from.empty() && c.log_dir.empty() && !c.profile), "gpt_mini",
+           "--generate samples from --resume's model and trains nothing: --export, --init-from, --log-dir and "
+           "--profile do not apply");
   RG_CHECK(c.init_from.empty() || c.resume.empty(), "gpt_mini",
            "--init-from and --resume both set the weights: give one (--resume also restores the optimizer)");
 }

@@ -21,6 +21,7 @@ struct Config {
   std::string init_from;    // --init-from: start from a .safetensors file's weights
   std::string log_dir;      // --log-dir: TensorBoard event files (examples/common/run_log.h)
   bool log_all_ranks = false;
+  bool profile = false;  // --profile: the per-op table of the training steps (core/profiler.h)
   int64_t max_steps = 3000, lr_decay_steps = 0, warmup = 100, batch_size = 16, block_size = 128;
   int64_t n_layer = 4, n_head = 4, n_embd = 128, accum = 1, eval_every = 250, eval_batches = 20;
   int64_t checkpoint_every = 0, log_every = 50, num_chars = 400, top_k = 0, threads = 0;

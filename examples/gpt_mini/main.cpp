@@ -408,6 +408,7 @@ int run(Config& c, const dist::World& world) {
   double paused = 0;  // seconds spent evaluating and sampling, not training
   int64_t steps_run = 0;
   double loss_value = 0;
+  if (c.profile) profiler::enable();  // the training steps: evaluations and checkpoints pause it
   for (; step < c.max_steps; ++step) {
     opt->set_lr(schedule.at(step));
     sampler.set_epoch(step * tokens_per_step / static_cast<int64_t>(train.size()));
@@ -429,6 +430,7 @@ int run(Config& c, const dist::World& world) {
       logged_steps = steps_run;
     }
     if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.max_steps)) {
+      const profiler::PauseGuard not_training;
       const auto t_eval = Clock::now();
       const double val_loss = evaluate(*model, val, c, device, *group);
       log("step %lld: validation loss %.4f\n", (long long)(step + 1), val_loss);
@@ -441,13 +443,20 @@ int run(Config& c, const dist::World& world) {
       }
       paused += std::chrono::duration<double>(Clock::now() - t_eval).count();
     }
-    if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) save(step + 1);
+    if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) {
+      const profiler::PauseGuard not_training;
+      save(step + 1);
+    }
   }
+  profiler::disable();
   const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   log("done: %lld steps in %.1f s, %.0f tokens/s (all ranks)\n", (long long)steps_run, seconds,
       static_cast<double>(steps_run * tokens_per_step) / std::max(seconds, 1e-9));
   log("%s\n%s%s", ddp.stats().summary().c_str(), examples::gather_summary(*opt, ddp.stats().steps).c_str(),
       examples::comm_hook_summary(c.comm_hook, comm_hook.state.get(), ddp.stats().steps).c_str());
+  if (c.profile)
+    log("ops of rank 0's training steps (--profile):\n%s",
+        profiler::format_table(profiler::op_table(), steps_run).c_str());
   if (c.memory_report)
     log("%s\n",
         examples::memory_report(*model, *opt, ddp, device, allocated_before,

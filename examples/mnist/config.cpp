@@ -39,6 +39,10 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--checkpoint-every", c.checkpoint_every, "also write it every N steps (0: only at epoch ends)")
       ->check(flags::int_in(0, INT64_MAX));
   app.add_option("--resume", c.resume, "continue from this checkpoint")->check(flags::non_empty);
+  app.add_option("--export", c.export_path,
+                 "after training, write the model's weights here as .safetensors (rank 0), its metadata naming the "
+                 "model, the input normalisation and the test accuracy (docs/interop.md)")
+      ->check(flags::non_empty);
   app.add_option("--limit-steps", c.limit_steps, "stop after this many steps in total (0: no limit)")
       ->check(flags::int_in(0, INT64_MAX));
   app.add_option("--accum", c.accum, "micro-batches per optimizer step (gradient accumulation under no_sync)")
@@ -48,6 +52,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--backend", c.backend, "process group backend: auto, ring, tree, mpi, hierarchical, nccl")
       ->check(CLI::IsMember({"auto", "ring", "tree", "mpi", "hierarchical", "nccl"}));
   examples::add_log_dir_flags(app, c.log_dir, c.log_all_ranks);
+  examples::add_profile_flag(app, c.profile);
   app.add_option("--stats-every", c.stats_every,
                  "print DDP's compute / communication / overlap figures every N steps (0: never)")
       ->check(flags::int_in(0, INT64_MAX));

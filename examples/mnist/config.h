@@ -14,6 +14,7 @@ namespace mnist {
 struct Config {
   std::string model = "mlp", data = "/usr/share/datasets/fashion-mnist", optimizer = "sgd", precision = "fp32";
   std::string checkpoint, resume;
+  std::string export_path;                      // --export: the trained weights as .safetensors (docs/interop.md)
   int epochs = 1, batch_size = 0, threads = 0;  // 0: chosen by finish() / by the machine
   int64_t checkpoint_every = 0, limit_steps = 0;
   double lr = 0.05, momentum = 0.9, weight_decay = 0.0;
@@ -32,6 +33,7 @@ struct Config {
   bool memory_report = false;  // print where a rank's memory goes after training
   std::string log_dir;         // --log-dir: TensorBoard event files (examples/common/run_log.h)
   bool log_all_ranks = false;
+  bool profile = false;  // --profile: the per-op table of the training steps (core/profiler.h)
 };
 
 // The largest batch a flag may ask for: a bound, so that a typo cannot allocate without end.

@@ -106,6 +106,22 @@ data::Mnist load_data(const Config& c) {
   return mnist;
 }
 
+// --export's metadata: what a reader needs to use the weights (the model, the inputs' normalisation
+// (pixel / 255 - mean) / std) and what they scored on the test set.
+nn::SafetensorsMetadata export_metadata(const Config& c, const data::Mnist& mnist, int64_t step, double accuracy) {
+  const auto exactly = [](double v) {  // every digit: a reader normalises its inputs as training did
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    return std::string(text);
+  };
+  return {{"producer", std::string("ringgrad ") + version() + " examples/mnist"},
+          {"model", c.model},
+          {"input_mean", exactly(mnist.mean)},
+          {"input_std", exactly(mnist.std)},
+          {"step", std::to_string(step)},
+          {"test_accuracy_percent", exactly(accuracy)}};
+}
+
 // Flags that must match on every rank (they differ only under an MPMD launch): a different seed
 // would give overlapping shards, a different batch or accumulation a wrong mean or a hang.
 void check_same_flags(dist::ProcessGroup& group, const Config& c, Device device) {
@@ -315,6 +331,7 @@ int run(Config& c, const dist::World& world) {
   }
   auto save = [&] {
     if (c.checkpoint.empty()) return;
+    const profiler::PauseGuard not_training;  // --profile counts the training steps only
     // The shards first, their save's id in the checkpoint: a crash between the two leaves a
     // checkpoint naming shards that are still there (the previous save's are kept).
     if (sharded != nullptr)
@@ -327,19 +344,25 @@ int run(Config& c, const dist::World& world) {
   const bool tty = isatty(STDOUT_FILENO) && world.size == 1;
   const size_t allocated_before = memory_stats(device).allocated;  // --memory-report
   reset_peak_memory_stats(device);
-  auto evaluate_model = [&] { return evaluate(*model, mnist.test, dtype, device, *group); };
+  auto evaluate_model = [&] {
+    const profiler::PauseGuard not_training;
+    return evaluate(*model, mnist.test, dtype, device, *group);
+  };
   examples::RunLog run_log(c.log_dir, world.rank, c.log_all_ranks);
   Training training{c, world, device, dtype, ddp, *opt, scaler, loader, global_step, save, evaluate_model, run_log};
   auto t_train = Clock::now();
   int64_t trained_samples = 0;
   double train_seconds = 0;
+  double accuracy = 0;  // the last evaluation's, for --export
+  const int64_t first_step = global_step;
+  if (c.profile) profiler::enable({.trace_events = !c.trace.empty()});
   for (int epoch = static_cast<int>(sampler->epoch()); epoch < c.epochs; ++epoch) {
     sampler->set_epoch(epoch);
     const EpochTotals e = train_epoch(training, epoch, tty);
     train_seconds += e.seconds;
     training.seconds_trained = train_seconds;
     trained_samples += e.samples;
-    const double accuracy = evaluate_model();
+    accuracy = evaluate_model();
     run_log.scalar("eval/test_accuracy", accuracy, global_step);
     log("epoch %d: train loss (rank 0) %.5f, test accuracy %.2f%%, %.1f s, %.0f samples/s (all ranks)\n", epoch + 1,
         e.steps ? e.loss_sum / static_cast<double>(e.steps) : 0.0, accuracy, e.seconds,
@@ -350,11 +373,15 @@ int run(Config& c, const dist::World& world) {
     save();
     if (c.limit_steps > 0 && global_step >= c.limit_steps) break;
   }
+  profiler::disable();
   log("done: %lld steps in %.1f s (training %.1f s), %.0f samples/s (all ranks)\n", (long long)global_step,
       seconds_since(t_train), train_seconds,
       static_cast<double>(trained_samples) * world.size / std::max(train_seconds, 1e-9));
   log("%s\n%s%s", ddp.stats().summary().c_str(), examples::gather_summary(*opt, ddp.stats().steps).c_str(),
       examples::comm_hook_summary(c.comm_hook, comm_hook.state.get(), ddp.stats().steps).c_str());
+  if (c.profile)
+    log("ops of rank 0's training steps (--profile):\n%s",
+        profiler::format_table(profiler::op_table(), global_step - first_step).c_str());
   if (c.memory_report)
     log("%s\n",
         examples::memory_report(*model, *opt, ddp, device, allocated_before, {}, comm_hook.state.get()).c_str());
@@ -363,6 +390,13 @@ int run(Config& c, const dist::World& world) {
     return examples::parameter_fingerprint(*model);
   }();
   log("parameter checksum %.17g, norm %.17g\n", fingerprint.checksum, fingerprint.norm);
+  if (!c.export_path.empty()) {
+    auto whole = examples::whole_model(*opt);  // ZeRO-3: every rank gathers the parameters
+    if (world.rank == 0) {
+      nn::save_safetensors(c.export_path, model->state_dict(), export_metadata(c, mnist, global_step, accuracy));
+      log("exported the weights to %s (safetensors; docs/interop.md)\n", c.export_path.c_str());
+    }
+  }
   if (!c.trace.empty()) {
     ddp.write_trace(c.trace);  // collective: every rank sends its events to rank 0
     log("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", c.trace.c_str());

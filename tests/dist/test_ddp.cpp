@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "autograd/engine.h"
+#include "core/profiler.h"
 #include "dist/ddp/ddp.h"
 #include "dist/ddp/powersgd.h"
 #include "dist_test_util.h"
@@ -786,6 +787,39 @@ TEST_CASE("ddp: stats and the merged Chrome trace") {
     char ts[64];
     std::snprintf(ts, sizeof ts, "\"ts\": %.3f, \"dur\": %.3f", first.start_us, first.duration_us);
     CHECK(json.find(ts) != std::string::npos);
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("ddp: the profiler's op events join the merged Chrome trace, under each rank") {
+  const int N = dist::world().size, r = dist::world().rank;
+  auto m = make_mlp(4);
+  dist::DistributedDataParallel ddp(m, group(), {.trace = true});
+  optim::SGD opt(m->parameters(), {.lr = 0.1});
+  rg::profiler::reset();
+  rg::profiler::enable({.trace_events = true});
+  const Batch mine = my_shard(global_batch(0, N * kPerRank));
+  opt.zero_grad();
+  rg::cross_entropy(ddp(mine.x), mine.y).backward();
+  opt.step();
+  rg::profiler::disable();
+  const std::string path = "/tmp/ringgrad_test_ddp_profiled_trace.json";
+  ddp.write_trace(path);
+  rg::profiler::reset();
+  if (r == 0) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string json = text.str();
+    for (int rank = 0; rank < N; ++rank) {
+      // The forward's products (nn::Linear: bias, then addmm_) on each rank's compute row.
+      CHECK(json.find(rg::str_cat("\"name\": \"addmm_\", \"cat\": \"op:forward\", \"ph\": \"X\", \"pid\": ", rank,
+                                  ", \"tid\": \"compute\"")) != std::string::npos);
+      CHECK(json.find(rg::str_cat("\"cat\": \"op:backward\", \"ph\": \"X\", \"pid\": ", rank)) != std::string::npos);
+      CHECK(json.find(rg::str_cat("\"name\": \"SGD.step\", \"cat\": \"op:optimizer\", \"ph\": \"X\", \"pid\": ",
+                                  rank)) != std::string::npos);
+    }
+    CHECK(json.find("\"name\": \"forward\", \"cat\": \"compute\"") != std::string::npos);
     std::remove(path.c_str());
   }
 }

@@ -3,11 +3,11 @@
 //
 //   build/bench/profiler_overhead [--steps N] [--scopes N]
 //
-// Off, each op's OpScope is one relaxed atomic load and a branch: the benchmark times --scopes
-// disabled scopes alone for the nanoseconds of one, counts the ops of a step with the profiler on,
-// and prints their product as a share of the step. It also times the steps themselves off and on
-// (medians of --steps, interleaved), so the share can be checked against what a step shows -- within
-// the machine's noise, which is larger.
+// Off, each op's OpScope is its arguments (sizes multiplied) and one relaxed atomic load with a
+// branch: the benchmark times --scopes disabled scopes alone for the nanoseconds of one, counts the
+// ops of a step with the profiler on, and prints their product as a share of the step. It also
+// times the steps themselves off and on (medians of --steps, interleaved), so the share can be
+// checked against what a step shows -- within the machine's noise, which is larger.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -33,15 +33,26 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Nanoseconds of one OpScope while the profiler is off.
-double disabled_scope_ns(int64_t scopes) {
+// Nanoseconds of one OpScope while the profiler is off: with constant arguments (the load and the
+// branch alone), and with its FLOP count computed from the operands' sizes as mm's is (2 M K N).
+struct ScopeCost {
+  double bare_ns, with_sizes_ns;
+};
+ScopeCost disabled_scope_ns(int64_t scopes, const Tensor& a, const Tensor& b) {
   profiler::disable();
-  const auto t0 = Clock::now();
+  auto t0 = Clock::now();
   for (int64_t i = 0; i < scopes; ++i) {
     profiler::OpScope op("off", 1.0, 1.0);
-    asm volatile("" ::: "memory");  // one scope per iteration: the load cannot be hoisted out
+    asm volatile("" ::: "memory");  // one scope per iteration: the load is not hoisted out
   }
-  return ms_since(t0) * 1e6 / static_cast<double>(scopes);
+  const double bare = ms_since(t0) * 1e6 / static_cast<double>(scopes);
+  t0 = Clock::now();
+  for (int64_t i = 0; i < scopes; ++i) {
+    profiler::OpScope op("off", 2.0 * static_cast<double>(a.size(0)) * static_cast<double>(a.size(1)) *
+                                    static_cast<double>(b.size(1)));
+    asm volatile("" ::: "memory");  // nor are the sizes
+  }
+  return {bare, ms_since(t0) * 1e6 / static_cast<double>(scopes)};
 }
 
 struct Workload {
@@ -68,10 +79,11 @@ void measure(const Workload& w, int steps, double scope_ns) {
   const double ops_per_step = static_cast<double>(calls) / steps;
   const double off = median(off_ms), on = median(on_ms);
   const double off_share = ops_per_step * scope_ns * 1e-6 / off;
-  std::printf("%-8s step %8.2f ms off, %8.2f ms on (%+.1f%%); %6.0f ops per step x %.2f ns off = %.5f ms, %.4f%% "
-              "of the step\n",
-              w.name.c_str(), off, on, 100.0 * (on - off) / off, ops_per_step, scope_ns,
-              ops_per_step * scope_ns * 1e-6, 100.0 * off_share);
+  std::printf(
+      "%-8s step %8.2f ms off, %8.2f ms on (%+.1f%%); %6.0f ops per step x %.2f ns off = %.5f ms, %.4f%% "
+      "of the step\n",
+      w.name.c_str(), off, on, 100.0 * (on - off) / off, ops_per_step, scope_ns, ops_per_step * scope_ns * 1e-6,
+      100.0 * off_share);
 }
 
 }  // namespace
@@ -118,8 +130,10 @@ int main(int argc, char** argv) {
                       adamw.step();
                     }};
 
-  const double scope_ns = disabled_scope_ns(scopes);
-  std::printf("a disabled OpScope: %.3f ns (%lld timed)\n", scope_ns, static_cast<long long>(scopes));
+  const ScopeCost cost = disabled_scope_ns(scopes, images.reshape({64, -1}), images.reshape({-1, 64}));
+  const double scope_ns = cost.with_sizes_ns;
+  std::printf("a disabled OpScope: %.3f ns with mm's FLOP count from the sizes, %.3f ns with constants (%lld timed)\n",
+              cost.with_sizes_ns, cost.bare_ns, static_cast<long long>(scopes));
   measure(w2, steps, scope_ns);
   measure(w3, steps, scope_ns);
   return 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -23,10 +24,24 @@ struct Frame {
   double start_us = 0;
   double children_us = 0;  // total time of the recorded ops it called
   double flops = 0, bytes = 0;
+  int exceptions = 0;  // std::uncaught_exceptions() at the start: more at the end means it threw
 };
 
 thread_local std::vector<Frame> t_open_ops;
 thread_local Phase t_phase = Phase::forward;
+
+// The trace row of this thread's ops: the training thread's phases share "compute" (their ops nest
+// in one another); a thread beside it gets a row of its own, numbered, so events never overlap on
+// one row without nesting.
+std::string trace_row(Phase phase) {
+  if (phase != Phase::comm && phase != Phase::data) return "compute";
+  static std::atomic<int> threads{0};
+  thread_local const int number = ++threads;
+  return std::string(phase_name(phase)) + " ops " + std::to_string(number);
+}
+
+// Whether ops of this phase run on the training thread (their self times share its wall time).
+bool on_training_thread(Phase phase) { return phase != Phase::comm && phase != Phase::data; }
 
 // What every thread records, under one lock: ops end often but the lock is held for a map update.
 struct Recording {
@@ -63,6 +78,7 @@ const char* phase_name(Phase phase) {
     case Phase::backward: return "backward";
     case Phase::optimizer: return "optimizer";
     case Phase::comm: return "comm";
+    case Phase::data: return "data";
   }
   return "?";
 }
@@ -134,32 +150,34 @@ PauseGuard::~PauseGuard() {
 
 void OpScope::begin(const char* name, double flops, double bytes) {
   active_ = true;
-  t_open_ops.push_back(Frame{name, trace_clock_us(), 0, flops, bytes});
+  t_open_ops.push_back(Frame{name, trace_clock_us(), 0, flops, bytes, std::uncaught_exceptions()});
 }
 
-void OpScope::end() {
+void OpScope::end() noexcept {
   const double end_us = trace_clock_us();
   Frame op = std::move(t_open_ops.back());
   t_open_ops.pop_back();
+  if (std::uncaught_exceptions() > op.exceptions) return;  // the op threw: no call to count
   const double total_us = end_us - op.start_us;
   if (!t_open_ops.empty()) t_open_ops.back().children_us += total_us;
 
-  Recording& r = recording();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  OpStats& row = r.rows[{static_cast<int>(t_phase), op.name}];
-  if (row.calls == 0) {
-    row.name = op.name;
-    row.phase = t_phase;
-  }
-  row.calls += 1;
-  row.total_us += total_us;
-  row.self_us += total_us - op.children_us;
-  row.flops += op.flops;
-  row.bytes += op.bytes;
-  if (r.options.trace_events && r.events.size() < kMaxTraceEvents)
-    r.events.push_back(TraceEvent{std::move(op.name), std::string("op:") + phase_name(t_phase), 0,
-                                  t_phase == Phase::comm ? "comm" : "compute", op.start_us, total_us,
-                                  json_args(op.flops, op.bytes)});
+  try {  // a destructor: a failed allocation loses this record, never the program
+    Recording& r = recording();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    OpStats& row = r.rows[{static_cast<int>(t_phase), op.name}];
+    if (row.calls == 0) {
+      row.name = op.name;
+      row.phase = t_phase;
+    }
+    row.calls += 1;
+    row.total_us += total_us;
+    row.self_us += total_us - op.children_us;
+    row.flops += op.flops;
+    row.bytes += op.bytes;
+    if (r.options.trace_events && r.events.size() < kMaxTraceEvents)
+      r.events.push_back(TraceEvent{std::move(op.name), std::string("op:") + phase_name(t_phase), 0, trace_row(t_phase),
+                                    op.start_us, total_us, json_args(op.flops, op.bytes)});
+  } catch (...) {}
 }
 
 std::string format_table(const std::vector<OpStats>& rows, int64_t steps, size_t max_rows) {
@@ -173,7 +191,7 @@ std::string format_table(const std::vector<OpStats>& rows, int64_t steps, size_t
   for (size_t i = 0; i < rows.size(); ++i) {
     const OpStats& row = rows[i];
     const double total_ms = row.total_us / 1e3, self_ms = row.self_us / 1e3;
-    if (row.phase != Phase::comm) compute_self_ms += self_ms;
+    if (on_training_thread(row.phase)) compute_self_ms += self_ms;
     if (max_rows > 0 && i >= max_rows) {
       rest_self_ms += self_ms;
       continue;
@@ -192,7 +210,7 @@ std::string format_table(const std::vector<OpStats>& rows, int64_t steps, size_t
     std::snprintf(line, sizeof line, "%zu more ops: self %.2f ms\n", rows.size() - max_rows, rest_self_ms);
     out += line;
   }
-  // Comm-thread ops run beside the main thread's, so they are left out of the share of the wall time.
+  // The comm and data threads' ops run beside the training thread's: left out of its share.
   std::snprintf(line, sizeof line,
                 "recorded %.2f ms of wall time%s; the forward, backward and optimizer ops account for %.2f ms "
                 "(%.1f%%), the rest ran outside every recorded op\n",

@@ -11,10 +11,12 @@
 // records each node (`node:mm`, `node:AccumulateGrad`, ...) around the ops its formula calls, and
 // Optimizer::step the update (`SGD.step`), so a row's self time is its total minus the ops it called: the cost of the op itself.
 // Rows are kept apart by phase -- forward, backward (inside autograd's backward), optimizer, and the
-// communication thread's ops -- since one op (mm) has different shapes and costs in each.
+// ops of the threads beside training: a communication thread's (comm) and a DataLoader's prefetching
+// worker's (data) -- since one op (mm) has different shapes and costs in each.
 //
-// Off, an OpScope is one relaxed atomic load and a not-taken branch (bench/profiler_overhead
-// measures it against a training step). On, each op costs two clock reads and a locked map update,
+// Off, an OpScope costs its arguments (a few multiplications of sizes for the FLOP or byte count)
+// and one relaxed atomic load with a branch not taken (bench/profiler_overhead measures both against
+// a training step). An op that throws is not recorded. On, each op costs two clock reads and a locked map update,
 // about a microsecond: the table is for finding the expensive ops, not for timing the cheap ones.
 #pragma once
 
@@ -27,7 +29,7 @@
 
 namespace ringgrad::profiler {
 
-enum class Phase { forward, backward, optimizer, comm };
+enum class Phase { forward, backward, optimizer, comm, data };
 const char* phase_name(Phase phase);
 
 struct Options {
@@ -69,13 +71,15 @@ double recorded_wall_us();
 // line with what the rest and the time outside every op add up to. `steps` > 0 adds ms per step.
 std::string format_table(const std::vector<OpStats>& rows, int64_t steps = 0, size_t max_rows = 25);
 
-// The recorded ops as Chrome trace events (Options::trace_events), on row "compute" for the thread
-// that records the forward and backward and "comm" for the communication thread; pid 0 until the
-// caller sets the rank (DistributedDataParallel::write_trace does).
+// The recorded ops as Chrome trace events (Options::trace_events): the forward, backward and
+// optimizer ops on row "compute", a thread beside training on a row of its own ("comm ops 1",
+// "data ops 2": the phase and the thread's number); pid 0 until the caller sets the rank
+// (DistributedDataParallel::write_trace does).
 std::vector<TraceEvent> trace_events();
 
 // Sets the phase of the ops this thread records until the guard ends (the engine: backward; an
-// optimizer step: optimizer; a communication thread: comm for its whole life).
+// optimizer step: optimizer; a communication thread: comm, a DataLoader's worker: data, for their
+// whole lives).
 class PhaseGuard {
  public:
   explicit PhaseGuard(Phase phase);
@@ -118,7 +122,7 @@ class OpScope {
 
  private:
   void begin(const char* name, double flops, double bytes);
-  void end();
+  void end() noexcept;
   bool active_ = false;
 };
 

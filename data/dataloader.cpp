@@ -6,6 +6,7 @@
 
 #include "autograd/engine.h"
 #include "core/ops.h"
+#include "core/profiler.h"
 
 namespace ringgrad::data {
 
@@ -100,6 +101,7 @@ DataLoader::Iterator DataLoader::begin() {
   error_ = nullptr;
   if (options_.prefetch > 0 && next_to_make_ < batches_) {
     worker_ = std::thread([this] {
+      profiler::PhaseGuard phase(profiler::Phase::data);  // its batches' ops are no training step's
       for (;;) {
         int64_t batch;
         {

@@ -353,7 +353,7 @@ int run(Config& c, const dist::World& world) {
   auto t_train = Clock::now();
   int64_t trained_samples = 0;
   double train_seconds = 0;
-  double accuracy = 0;  // the last evaluation's, for --export
+  std::optional<double> accuracy;  // the last evaluation's, for --export
   const int64_t first_step = global_step;
   if (c.profile) profiler::enable({.trace_events = !c.trace.empty()});
   for (int epoch = static_cast<int>(sampler->epoch()); epoch < c.epochs; ++epoch) {
@@ -363,9 +363,9 @@ int run(Config& c, const dist::World& world) {
     training.seconds_trained = train_seconds;
     trained_samples += e.samples;
     accuracy = evaluate_model();
-    run_log.scalar("eval/test_accuracy", accuracy, global_step);
+    run_log.scalar("eval/test_accuracy", *accuracy, global_step);
     log("epoch %d: train loss (rank 0) %.5f, test accuracy %.2f%%, %.1f s, %.0f samples/s (all ranks)\n", epoch + 1,
-        e.steps ? e.loss_sum / static_cast<double>(e.steps) : 0.0, accuracy, e.seconds,
+        e.steps ? e.loss_sum / static_cast<double>(e.steps) : 0.0, *accuracy, e.seconds,
         static_cast<double>(e.samples) * world.size / e.seconds);
     // A finished epoch: the checkpoint then stands at the next one's start (a run stopped by
     // --limit-steps stays inside this one).
@@ -391,9 +391,11 @@ int run(Config& c, const dist::World& world) {
   }();
   log("parameter checksum %.17g, norm %.17g\n", fingerprint.checksum, fingerprint.norm);
   if (!c.export_path.empty()) {
-    auto whole = examples::whole_model(*opt);  // ZeRO-3: every rank gathers the parameters
+    // A run that trained nothing (resumed at its end) scores the weights it exports here.
+    if (!accuracy) accuracy = evaluate_model();  // collective
+    auto whole = examples::whole_model(*opt);    // ZeRO-3: every rank gathers the parameters
     if (world.rank == 0) {
-      nn::save_safetensors(c.export_path, model->state_dict(), export_metadata(c, mnist, global_step, accuracy));
+      nn::save_safetensors(c.export_path, model->state_dict(), export_metadata(c, mnist, global_step, *accuracy));
       log("exported the weights to %s (safetensors; docs/interop.md)\n", c.export_path.c_str());
     }
   }

@@ -12,6 +12,7 @@ runs this on the GPU machine, whose image has both. Exit 0: both checked; 77: ne
 installed (skipped); 1: a difference, named.
 """
 import os
+import shutil
 import subprocess
 import sys
 
@@ -26,7 +27,8 @@ def fail(what):
 
 def train(gpt_mini, fortunes, work):
     logs, export = os.path.join(work, "logs"), os.path.join(work, "model.safetensors")
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # one run's files only: a second check starts clean
+    os.makedirs(work)
     command = [gpt_mini, "--data", fortunes, "--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "32",
                "--batch-size", "4", "--max-steps", "20", "--warmup", "4", "--log-every", "5", "--eval-every", "10",
                "--eval-batches", "2", "--threads", "2", "--log-dir", logs, "--export", export]

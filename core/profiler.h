@@ -14,6 +14,10 @@
 // ops of the threads beside training: a communication thread's (comm) and a DataLoader's prefetching
 // worker's (data) -- since one op (mm) has different shapes and costs in each.
 //
+// Times are the host's wall clock around each front end. On a CUDA device an op's kernels run
+// asynchronously, so its row measures the launch, not the kernel: the profiler does not synchronise
+// and has no CUPTI (Nsight Systems times the kernels). The table is for the CPU backend's ops.
+//
 // Off, an OpScope costs its arguments (a few multiplications of sizes for the FLOP or byte count)
 // and one relaxed atomic load with a branch not taken (bench/profiler_overhead measures both against
 // a training step). An op that throws is not recorded. On, each op costs two clock reads and a locked map update,

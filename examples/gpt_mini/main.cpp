@@ -455,7 +455,8 @@ int run(Config& c, const dist::World& world) {
   log("%s\n%s%s", ddp.stats().summary().c_str(), examples::gather_summary(*opt, ddp.stats().steps).c_str(),
       examples::comm_hook_summary(c.comm_hook, comm_hook.state.get(), ddp.stats().steps).c_str());
   if (c.profile)
-    log("ops of rank 0's training steps (--profile):\n%s",
+    log("ops of rank 0's training steps (--profile%s):\n%s",
+        device.is_cuda() ? "; on the GPU these are the host's times, launches rather than kernels" : "",
         profiler::format_table(profiler::op_table(), steps_run).c_str());
   if (c.memory_report)
     log("%s\n",

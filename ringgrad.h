@@ -10,6 +10,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/fusion.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 #include "core/profiler.h"

@@ -189,6 +189,16 @@ void reduce_cols(RowReduction op, DType dtype, const void* in, void* out, int64_
 // GradScaler: grad *= inv_scale in place (n dense elements, any floating dtype), returning whether
 // any element is inf or NaN. CUDA composes it from elementwise ops and a sum (backend_has_unscale_and_check).
 bool unscale_and_check(DType dtype, void* grad, int64_t n, float inv_scale);
+// The convolution block conv -> + bias -> ReLU -> 2 x 2 max pooling with stride 2, one sample at a
+// time while its convolution output is in cache (Note [The fused convolution block] in
+// core/cpu/conv_block.cpp); f32 or f64, every tensor dense. x (N, C, H, W), w (O, C, KH, KW), bias
+// (O) or null; pooled and window (N, O, OH / 2, OW / 2), window holding where in its 2 x 2 window
+// each maximum was (0..3, row-major). The backward overwrites dx, dw and dbias, each of which may be
+// null (not wanted), from the pooled output's gradient dpooled.
+void conv_block_forward(DType dtype, const ConvShape& s, const void* x, const void* w, const void* bias, void* pooled,
+                        uint8_t* window);
+void conv_block_backward(DType dtype, const ConvShape& s, const void* x, const void* w, const void* pooled,
+                         const uint8_t* window, const void* dpooled, void* dx, void* dw, void* dbias);
 
 Allocator& allocator();
 }  // namespace cpu

@@ -114,6 +114,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
               int64_t padding = 0);
 // x: (N, C, H, W) -> (N, C, OH, OW); stride 0 means stride = kernel_size. Padding counts as -inf.
 Tensor max_pool2d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
+// The convolution block max_pool2d(relu(conv2d(x, weight, bias, stride, padding)), 2):
+// (N, C, H, W) -> (N, O, OH / 2, OW / 2). On the CPU in f32 / f64 one fused kernel, bit for bit the
+// composition's output and input / weight gradients (Note [The fused convolution block],
+// core/cpu/conv_block.cpp); elsewhere, or with fusion off (core/fusion.h), the composition itself.
+// nn::Sequential calls it for a Conv2d, ReLU, MaxPool2d(2) run (nn/sequential.h).
+Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+                              int64_t padding = 0);
 
 // ---- transformer pieces (autograd/functions/transformer.cpp) -------------------------------------
 // weight: (V, C), indices: any shape of i64 in [0, V) -> (*indices.shape, C). Backward: scatter-add.

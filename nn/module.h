@@ -62,6 +62,7 @@ class Module : public std::enable_shared_from_this<Module> {
   int register_forward_hook(ForwardHook hook);
   // Removes the hook with this handle (of either kind); false if there was none.
   bool remove_forward_hook(int handle);
+  bool has_forward_hooks() const { return !forward_pre_hooks_.empty() || !forward_hooks_.empty(); }
 
   // Dotted path from the module that registered this one first, up to the root ("" for the root):
   // the names named_modules() gives it from the root.
@@ -118,6 +119,9 @@ class Module : public std::enable_shared_from_this<Module> {
   // Rethrows the ringgrad::Error being handled with this module's path appended (once: an error
   // that already names a module is rethrown as it is). Call from a catch block.
   [[noreturn]] void rethrow_with_path() const;
+  // The same for another module (a container that runs its children's work itself, as Sequential's
+  // fused convolution block does).
+  [[noreturn]] static void rethrow_with_path_of(const Module& module) { module.rethrow_with_path(); }
 
  private:
   Tensor call_forward(const Tensor& input);  // forward, through a checkpoint when it is set

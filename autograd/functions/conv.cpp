@@ -1,4 +1,4 @@
-// Differentiable conv2d and max_pool2d (front ends and gradient formulas in core/native/conv.cpp, kernels
+// Differentiable conv2d, max_pool2d and the fused block of both with ReLU (front ends and gradient formulas in core/native/conv.cpp, kernels
 // in core/cpu/conv.cpp and core/cuda/conv.cu).
 #include "autograd/engine.h"
 #include "core/native/backend.h"
@@ -45,6 +45,29 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t 
   record("max_pool2d", {out}, {x}, [shape = x.shape(), indices](const TensorList& g, const NeedsGrad&) {
     return TensorList{native::max_pool2d_backward(g[0], shape, indices)};
   });
+  return out;
+}
+
+// y = maxpool(relu(conv(x, w) + b));  dy_conv = dy routed to each window's maximum where y > 0, then
+// conv2d's three gradients, all in one kernel per sample (Note [The fused convolution block]).
+Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
+                              int64_t padding) {
+  if (!native::conv_block_fusable(x, weight, bias, stride, padding))
+    return max_pool2d(relu(conv2d(x, weight, bias, stride, padding)), 2);
+  Tensor window;
+  Tensor out = native::conv2d_relu_max_pool2d(x, weight, bias, stride, padding, &window);
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  record("conv2d_relu_max_pool2d", {out}, inputs,
+         [x = x.detach(), w = weight.detach(), y = out.detach(), window, has_bias = bias.defined(), stride,
+          padding](const TensorList& g, const NeedsGrad& n) {
+           Tensor dx, dw, db;
+           native::conv2d_relu_max_pool2d_backward(g[0], x, w, y, window, stride, padding, n[0] ? &dx : nullptr,
+                                                   n[1] ? &dw : nullptr, has_bias && n[2] ? &db : nullptr);
+           TensorList grads{dx, dw};
+           if (has_bias) grads.push_back(db);
+           return grads;
+         });
   return out;
 }
 

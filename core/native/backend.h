@@ -316,6 +316,24 @@ inline bool backend_unscale_and_check(Device d, DType t, void* grad, int64_t n, 
   only_on("GradScaler", "the CPU", d);
 }
 
+// ---- the fused convolution block (CPU only) ----------------------------------------------------------
+// Whether the device has core/cpu/conv_block.cpp's fused kernel for this dtype; elsewhere autograd's
+// conv2d_relu_max_pool2d composes the plain ops.
+inline bool backend_has_conv_block(Device d, DType t) { return d.is_cpu() && (t == DType::f32 || t == DType::f64); }
+
+inline void backend_conv_block_forward(Device d, DType t, const ConvShape& s, const void* x, const void* w,
+                                       const void* bias, void* pooled, uint8_t* window) {
+  if (d.is_cpu()) return cpu::conv_block_forward(t, s, x, w, bias, pooled, window);
+  only_on("conv2d_relu_max_pool2d", "the CPU", d);
+}
+
+inline void backend_conv_block_backward(Device d, DType t, const ConvShape& s, const void* x, const void* w,
+                                        const void* pooled, const uint8_t* window, const void* dpooled, void* dx,
+                                        void* dw, void* dbias) {
+  if (d.is_cpu()) return cpu::conv_block_backward(t, s, x, w, pooled, window, dpooled, dx, dw, dbias);
+  only_on("conv2d_relu_max_pool2d backward", "the CPU", d);
+}
+
 #undef RG_ON_BACKEND
 
 }  // namespace ringgrad::native

@@ -8,6 +8,7 @@
 //
 // Dims: N batch, C input channels, O output channels, H/W input height/width, KH/KW kernel,
 // OH/OW output height/width.
+#include "core/fusion.h"
 #include "core/native/backend.h"
 #include "core/native/native.h"
 #include "core/profiler.h"
@@ -92,6 +93,64 @@ void conv2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, 
     else d.zero_();
     *dx = d.dtype() == x.dtype() ? d : cast(d, x.dtype());
   }
+}
+
+// ---- the fused convolution block ----------------------------------------------------------------------
+// Fusable: x and weight dense-able CPU tensors of one dtype the kernel computes in, a bias of that
+// dtype (or none), a valid geometry with a non-empty batch and a pooled output of at least 1 x 1,
+// and fusion on (core/fusion.h). Anything else takes the plain ops, whose checks then name what is
+// wrong.
+bool conv_block_fusable(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding) {
+  if (!fusion_enabled() || !x.defined() || !weight.defined() || x.dim() != 4 || weight.dim() != 4) return false;
+  if (!backend_has_conv_block(x.device(), x.dtype()) || weight.device() != x.device() || weight.dtype() != x.dtype())
+    return false;
+  if (bias.defined() &&
+      (bias.dim() != 1 || bias.size(0) != weight.size(0) || bias.dtype() != x.dtype() || bias.device() != x.device()))
+    return false;
+  if (x.size(0) < 1 || x.size(1) != weight.size(1) || stride < 1 || padding < 0) return false;
+  const int64_t oh_span = x.size(2) + 2 * padding - weight.size(2), ow_span = x.size(3) + 2 * padding - weight.size(3);
+  return oh_span >= 0 && ow_span >= 0 && oh_span / stride + 1 >= 2 && ow_span / stride + 1 >= 2;
+}
+
+Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
+                              int64_t padding, Tensor* window) {
+  RG_CHECK(conv_block_fusable(x, weight, bias, stride, padding), "conv2d_relu_max_pool2d",
+           "the fused kernel does not take x ", x.desc(), ", weight ", weight.desc(), ", bias ",
+           bias.defined() ? bias.desc() : std::string("(none)"), " (stride ", stride, ", padding ", padding, ")");
+  const ConvShape g = conv_geometry(x, weight, stride, padding);
+  const int64_t ph = g.OH / 2, pw = g.OW / 2;
+  // The convolution's FLOPs; reads x and writes the pooled output and its window bytes.
+  profiler::OpScope op("conv2d_relu_max_pool2d", conv_flops(g),
+                       static_cast<double>(x.nbytes()) +
+                           static_cast<double>(g.N * g.O * ph * pw) * static_cast<double>(x.element_size() + 1));
+  const Tensor xc = contiguous(x), wc = contiguous(weight), bc = bias.defined() ? contiguous(bias) : Tensor();
+  Tensor pooled = empty({g.N, g.O, ph, pw}, x.dtype(), x.device());
+  Tensor places = empty({g.N, g.O, ph, pw}, DType::u8, x.device());
+  backend_conv_block_forward(x.device(), x.dtype(), g, xc.raw_data(), wc.raw_data(),
+                             bc.defined() ? bc.raw_data() : nullptr, pooled.raw_data(), places.data<uint8_t>());
+  *window = places;
+  return pooled;
+}
+
+void conv2d_relu_max_pool2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& pooled,
+                                     const Tensor& window, int64_t stride, int64_t padding, Tensor* dx, Tensor* dweight,
+                                     Tensor* dbias) {
+  const ConvShape g = conv_geometry(x, weight, stride, padding);
+  RG_CHECK(grad.shape() == pooled.shape() && grad.device() == x.device(), "conv2d_relu_max_pool2d backward",
+           "the gradient ", grad.desc(), " does not match the pooled output ", pooled.desc());
+  // Both products' FLOPs (the data product only when dx is wanted).
+  profiler::OpScope op("conv2d_relu_max_pool2d_backward", conv_flops(g) * (dx ? 2.0 : 1.0));
+  const Tensor dy = contiguous(grad.dtype() == x.dtype() ? grad : cast(grad, x.dtype()));
+  Tensor d = dx ? empty(x.shape(), x.dtype(), x.device()) : Tensor();
+  Tensor dw = dweight ? empty(weight.shape(), x.dtype(), x.device()) : Tensor();
+  Tensor db = dbias ? empty({g.O}, x.dtype(), x.device()) : Tensor();
+  backend_conv_block_backward(x.device(), x.dtype(), g, contiguous(x).raw_data(), contiguous(weight).raw_data(),
+                              contiguous(pooled).raw_data(), contiguous(window).data<uint8_t>(), dy.raw_data(),
+                              dx ? d.raw_data() : nullptr, dweight ? dw.raw_data() : nullptr,
+                              dbias ? db.raw_data() : nullptr);
+  if (dx) *dx = d;
+  if (dweight) *dweight = dw;
+  if (dbias) *dbias = db;
 }
 
 // ---- max_pool2d -------------------------------------------------------------------------------------

@@ -132,6 +132,16 @@ Tensor max_pool2d_backward(const Tensor& grad, const Shape& input_shape, const T
 // backward from x and y (Note [Max pooling on cuDNN], core/cuda/conv.cu). Same checks and output shape
 // as max_pool2d.
 Tensor max_pool2d_cudnn(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding);
+// The fused convolution block (Note [The fused convolution block], core/cpu/conv_block.cpp):
+// max_pool2d(relu(conv2d(x, weight, bias, stride, padding)), 2) in one kernel, -> (N, O, OH/2, OW/2);
+// *window gets, per output, where in its 2 x 2 window the maximum was (u8, 0..3). Only where
+// conv_block_fusable says so; the backward fills the requested gradients (null pointers skipped).
+bool conv_block_fusable(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding);
+Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
+                              int64_t padding, Tensor* window);
+void conv2d_relu_max_pool2d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& pooled,
+                                     const Tensor& window, int64_t stride, int64_t padding, Tensor* dx, Tensor* dweight,
+                                     Tensor* dbias);
 Tensor max_pool2d_cudnn_backward(const Tensor& grad, const Tensor& x, const Tensor& y, int64_t kernel, int64_t stride,
                                  int64_t padding);
 

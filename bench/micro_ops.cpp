@@ -306,6 +306,14 @@ int main(int argc, char** argv) {
     gemms.push_back({"head q k^T", 128, 32, 128, false, true});  // q (128, 32) @ k^T
     gemms.push_back({"head p v", 128, 128, 32, false, false});   // p (128, 128) @ v (128, 32)
     gemms.push_back({"attn dw", 384, 2048, 128, true, false});   // dqkv^T (384, 2048) @ x: OpenBLAS
+    // W2 CNN, one sample's products of the second convolution (32 -> 64 channels, 3x3, 14 x 14):
+    // w (64, 288) @ cols (288, 196), dy (64, 196) @ cols^T, w^T @ dy (Note [Convolution one sample
+    // at a time]); and the first convolution's (1 -> 32, K = 9, 28 x 28).
+    gemms.push_back({"conv2 fwd", 64, 288, 196, false, false});
+    gemms.push_back({"conv2 dw", 64, 196, 288, false, true});
+    gemms.push_back({"conv2 dcols", 288, 64, 196, true, false});
+    gemms.push_back({"conv1 fwd", 32, 9, 784, false, false});
+    gemms.push_back({"conv1 dw", 32, 784, 9, false, true});
     for (const GemmCase& c : gemms) run_gemm(c, fma_gflops, bf16_peak, gen, opt);
 
     // ---- elementwise, memory bound ----

@@ -59,23 +59,28 @@ T relu_of(T x) {
   return x > T(0) ? x : T(0);
 }
 
-// One pooled row: rows r0, r1 of y_n (input rows 2i, 2i + 1) -> pw outputs max(relu(v + bias)) over
-// each 2 x 2 window, and where in the window the maximum was (0 r0[2j], 1 r0[2j+1], 2 r1[2j],
-// 3 r1[2j+1]). The first maximum in window order wins, as max_pool2d's rule; after ReLU no value is a
-// NaN, so that rule needs no NaN case. The bias is added even when there is none (0): v + 0 differs
-// from v only for -0, which ReLU makes +0 either way.
+// One plane of y_n (OH, OW) -> (PH, PW) = (OH / 2, OW / 2) outputs max(relu(v + bias)) over each
+// 2 x 2 window, and where in the window the maximum was (0 r0[2j], 1 r0[2j+1], 2 r1[2j], 3 r1[2j+1]
+// for the window's rows r0, r1 = input rows 2i, 2i + 1). The first maximum in window order wins, as
+// max_pool2d's rule; after ReLU no value is a NaN, so that rule needs no NaN case. The bias is added
+// even when there is none (0): v + 0 differs from v only for -0, which ReLU makes +0 either way.
+// Whole planes per call: a call per row (7 or 14 outputs in W2) spent much of its time entering.
 template <class T>
-void bias_relu_pool_row(const T* r0, const T* r1, T bias, T* y, uint8_t* window, int64_t pw) {
-  for (int64_t j = 0; j < pw; ++j) {
-    const T a = relu_of(r0[2 * j] + bias), b = relu_of(r0[2 * j + 1] + bias);
-    const T c = relu_of(r1[2 * j] + bias), d = relu_of(r1[2 * j + 1] + bias);
-    T best = a;
-    uint8_t at = 0;
-    if (b > best) best = b, at = 1;
-    if (c > best) best = c, at = 2;
-    if (d > best) best = d, at = 3;
-    y[j] = best;
-    window[j] = at;
+void bias_relu_pool_plane(const T* plane, T bias, T* y, uint8_t* window, int64_t ph, int64_t pw, int64_t ow) {
+  for (int64_t i = 0; i < ph; ++i, y += pw, window += pw) {
+    const T* r0 = plane + 2 * i * ow;
+    const T* r1 = r0 + ow;
+    for (int64_t j = 0; j < pw; ++j) {
+      const T a = relu_of(r0[2 * j] + bias), b = relu_of(r0[2 * j + 1] + bias);
+      const T c = relu_of(r1[2 * j] + bias), d = relu_of(r1[2 * j + 1] + bias);
+      T best = a;
+      uint8_t at = 0;
+      if (b > best) best = b, at = 1;
+      if (c > best) best = c, at = 2;
+      if (d > best) best = d, at = 3;
+      y[j] = best;
+      window[j] = at;
+    }
   }
 }
 
@@ -86,70 +91,76 @@ __attribute__((target("avx512f"))) inline __m512 bias_relu_avx512(__m512 v, __m5
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
 }
 
-// The row above for floats with AVX-512, 16 outputs at a time (the last group masked: W2's pooled
-// rows are 14 and 7 wide). The same additions, the same ReLU and the same selects: bit-identical to
-// the scalar row.
-__attribute__((target("avx512f"))) void bias_relu_pool_row_avx512(const float* r0, const float* r1, float bias,
-                                                                  float* y, uint8_t* window, int64_t pw) {
+// The plane above for floats with AVX-512, 16 outputs at a time (the last group of a row masked:
+// W2's pooled rows are 14 and 7 wide). The same additions, the same ReLU and the same selects:
+// bit-identical to the scalar loop.
+__attribute__((target("avx512f"))) void bias_relu_pool_plane_avx512(const float* plane, float bias, float* y,
+                                                                    uint8_t* window, int64_t ph, int64_t pw,
+                                                                    int64_t ow) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   const __m512 shift = _mm512_set1_ps(bias);
   auto lanes = [](int64_t count) {
     return static_cast<__mmask16>(count >= 16 ? 0xFFFF : count <= 0 ? 0 : (1u << count) - 1);
   };
-  for (int64_t j = 0; j < pw; j += 16) {
-    const int64_t n = std::min<int64_t>(16, pw - j);  // outputs in this group; inputs 2n per row
-    const __mmask16 out_lanes = lanes(n), lo_lanes = lanes(2 * n), hi_lanes = lanes(2 * n - 16);
-    const __m512 top_lo = _mm512_maskz_loadu_ps(lo_lanes, r0 + 2 * j);
-    const __m512 top_hi = _mm512_maskz_loadu_ps(hi_lanes, r0 + 2 * j + 16);
-    const __m512 bot_lo = _mm512_maskz_loadu_ps(lo_lanes, r1 + 2 * j);
-    const __m512 bot_hi = _mm512_maskz_loadu_ps(hi_lanes, r1 + 2 * j + 16);
-    const __m512 a = bias_relu_avx512(_mm512_permutex2var_ps(top_lo, even, top_hi), shift);
-    const __m512 b = bias_relu_avx512(_mm512_permutex2var_ps(top_lo, odd, top_hi), shift);
-    const __m512 c = bias_relu_avx512(_mm512_permutex2var_ps(bot_lo, even, bot_hi), shift);
-    const __m512 d = bias_relu_avx512(_mm512_permutex2var_ps(bot_lo, odd, bot_hi), shift);
-    __m512 best = a;
-    __m512i at = _mm512_setzero_si512();
-    const __mmask16 take_b = _mm512_cmp_ps_mask(b, best, _CMP_GT_OQ);
-    best = _mm512_mask_blend_ps(take_b, best, b);
-    at = _mm512_mask_mov_epi32(at, take_b, _mm512_set1_epi32(1));
-    const __mmask16 take_c = _mm512_cmp_ps_mask(c, best, _CMP_GT_OQ);
-    best = _mm512_mask_blend_ps(take_c, best, c);
-    at = _mm512_mask_mov_epi32(at, take_c, _mm512_set1_epi32(2));
-    const __mmask16 take_d = _mm512_cmp_ps_mask(d, best, _CMP_GT_OQ);
-    best = _mm512_mask_blend_ps(take_d, best, d);
-    at = _mm512_mask_mov_epi32(at, take_d, _mm512_set1_epi32(3));
-    _mm512_mask_storeu_ps(y + j, out_lanes, best);
-    _mm512_mask_cvtepi32_storeu_epi8(window + j, out_lanes, at);
-  }
+  for (int64_t i = 0; i < ph; ++i, y += pw, window += pw)
+    for (int64_t j = 0; j < pw; j += 16) {
+      const float* r0 = plane + 2 * i * ow;
+      const float* r1 = r0 + ow;
+      const int64_t n = std::min<int64_t>(16, pw - j);  // outputs in this group; inputs 2n per row
+      const __mmask16 out_lanes = lanes(n);
+      // Unmasked loads (the plane's buffer has 32 floats of slack past its end): masked loads that
+      // cross a cache line ran several times slower here, and lanes past the row only reach outputs
+      // that the masked stores below leave out.
+      const __m512 top_lo = _mm512_loadu_ps(r0 + 2 * j), top_hi = _mm512_loadu_ps(r0 + 2 * j + 16);
+      const __m512 bot_lo = _mm512_loadu_ps(r1 + 2 * j), bot_hi = _mm512_loadu_ps(r1 + 2 * j + 16);
+      const __m512 a = bias_relu_avx512(_mm512_permutex2var_ps(top_lo, even, top_hi), shift);
+      const __m512 b = bias_relu_avx512(_mm512_permutex2var_ps(top_lo, odd, top_hi), shift);
+      const __m512 c = bias_relu_avx512(_mm512_permutex2var_ps(bot_lo, even, bot_hi), shift);
+      const __m512 d = bias_relu_avx512(_mm512_permutex2var_ps(bot_lo, odd, bot_hi), shift);
+      __m512 best = a;
+      __m512i at = _mm512_setzero_si512();
+      const __mmask16 take_b = _mm512_cmp_ps_mask(b, best, _CMP_GT_OQ);
+      best = _mm512_mask_blend_ps(take_b, best, b);
+      at = _mm512_mask_mov_epi32(at, take_b, _mm512_set1_epi32(1));
+      const __mmask16 take_c = _mm512_cmp_ps_mask(c, best, _CMP_GT_OQ);
+      best = _mm512_mask_blend_ps(take_c, best, c);
+      at = _mm512_mask_mov_epi32(at, take_c, _mm512_set1_epi32(2));
+      const __mmask16 take_d = _mm512_cmp_ps_mask(d, best, _CMP_GT_OQ);
+      best = _mm512_mask_blend_ps(take_d, best, d);
+      at = _mm512_mask_mov_epi32(at, take_d, _mm512_set1_epi32(3));
+      _mm512_mask_storeu_ps(y + j, out_lanes, best);
+      _mm512_mask_cvtepi32_storeu_epi8(window + j, out_lanes, at);
+    }
 }
 #endif
 
 template <class T>
-void pool_row(const T* r0, const T* r1, T bias, T* y, uint8_t* window, int64_t pw) {
+void pool_plane(const T* plane, T bias, T* y, uint8_t* window, int64_t ph, int64_t pw, int64_t ow) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<T, float>) {
-    if (cpu_isa() == CpuIsa::avx512) return bias_relu_pool_row_avx512(r0, r1, bias, y, window, pw);
+    if (cpu_isa() == CpuIsa::avx512) return bias_relu_pool_plane_avx512(plane, bias, y, window, ph, pw, ow);
   }
 #endif
-  bias_relu_pool_row(r0, r1, bias, y, window, pw);
+  bias_relu_pool_plane(plane, bias, y, window, ph, pw, ow);
 }
 
-// The backward of one pooled row: rows `top` and `bottom` (2i, 2i + 1) of dy_n, every one of their
-// ow columns written: the pooled gradient at each window's maximum where the pooled value is
-// positive (ReLU's mask), zeros elsewhere (and in an odd last column). Returns the row's sum of
-// what it routed, in double, for the bias gradient.
+// The backward of one plane: dy_n's plane (OH, OW), every element written -- the pooled gradient at
+// each window's maximum where the pooled value is positive (ReLU's mask), zeros elsewhere (and in an
+// odd last row or column). Returns the sum of what it routed, in double, for the bias gradient.
 template <class T>
-double unpool_row(const T* pooled, const uint8_t* window, const T* dpooled, T* top, T* bottom, int64_t pw, int64_t ow) {
-  std::fill(top, top + ow, T(0));
-  std::fill(bottom, bottom + ow, T(0));
+double unpool_plane(const T* pooled, const uint8_t* window, const T* dpooled, T* plane, int64_t ph, int64_t pw,
+                    int64_t oh, int64_t ow) {
+  std::fill(plane, plane + oh * ow, T(0));
   double sum = 0;
-  for (int64_t j = 0; j < pw; ++j) {
-    if (!(pooled[j] > T(0))) continue;
-    const int place = window[j];
-    (place < 2 ? top : bottom)[2 * j + place % 2] = dpooled[j];
-    sum += static_cast<double>(dpooled[j]);
-  }
+  for (int64_t i = 0; i < ph; ++i)
+    for (int64_t j = 0; j < pw; ++j) {
+      const int64_t p = i * pw + j;
+      if (!(pooled[p] > T(0))) continue;
+      const int place = window[p];
+      plane[(2 * i + place / 2) * ow + 2 * j + place % 2] = dpooled[p];
+      sum += static_cast<double>(dpooled[p]);
+    }
   return sum;
 }
 
@@ -159,38 +170,50 @@ __attribute__((target("avx512f"))) inline __m512 where_place(__m512i place, int 
   return _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(place, _mm512_set1_epi32(k)), g);
 }
 
-// The row above for floats with AVX-512, 16 pooled outputs (32 columns of each row) at a time: each
-// of the four window places gets the masked gradient where the window's maximum was there, and
-// pairs of places are interleaved into the two rows. The sum is in another order than the scalar
-// row's (lanes of doubles), which is why the bias gradient is not claimed bit for bit.
-__attribute__((target("avx512f"))) double unpool_row_avx512(const float* pooled, const uint8_t* window,
-                                                            const float* dpooled, float* top, float* bottom, int64_t pw,
-                                                            int64_t ow) {
+// The plane above for floats with AVX-512, 16 pooled outputs (32 columns of each of two rows) at a
+// time: each of the four window places gets the masked gradient where the window's maximum was
+// there, and pairs of places are interleaved into the two rows. The sum is in another order than
+// the scalar loop's (lanes of doubles), which is why the bias gradient is not claimed bit for bit.
+// `readable`: how many bytes of the window tensor there are from `window` on.
+__attribute__((target("avx512f"))) double unpool_plane_avx512(const float* pooled, const uint8_t* window,
+                                                              int64_t readable, const float* dpooled, float* plane,
+                                                              int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
   const __m512i first_half = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second_half = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   auto lanes = [](int64_t count) {
     return static_cast<__mmask16>(count >= 16 ? 0xFFFF : count <= 0 ? 0 : (1u << count) - 1);
   };
   __m512d sum_lo = _mm512_setzero_pd(), sum_hi = _mm512_setzero_pd();
-  for (int64_t j = 0; j < pw; j += 16) {
-    const int64_t n = std::min<int64_t>(16, pw - j);
-    const __mmask16 in_lanes = lanes(n), lo_lanes = lanes(2 * n), hi_lanes = lanes(2 * n - 16);
-    alignas(16) uint8_t places[16] = {};
-    std::memcpy(places, window + j, static_cast<size_t>(n));  // no masked byte load in AVX-512F
-    const __m512i place = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(places)));
-    const __m512 value = _mm512_maskz_loadu_ps(in_lanes, pooled + j);
-    const __mmask16 routed = _mm512_cmp_ps_mask(value, _mm512_setzero_ps(), _CMP_GT_OQ) & in_lanes;
-    const __m512 g = _mm512_maskz_loadu_ps(routed, dpooled + j);
-    sum_lo = _mm512_add_pd(sum_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(g)));
-    sum_hi = _mm512_add_pd(sum_hi, _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_shuffle_f32x4(g, g, 0xEE))));
-    const __m512 g0 = where_place(place, 0, g), g1 = where_place(place, 1, g);
-    const __m512 g2 = where_place(place, 2, g), g3 = where_place(place, 3, g);
-    _mm512_mask_storeu_ps(top + 2 * j, lo_lanes, _mm512_permutex2var_ps(g0, first_half, g1));
-    _mm512_mask_storeu_ps(top + 2 * j + 16, hi_lanes, _mm512_permutex2var_ps(g0, second_half, g1));
-    _mm512_mask_storeu_ps(bottom + 2 * j, lo_lanes, _mm512_permutex2var_ps(g2, first_half, g3));
-    _mm512_mask_storeu_ps(bottom + 2 * j + 16, hi_lanes, _mm512_permutex2var_ps(g2, second_half, g3));
+  for (int64_t i = 0; i < ph; ++i) {
+    float* top = plane + 2 * i * ow;
+    float* bottom = top + ow;
+    for (int64_t j = 0; j < pw; j += 16) {
+      const int64_t at = i * pw + j, n = std::min<int64_t>(16, pw - j);
+      const __mmask16 in_lanes = lanes(n), lo_lanes = lanes(2 * n), hi_lanes = lanes(2 * n - 16);
+      // 16 window bytes: straight from the tensor where 16 are there to read (the lanes past n
+      // are masked off below), else through a copy (AVX-512F has no masked byte load). The copy is
+      // the exception: written bytewise and read as one vector, it stalls store forwarding.
+      alignas(16) uint8_t places[16] = {};
+      const uint8_t* bytes = window + at;
+      if (readable - at < 16) bytes = static_cast<const uint8_t*>(std::memcpy(places, bytes, static_cast<size_t>(n)));
+      const __m512i place = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+      const bool whole = readable - at >= 16;  // 16 floats there to read as well (pooled, dpooled)
+      const __m512 value = whole ? _mm512_loadu_ps(pooled + at) : _mm512_maskz_loadu_ps(in_lanes, pooled + at);
+      const __mmask16 routed = _mm512_cmp_ps_mask(value, _mm512_setzero_ps(), _CMP_GT_OQ) & in_lanes;
+      const __m512 g = _mm512_maskz_mov_ps(routed, whole ? _mm512_loadu_ps(dpooled + at)
+                                                         : _mm512_maskz_loadu_ps(in_lanes, dpooled + at));
+      sum_lo = _mm512_add_pd(sum_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(g)));
+      sum_hi = _mm512_add_pd(sum_hi, _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_shuffle_f32x4(g, g, 0xEE))));
+      const __m512 g0 = where_place(place, 0, g), g1 = where_place(place, 1, g);
+      const __m512 g2 = where_place(place, 2, g), g3 = where_place(place, 3, g);
+      _mm512_mask_storeu_ps(top + 2 * j, lo_lanes, _mm512_permutex2var_ps(g0, first_half, g1));
+      _mm512_mask_storeu_ps(top + 2 * j + 16, hi_lanes, _mm512_permutex2var_ps(g0, second_half, g1));
+      _mm512_mask_storeu_ps(bottom + 2 * j, lo_lanes, _mm512_permutex2var_ps(g2, first_half, g3));
+      _mm512_mask_storeu_ps(bottom + 2 * j + 16, hi_lanes, _mm512_permutex2var_ps(g2, second_half, g3));
+    }
+    if (ow > 2 * pw) top[ow - 1] = bottom[ow - 1] = 0.0f;  // an odd last column
   }
-  if (ow > 2 * pw) top[ow - 1] = bottom[ow - 1] = 0.0f;
+  if (oh > 2 * ph) std::fill(plane + (oh - 1) * ow, plane + oh * ow, 0.0f);  // an odd last row
   alignas(64) double sums[8];
   _mm512_store_pd(sums, _mm512_add_pd(sum_lo, sum_hi));
   double sum = 0;
@@ -200,13 +223,16 @@ __attribute__((target("avx512f"))) double unpool_row_avx512(const float* pooled,
 #endif
 
 template <class T>
-double unpool(const T* pooled, const uint8_t* window, const T* dpooled, T* top, T* bottom, int64_t pw, int64_t ow) {
+double unpool(const T* pooled, const uint8_t* window, int64_t readable, const T* dpooled, T* plane, int64_t ph,
+              int64_t pw, int64_t oh, int64_t ow) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<T, float>) {
-    if (cpu_isa() == CpuIsa::avx512) return unpool_row_avx512(pooled, window, dpooled, top, bottom, pw, ow);
+    if (cpu_isa() == CpuIsa::avx512)
+      return unpool_plane_avx512(pooled, window, readable, dpooled, plane, ph, pw, oh, ow);
   }
 #endif
-  return unpool_row(pooled, window, dpooled, top, bottom, pw, ow);
+  (void)readable;
+  return unpool_plane(pooled, window, dpooled, plane, ph, pw, oh, ow);
 }
 
 template <class T>
@@ -215,15 +241,14 @@ void conv_block_forward_typed(const T* x, const T* w, const T* bias, T* pooled, 
   const int64_t rows = g.rows(), pixels = g.oh * g.ow, ph = g.oh / 2, pw = g.ow / 2;
   for_each_sample<T>(g, sample_parts(g.n), [&](int64_t n, int64_t, bool, T* cols) {
     thread_local std::vector<T> conv_buffer;
-    T* y = thread_buffer(conv_buffer, g.o * pixels);  // y_n (O, OH·OW), in cache until pooled
+    // y_n (O, OH·OW), in cache until pooled; 32 elements of slack for the pooling's whole-vector reads
+    T* y = thread_buffer(conv_buffer, g.o * pixels + 32);
     im2col_sample(x + n * g.c * g.h * g.w, cols, g);
     gemm_on_this_thread(dtype_of<T>(), false, false, g.o, pixels, rows, 1.0, w, rows, cols, pixels, 0.0, y, pixels);
     for (int64_t o = 0; o < g.o; ++o) {
       const T* plane = y + o * pixels;
       const int64_t out = (n * g.o + o) * ph * pw;
-      for (int64_t i = 0; i < ph; ++i)
-        pool_row(plane + 2 * i * g.ow, plane + (2 * i + 1) * g.ow, bias ? bias[o] : T(0), pooled + out + i * pw,
-                 window + out + i * pw, pw);
+      pool_plane(plane, bias ? bias[o] : T(0), pooled + out, window + out, ph, pw, g.ow);
     }
   });
 }
@@ -241,12 +266,8 @@ void conv_block_backward_typed(const T* x, const T* w, const T* pooled, const ui
     T* dy = thread_buffer(grad_buffer, g.o * pixels);  // dy_n (O, OH·OW), every element written
     for (int64_t o = 0; o < g.o; ++o) {
       const int64_t at = (n * g.o + o) * ph * pw;
-      T* plane = dy + o * pixels;
-      double sum = 0;
-      for (int64_t i = 0; i < ph; ++i)
-        sum += unpool(pooled + at + i * pw, window + at + i * pw, dpooled + at + i * pw, plane + 2 * i * g.ow,
-                      plane + (2 * i + 1) * g.ow, pw, g.ow);
-      if (g.oh > 2 * ph) std::fill(plane + (g.oh - 1) * g.ow, plane + pixels, T(0));  // an odd last row
+      const double sum =
+          unpool(pooled + at, window + at, g.n * g.o * ph * pw - at, dpooled + at, dy + o * pixels, ph, pw, g.oh, g.ow);
       if (dbias) sample_sums[static_cast<size_t>(n * g.o + o)] = static_cast<T>(sum);
     }
     if (dw) {

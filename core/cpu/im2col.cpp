@@ -2,6 +2,7 @@
 // convolutions, plain (core/cpu/conv.cpp) and fused (core/cpu/conv_block.cpp).
 #include "core/cpu/im2col.h"
 
+#include <cstring>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -20,78 +21,102 @@ namespace ringgrad::cpu {
 namespace {
 
 #if defined(__x86_64__)
-// Stride-1 im2col and col2im with AVX-512, 16 columns at a time under masks: lanes j in [lo, hi)
-// move x's row (x[y, j - p + kj]), the others are the padding's zeros. Many rows are short (W2's
-// are 28 and 14 wide, 28 x 9 and 14 x 288 of them per sample), and element loops on them were ~11%
-// (im2col) and ~5% (col2im) of a CNN step. The same copies and the same single additions as the
-// scalar loops, so the results are bit-identical.
-inline __mmask16 lanes_between(int64_t j0, int64_t lo, int64_t hi) {  // lanes l with lo <= j0 + l < hi
-  const int64_t from = std::max<int64_t>(lo - j0, 0), to = std::min<int64_t>(hi - j0, 16);
-  if (to <= from) return 0;
-  const uint32_t upto = to >= 16 ? 0xFFFFu : (1u << to) - 1, below = (1u << from) - 1;
-  return static_cast<__mmask16>(upto & ~below);
+// Note [im2col through a padded copy]
+// -----------------------------------
+// Stride-1 im2col and col2im of floats with AVX-512 go through a zero-padded copy of the sample's
+// planes: (C, H + 2p) rows of W + 2p + 16 floats, in a buffer of the calling thread. Every row of
+// every block r = (c, ki, kj) of cols is then a run of the copy, moved 16 columns at a time by plain
+// loads and stores. The masked loads and stores this replaces (lanes in the padding or past a row)
+// crossed a cache line most of the time -- W2's rows are 14 and 28 wide -- and ran several times
+// slower than plain ones on the machines here: im2col and col2im were ~20% of a W2 step.
+//   im2col: a store runs up to 15 lanes past its row into the next, which that row's own store
+//           then overwrites (cols buffers have 16 elements of slack, kColsSlack).
+//   col2im: each cols row, its lanes past the row zeroed in registers, is added into the copy
+//           (zeroed first); the copy's interior is then dx.
+// The same copies, and onto each element of dx the same additions in the same order (plus +0.0
+// for lanes past a row, which leaves a sum that started from +0.0 unchanged), as the scalar loops:
+// bit-identical.
+struct PaddedPlanes {
+  int64_t rows, stride;  // rows per plane, floats per row
+};
+PaddedPlanes padded_shape(const ConvGeometry& g) { return {g.h + 2 * g.padding, g.w + 2 * g.padding + 16}; }
+
+// A padded copy of the calling thread's: `zeroed`, or else left as the last call with the same
+// geometry left it (im2col's copy: its padding is never written, so only the interior is rewritten
+// while one convolution's samples follow each other).
+float* padded_buffer(std::vector<float>& buffer, ConvGeometry& last, const ConvGeometry& g, bool zeroed) {
+  const PaddedPlanes s = padded_shape(g);
+  const auto size = static_cast<size_t>(g.c * s.rows * s.stride);
+  const bool same = last.c == g.c && last.h == g.h && last.w == g.w && last.padding == g.padding;
+  if (buffer.size() < size) buffer.resize(size);
+  if (zeroed || !same) std::fill(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(size), 0.0f);
+  last = g;
+  return buffer.data();
 }
 
-// One output-row block r = (c, ki, kj) of a stride-1 im2col: cols_r (OH, OW) from x's plane c.
-// Whole blocks per call, so that the target attribute's call boundary is not paid per short row.
-__attribute__((target("avx512f"))) void im2col_block_avx512(const float* plane, float* out, int64_t h, int64_t w,
-                                                            int64_t oh, int64_t ow, int64_t padding, int64_t ki,
-                                                            int64_t kj) {
-  const int64_t lo = std::clamp<int64_t>(padding - kj, 0, ow), hi = std::clamp<int64_t>(w + padding - kj, lo, ow);
-  for (int64_t i = 0; i < oh; ++i) {
-    const int64_t y = i - padding + ki;
-    const bool inside = y >= 0 && y < h;
-    const float* src = inside ? plane + y * w - padding + kj : plane;
-    for (int64_t j0 = 0; j0 < ow; j0 += 16) {
-      // outside the image (padding rows): every lane is a zero and nothing is read
-      const __m512 v = _mm512_maskz_loadu_ps(inside ? lanes_between(j0, lo, hi) : 0, src + j0);
-      _mm512_mask_storeu_ps(out + i * ow + j0, lanes_between(j0, 0, ow), v);
+__attribute__((target("avx512f"))) void im2col_padded_avx512(const float* x, float* cols, const ConvGeometry& g) {
+  thread_local std::vector<float> buffer;
+  thread_local ConvGeometry last{};
+  const PaddedPlanes s = padded_shape(g);
+  float* copy = padded_buffer(buffer, last, g, /*zeroed=*/false);
+  // x's rows into the interior, 16 columns at a time: the loads may run up to 15 floats past a row
+  // (zeroed in registers, so the stores past it write the padding's zeros), except near the
+  // sample's end, where the row is copied exactly.
+  const int64_t sample = g.c * g.h * g.w, whole = (g.w + 15) / 16 * 16;
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t y = 0; y < g.h; ++y) {
+      const float* from = x + (c * g.h + y) * g.w;
+      float* to = copy + (c * s.rows + y + g.padding) * s.stride + g.padding;
+      if (sample - (c * g.h + y) * g.w < whole) {
+        std::memcpy(to, from, static_cast<size_t>(g.w) * sizeof(float));
+        continue;
+      }
+      for (int64_t j = 0; j < g.w; j += 16) {
+        const __mmask16 row_lanes = g.w - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (g.w - j)) - 1);
+        _mm512_storeu_ps(to + j, _mm512_maskz_mov_ps(row_lanes, _mm512_loadu_ps(from + j)));
+      }
     }
+  for (int64_t r = 0; r < g.rows(); ++r) {
+    const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
+    const float* from = copy + (c * s.rows + ki) * s.stride + kj;
+    float* out = cols + r * g.oh * g.ow;
+    for (int64_t i = 0; i < g.oh; ++i)
+      for (int64_t j = 0; j < g.ow; j += 16)
+        _mm512_storeu_ps(out + i * g.ow + j, _mm512_loadu_ps(from + i * s.stride + j));
   }
 }
 
-// The transpose of the above: adds cols_r (OH, OW) into dx's plane c.
-__attribute__((target("avx512f"))) void col2im_block_avx512(const float* in, float* plane, int64_t h, int64_t w,
-                                                            int64_t oh, int64_t ow, int64_t padding, int64_t ki,
-                                                            int64_t kj) {
-  const int64_t lo = std::clamp<int64_t>(padding - kj, 0, ow), hi = std::clamp<int64_t>(w + padding - kj, lo, ow);
-  for (int64_t i = 0; i < oh; ++i) {
-    const int64_t y = i - padding + ki;
-    if (y < 0 || y >= h) continue;
-    const float* row = in + i * ow;
-    float* dst = plane + y * w - padding + kj;
-    for (int64_t j0 = lo / 16 * 16; j0 < hi; j0 += 16) {
-      const __mmask16 m = lanes_between(j0, lo, hi);
-      const __m512 sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + j0), _mm512_maskz_loadu_ps(m, row + j0));
-      _mm512_mask_storeu_ps(dst + j0, m, sum);
-    }
+__attribute__((target("avx512f"))) void col2im_padded_avx512(const float* cols, float* dx, const ConvGeometry& g) {
+  thread_local std::vector<float> buffer;
+  thread_local ConvGeometry last{};
+  const PaddedPlanes s = padded_shape(g);
+  float* copy = padded_buffer(buffer, last, g, /*zeroed=*/true);
+  for (int64_t r = 0; r < g.rows(); ++r) {
+    const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
+    float* to = copy + (c * s.rows + ki) * s.stride + kj;
+    const float* in = cols + r * g.oh * g.ow;
+    for (int64_t i = 0; i < g.oh; ++i)
+      for (int64_t j = 0; j < g.ow; j += 16) {
+        const __mmask16 row_lanes = g.ow - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (g.ow - j)) - 1);
+        const __m512 v = _mm512_maskz_mov_ps(row_lanes, _mm512_loadu_ps(in + i * g.ow + j));
+        float* at = to + i * s.stride + j;
+        _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), v));
+      }
   }
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t y = 0; y < g.h; ++y)
+      std::memcpy(dx + (c * g.h + y) * g.w, copy + (c * s.rows + y + g.padding) * s.stride + g.padding,
+                  static_cast<size_t>(g.w) * sizeof(float));
 }
 #endif
 
-// Whether the stride-1 blocks of T take the AVX-512 helpers above.
+// Whether a stride-1 im2col / col2im of T goes through the padded copy above.
 template <class T>
-bool rows_on_avx512() {
+bool through_padded_copy(const ConvGeometry& g) {
 #if defined(__x86_64__)
-  if constexpr (std::is_same_v<T, float>) return cpu_isa() == CpuIsa::avx512;
+  if constexpr (std::is_same_v<T, float>) return g.stride == 1 && cpu_isa() == CpuIsa::avx512;
 #endif
-  return false;
-}
-
-// Block r = (c, ki, kj) of im2col (into) or col2im (!into) through the AVX-512 helpers, where
-// rows_on_avx512 said so for a stride-1 convolution; false when it did nothing (the caller's scalar
-// loop then runs).
-template <class T>
-bool block_on_avx512(bool vector_rows, bool into, const T* from, T* to, const ConvGeometry& g, int64_t ki, int64_t kj) {
-#if defined(__x86_64__)
-  if constexpr (std::is_same_v<T, float>) {
-    if (!vector_rows) return false;
-    if (into) im2col_block_avx512(from, to, g.h, g.w, g.oh, g.ow, g.padding, ki, kj);
-    else col2im_block_avx512(from, to, g.h, g.w, g.oh, g.ow, g.padding, ki, kj);
-    return true;
-  }
-#endif
-  (void)vector_rows, (void)into, (void)from, (void)to, (void)g, (void)ki, (void)kj;
+  (void)g;
   return false;
 }
 
@@ -99,12 +124,15 @@ bool block_on_avx512(bool vector_rows, bool into, const T* from, T* to, const Co
 
 template <class T>
 void im2col_sample(const T* x, T* cols, const ConvGeometry& g) {
-  const bool vector_rows = g.stride == 1 && rows_on_avx512<T>();
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (through_padded_copy<T>(g)) return im2col_padded_avx512(x, cols, g);
+  }
+#endif
   for (int64_t r = 0; r < g.rows(); ++r) {
     const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
     const T* plane = x + c * g.h * g.w;
     T* out = cols + r * g.oh * g.ow;
-    if (block_on_avx512(vector_rows, /*into=*/true, plane, out, g, ki, kj)) continue;
     for (int64_t i = 0; i < g.oh; ++i) {
       const int64_t y = i * g.stride - g.padding + ki;
       T* row = out + i * g.ow;
@@ -131,13 +159,16 @@ void im2col_sample(const T* x, T* cols, const ConvGeometry& g) {
 
 template <class T>
 void col2im_sample(const T* cols, T* dx, const ConvGeometry& g) {
-  const bool vector_rows = g.stride == 1 && rows_on_avx512<T>();
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (through_padded_copy<T>(g)) return col2im_padded_avx512(cols, dx, g);
+  }
+#endif
   std::fill(dx, dx + g.c * g.h * g.w, T(0));
   for (int64_t r = 0; r < g.rows(); ++r) {
     const int64_t c = r / (g.kh * g.kw), ki = (r / g.kw) % g.kh, kj = r % g.kw;
     const T* in = cols + r * g.oh * g.ow;
     T* plane = dx + c * g.h * g.w;
-    if (block_on_avx512(vector_rows, /*into=*/false, in, plane, g, ki, kj)) continue;
     for (int64_t i = 0; i < g.oh; ++i) {
       const int64_t y = i * g.stride - g.padding + ki;
       if (y < 0 || y >= g.h) continue;

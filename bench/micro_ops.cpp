@@ -314,6 +314,9 @@ int main(int argc, char** argv) {
     gemms.push_back({"conv2 dcols", 288, 64, 196, true, false});
     gemms.push_back({"conv1 fwd", 32, 9, 784, false, false});
     gemms.push_back({"conv1 dw", 32, 784, 9, false, true});
+    gemms.push_back({"conv2 fwd^T", 196, 288, 64, true, true});
+    gemms.push_back({"conv1 dw^T", 9, 784, 32, false, true});
+    gemms.push_back({"conv1 fwd^T", 784, 9, 32, true, true});
     for (const GemmCase& c : gemms) run_gemm(c, fma_gflops, bf16_peak, gen, opt);
 
     // ---- elementwise, memory bound ----

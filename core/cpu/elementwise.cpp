@@ -2,6 +2,7 @@
 #include <type_traits>
 
 #include "core/cpu/loops.h"
+#include "core/cpu_isa.h"
 #include "core/error.h"
 #include "core/kernels.h"
 
@@ -11,6 +12,25 @@ namespace {
 template <class T>
 constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
 
+// Note [GELU sixteen lanes wide]
+// GELU and its backward in f32 are bound by arithmetic, not memory: an exp_of (a polynomial) and a
+// division per element ran at ~10 GB/s in AVX2, a third of a core's memcpy, 8% of a W3 step. With
+// AVX-512 selected their dense rows run through the same loop compiled a second time for AVX-512F,
+// sixteen lanes instead of eight: the same operations on each element.
+template <class F>
+constexpr bool kSixteenLanes = std::is_same_v<F, GeluOp> || std::is_same_v<F, GeluBackwardOp>;
+
+template <class F>
+__attribute__((target("avx512f"))) void dense_unary_avx512(float* out, const float* x, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f(x[i]);
+}
+
+template <class F>
+__attribute__((target("avx512f"))) void dense_binary_avx512(float* out, const float* a, const float* b, int64_t n,
+                                                             F f) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+}
+
 template <class T, class F>
 void unary_loop(const ElementwiseArgs& args, F f) {
   T* out = static_cast<T*>(args.data[0]);
@@ -19,6 +39,9 @@ void unary_loop(const ElementwiseArgs& args, F f) {
     T* o = out + off[0];
     const T* x = in + off[1];
     if (st[0] == 1 && st[1] == 1) {
+      if constexpr (std::is_same_v<T, float> && kSixteenLanes<F>) {
+        if (cpu_isa() == CpuIsa::avx512) return dense_unary_avx512(o, x, n, f);
+      }
       for (int64_t i = 0; i < n; ++i) o[i] = store_as<T>(f(load(x[i])));
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * st[0]] = store_as<T>(f(load(x[i * st[1]])));
@@ -36,6 +59,9 @@ void binary_loop(const ElementwiseArgs& args, F f) {
     const T* x = a + off[1];
     const T* y = b + off[2];
     if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<Out, float> && kSixteenLanes<F>) {
+        if (cpu_isa() == CpuIsa::avx512) return dense_binary_avx512(o, x, y, n, f);
+      }
       for (int64_t i = 0; i < n; ++i) o[i] = store_as<Out>(f(load(x[i]), load(y[i])));
     } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {  // tensor op scalar-like row (bias add)
       const auto yv = load(y[0]);

@@ -713,3 +713,29 @@ TEST_CASE("f16 and bf16 matmul accumulate in f32 and round the result once") {
     CHECK_VALUES(r, Shape({4, 3}), want, 0, 0);
   }
 }
+
+TEST_CASE("gelu and its backward in f32: the AVX-512 rows give the AVX2 rows' values bit for bit") {
+  // 4099 values (a dense row of 16-lane groups and a tail) over the whole range: the exp's clamps
+  // (|2u| past 87), values near 0, infinities and a NaN; then a strided view (the elementwise
+  // loop's other path) for comparison as well.
+  std::vector<double> xv = rgtest::random_values(4099, 41, -12, 12);
+  xv[5] = 0, xv[6] = -0.0, xv[7] = 60, xv[8] = -60, xv[9] = INFINITY, xv[10] = -INFINITY, xv[11] = std::nan("");
+  const Tensor x = make(xv, {4099}), g = make(rgtest::random_values(4099, 42), {4099});
+  std::vector<std::vector<double>> forward, backward;
+  for (ringgrad::CpuIsa isa : rgtest::isas_to_test("gelu")) {
+    rgtest::IsaScope scope(isa);
+    forward.push_back(gelu(x).to_vector());
+    Tensor leaf = x.detach().requires_grad_(true);
+    gelu(leaf).backward(g);
+    backward.push_back(leaf.grad().to_vector());
+    // against the double formula, where it is finite
+    for (size_t i = 12; i < xv.size(); ++i) CHECK(forward.back()[i] == doctest::Approx(gelu_ref(xv[i])).epsilon(1e-5).scale(1e-6));
+  }
+  for (size_t k = 1; k < forward.size(); ++k) {
+    for (size_t i = 0; i < xv.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::memcmp(&forward[k][i], &forward[0][i], sizeof(double)) == 0);
+      CHECK(std::memcmp(&backward[k][i], &backward[0][i], sizeof(double)) == 0);
+    }
+  }
+}

@@ -27,7 +27,7 @@ __attribute__((target("avx512f"))) void dense_unary_avx512(float* out, const flo
 
 template <class F>
 __attribute__((target("avx512f"))) void dense_binary_avx512(float* out, const float* a, const float* b, int64_t n,
-                                                             F f) {
+                                                            F f) {
   for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
 }
 

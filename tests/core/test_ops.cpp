@@ -729,7 +729,8 @@ TEST_CASE("gelu and its backward in f32: the AVX-512 rows give the AVX2 rows' va
     gelu(leaf).backward(g);
     backward.push_back(leaf.grad().to_vector());
     // against the double formula, where it is finite
-    for (size_t i = 12; i < xv.size(); ++i) CHECK(forward.back()[i] == doctest::Approx(gelu_ref(xv[i])).epsilon(1e-5).scale(1e-6));
+    for (size_t i = 12; i < xv.size(); ++i)
+      CHECK(forward.back()[i] == doctest::Approx(gelu_ref(xv[i])).epsilon(1e-5).scale(1e-6));
   }
   for (size_t k = 1; k < forward.size(); ++k) {
     for (size_t i = 0; i < xv.size(); ++i) {

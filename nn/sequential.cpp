@@ -12,7 +12,8 @@ namespace {
 // The module is exactly class M and called plainly: no hooks, no activation checkpointing.
 template <class M>
 const M* plain(const std::shared_ptr<Module>& module) {
-  if (typeid(*module) != typeid(M) || module->has_forward_hooks() || module->activations_checkpointed()) return nullptr;
+  const Module& m = *module;
+  if (typeid(m) != typeid(M) || m.has_forward_hooks() || m.activations_checkpointed()) return nullptr;
   return static_cast<const M*>(module.get());
 }
 

@@ -48,13 +48,15 @@ RG_HOST_DEVICE RG_INLINE int64_t operand_offset(const ElementwiseArgs& args, int
 // the compiler turns into AVX2 code: x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 split
 // in two so n ln2 is exact), exp(r) by its Taylor series to r^7 (truncation < 6e-9 relative), then
 // 2^n put straight into the exponent bits. Accurate to ~2 ulp; exact 0 / inf outside the float range
-// (as expf). Device code uses the CUDA library's expf; double stays std::exp.
+// and NaN for NaN (as expf). Device code uses the CUDA library's expf; double stays std::exp.
 RG_HOST_DEVICE RG_INLINE float exp_of(float x) {
 #ifdef __CUDA_ARCH__
   return ::expf(x);
 #else
   constexpr float kLo = -87.3f, kHi = 88.3f;  // 2^n stays a normal float in between
-  const float xc = x < kLo ? kLo : (x > kHi ? kHi : x);
+  // A NaN goes through the arithmetic as kLo (a NaN reaching the float-to-int conversion below would
+  // be undefined behaviour) and comes out as itself at the end.
+  const float xc = x >= kLo ? (x <= kHi ? x : kHi) : kLo;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float n = (xc * 1.44269504088896341f + kRound) - kRound;
   const float r = (xc - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
@@ -70,7 +72,7 @@ RG_HOST_DEVICE RG_INLINE float exp_of(float x) {
   float scale;
   __builtin_memcpy(&scale, &bits, sizeof scale);
   const float y = p * scale;
-  return x < kLo ? 0.0f : (x > kHi ? __builtin_inff() : y);
+  return x != x ? x : (x < kLo ? 0.0f : (x > kHi ? __builtin_inff() : y));
 #endif
 }
 RG_HOST_DEVICE RG_INLINE double exp_of(double x) { return std::exp(x); }

@@ -1,6 +1,6 @@
 // micro_ops: throughput of ringgrad's basic operations, each printed beside its ceiling.
 //
-//   micro_ops [--threads N] [--repeat N] [--warmup N] [--ceilings-only]
+//   micro_ops [--threads N] [--repeat N] [--warmup N] [--ceilings-only] [--only gemm|attention|elementwise]
 //
 // GEMM   ringgrad::matmul on square products, on the W1 MLP shapes (784-512-512-10, batch 128;
 //        forward x @ w^T and the backward products) and on W3 GPT-mini's, in GFLOP/s = 2·M·N·K / time. Beside each one,
@@ -10,6 +10,10 @@
 //        The bf16 columns: the same product on bf16 operands (the AVX512_BF16 dot-product GEMM where
 //        the CPU has it, else f32 compute), its speed-up over f32 and its share of the bf16
 //        dot-product peak (bench/fma_peak.h; the FMA peak where bf16 is computed in f32).
+// attention  causal self-attention from the packed projection on W3's shape (16 sequences of 128,
+//        4 heads of 32), forward and backward, with the fused kernel (Note [Fused causal attention])
+//        and the plain one alternated sample by sample, in GFLOP/s of the useful products (each
+//        visible (query, key) pair: 4·D FLOPs forward, 8·D backward); `check` compares the two.
 // memory add, mul, exp on 64 MiB f32 tensors through ringgrad ops, in GB/s = (bytes read + bytes
 //        written) / time, against the bandwidth of std::memcpy on one core (256 MiB buffers; a copy
 //        reads and writes every byte, so it is counted the same way).
@@ -41,6 +45,7 @@
 #include <vector>
 
 #include "bench/fma_peak.h"
+#include "core/native/native.h"
 #include "examples/common/command_line.h"
 #include "examples/common/flags.h"
 #include "ringgrad.h"
@@ -55,6 +60,7 @@ struct Options {
   int repeat = 10;
   int warmup = 2;
   bool ceilings_only = false;  // print the sgemm and memcpy ceilings, skip the tables
+  std::string only = "all";    // one table: gemm, attention or elementwise
 };
 
 // The flags, or the exit code when the program should stop (--help, --version, a mistake).
@@ -65,6 +71,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& opt) {
   app.add_option("--repeat", opt.repeat, "timed samples per operation")->check(rg::flags::int_in(1, 1'000'000));
   app.add_option("--warmup", opt.warmup, "untimed runs before the samples")->check(rg::flags::int_in(0, 1'000'000));
   app.add_flag("--ceilings-only", opt.ceilings_only, "print the sgemm peak and memcpy bandwidth lines only");
+  app.add_option("--only", opt.only, "print one table after the ceilings")
+      ->check(CLI::IsMember({"all", "gemm", "attention", "elementwise"}));
   return rg::flags::parse_command_line(app, argc, argv);
 }
 
@@ -203,6 +211,50 @@ void run_gemm(const GemmCase& c, double fma_gflops, double bf16_peak, rg::Genera
               bf16_best / ours_best, 100.0 * bf16_best / bf16_peak);
 }
 
+// ---- attention ---------------------------------------------------------------------------------
+
+// Fusion on or off for one call, restored after.
+template <class Fn>
+auto with_fusion(bool on, Fn fn) {
+  const bool before = rg::fusion_enabled();
+  rg::set_fusion(on);
+  auto out = fn();
+  rg::set_fusion(before);
+  return out;
+}
+
+void run_attention(int64_t B, int64_t T, int64_t H, int64_t D, double fma_gflops, rg::Generator& gen,
+                   const Options& opt) {
+  namespace native = rg::native;
+  const int64_t C = H * D;
+  const rg::Tensor qkv = rg::randn({B, T, 3 * C}, gen), dy = rg::randn({B, T, C}, gen);
+  const auto forward = [&](bool fused) {
+    return with_fusion(fused, [&] { return native::causal_self_attention(qkv, H); });
+  };
+  const native::AttentionOutput fused = forward(true), plain = forward(false);
+  const auto backward = [&](const native::AttentionOutput& saved) {
+    return native::causal_self_attention_backward(dy, qkv, saved, H);
+  };
+  const bool ran_fused = !fused.att.defined();
+  const bool ok =
+      rg::max_abs_diff(fused.y, plain.y) <= 1e-5 && rg::max_abs_diff(backward(fused), backward(plain)) <= 1e-4;
+  const double pairs = static_cast<double>(B * H) * static_cast<double>(T) * static_cast<double>(T + 1) / 2;
+  const std::string shape = "(" + std::to_string(B) + ", " + std::to_string(T) + ", 3x" + std::to_string(C) + "), " +
+                            std::to_string(H) + " heads";
+  for (const bool is_backward : {false, true}) {
+    const std::vector<Stats> t = is_backward ? measure({[&] { backward(fused); }, [&] { backward(plain); }}, opt)
+                                             : measure({[&] { forward(true); }, [&] { forward(false); }}, opt);
+    const double flops = pairs * 4.0 * static_cast<double>(D) * (is_backward ? 2.0 : 1.0);
+    for (size_t k = 0; k < 2; ++k) {
+      const std::string name = std::string(is_backward ? "bwd " : "fwd ") + (k == 0 ? "fused" : "plain");
+      std::printf("%-12s %-28s %10.3f %10.3f %10.1f %10.1f %7.0f%% %5s %8.2f\n", name.c_str(), shape.c_str(),
+                  t[k].best * 1e3, t[k].median * 1e3, flops / t[k].best / 1e9, flops / t[k].median / 1e9,
+                  100.0 * flops / t[k].best / 1e9 / fma_gflops, ok ? "ok" : "WRONG", t[1].best / t[k].best);
+    }
+  }
+  if (!ran_fused) std::printf("# attention: the fused kernel does not run here (it needs AVX-512 and f32)\n");
+}
+
 // ---- elementwise -------------------------------------------------------------------------------
 
 struct ElementwiseCase {
@@ -285,11 +337,13 @@ int main(int argc, char** argv) {
     if (opt.ceilings_only) return 0;
 
     // ---- GEMM ----
-    std::printf("\n");
-    std::printf("%-12s %-28s %10s %10s %10s %10s %10s %8s %8s %5s %10s %8s %8s\n", "gemm", "shape", "best_ms",
-                "median_ms", "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_fma", "check", "bf16_GF/s", "vs_f32",
-                "of_peak");
-    print_rule();
+    if (opt.only == "all" || opt.only == "gemm") {
+      std::printf("\n");
+      std::printf("%-12s %-28s %10s %10s %10s %10s %10s %8s %8s %5s %10s %8s %8s\n", "gemm", "shape", "best_ms",
+                  "median_ms", "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_fma", "check", "bf16_GF/s", "vs_f32",
+                  "of_peak");
+      print_rule();
+    }
     std::vector<GemmCase> gemms;
     for (int64_t s : {128, 256, 512, 1024, 2048}) gemms.push_back({"square", s, s, s, false, false});
     // W1 (784-512-512-10, batch 128): linear(x, w) = x @ w^T with w stored (out, in).
@@ -317,7 +371,19 @@ int main(int argc, char** argv) {
     gemms.push_back({"conv2 fwd^T", 196, 288, 64, true, true});
     gemms.push_back({"conv1 dw^T", 9, 784, 32, false, true});
     gemms.push_back({"conv1 fwd^T", 784, 9, 32, true, true});
-    for (const GemmCase& c : gemms) run_gemm(c, fma_gflops, bf16_peak, gen, opt);
+    if (opt.only == "all" || opt.only == "gemm")
+      for (const GemmCase& c : gemms) run_gemm(c, fma_gflops, bf16_peak, gen, opt);
+
+    // ---- attention ----
+    if (opt.only == "all" || opt.only == "attention") {
+      std::printf("\n");
+      std::printf("%-12s %-28s %10s %10s %10s %10s %8s %5s %8s\n", "attention", "shape", "best_ms", "median_ms",
+                  "GFLOP/s", "med_GF/s", "of_fma", "check", "vs_plain");
+      print_rule();
+      run_attention(16, 128, 4, 32, fma_gflops, gen, opt);  // W3
+      run_attention(4, 256, 4, 64, fma_gflops, gen, opt);   // longer sequences, wider heads
+    }
+    if (opt.only != "all" && opt.only != "elementwise") return 0;
 
     // ---- elementwise, memory bound ----
     std::printf("\n");

@@ -200,6 +200,16 @@ void conv_block_forward(DType dtype, const ConvShape& s, const void* x, const vo
 void conv_block_backward(DType dtype, const ConvShape& s, const void* x, const void* w, const void* pooled,
                          const uint8_t* window, const void* dpooled, void* dx, void* dw, void* dbias);
 
+// Causal self-attention without its probabilities (Note [Fused causal attention] in
+// core/cpu/fused_attention.cpp): f32, layouts as attention_forward / attention_backward, with lse:
+// (B, H, n), each row's log-sum-exp of its scaled scores, in place of att; the backward reads the
+// forward's y. Available where AVX-512 is selected and the head size D = C / H is a multiple of 32.
+bool fused_attention_available(int64_t head_dim);
+void fused_attention_forward(const float* qkv, float* y, float* lse, int64_t B, int64_t n, int64_t C, int64_t H,
+                             double scale, const AttentionDropout& drop);
+void fused_attention_backward(const float* dy, const float* qkv, const float* y, const float* lse, float* dqkv,
+                              int64_t B, int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop);
+
 Allocator& allocator();
 }  // namespace cpu
 

@@ -72,16 +72,20 @@ Tensor causal_self_attention(const Tensor& q, const Tensor& k, const Tensor& v) 
 }
 
 // qkv: (B, T, 3C) -> (B, T, C): the same attention straight from the packed projection (Note
-// [Attention without head copies] in core/cpu/attention.cpp). Saves qkv and the probabilities.
+// [Attention without head copies] in core/cpu/attention.cpp). Saves qkv and the probabilities, or,
+// from the fused CPU kernel, y and each row's log-sum-exp (Note [Fused causal attention] in
+// core/cpu/fused_attention.cpp).
 Tensor causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout, Generator& gen) {
   const int64_t probabilities = qkv.dim() == 3 && n_head > 0 ? qkv.size(0) * n_head * qkv.size(1) * qkv.size(1) : 0;
   const uint64_t seed = gen.seed();
   // One Philox counter per four probabilities, reserved only when dropout draws any.
   const uint64_t offset = dropout > 0 ? gen.advance(static_cast<uint64_t>(probabilities + 3) / 4) : 0;
   native::AttentionOutput out = native::causal_self_attention(qkv, n_head, dropout, seed, offset);
+  native::AttentionOutput saved{Tensor(), out.att, out.y_compute.defined() ? out.y_compute.detach() : Tensor(),
+                                out.lse};
   record("causal_self_attention", {out.y}, {qkv},
-         [qkv = qkv.detach(), att = out.att, n_head, dropout, seed, offset](const TensorList& g, const NeedsGrad&) {
-           return TensorList{native::causal_self_attention_backward(g[0], qkv, att, n_head, dropout, seed, offset)};
+         [qkv = qkv.detach(), saved, n_head, dropout, seed, offset](const TensorList& g, const NeedsGrad&) {
+           return TensorList{native::causal_self_attention_backward(g[0], qkv, saved, n_head, dropout, seed, offset)};
          });
   return out.y;
 }

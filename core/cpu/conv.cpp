@@ -25,16 +25,7 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-// GCC 12 reports the self-initialised placeholder its AVX-512 intrinsics pass as the source of
-// their unmasked forms (GCC bug 105593; see core/cpu/bf16_gemm.cpp). Nothing reads it.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
+#include "core/cpu/avx512_intrinsics.h"
 #include "core/cpu/dispatch.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/im2col.h"

@@ -334,6 +334,26 @@ inline void backend_conv_block_backward(Device d, DType t, const ConvShape& s, c
   only_on("conv2d_relu_max_pool2d backward", "the CPU", d);
 }
 
+// ---- fused causal attention (CPU only) --------------------------------------------------------------
+// Whether the device has core/cpu/fused_attention.cpp's kernel for this compute dtype and head size;
+// elsewhere the attention kernels above run and keep the probabilities.
+inline bool backend_has_fused_attention(Device d, DType t, int64_t head_dim) {
+  return d.is_cpu() && t == DType::f32 && cpu::fused_attention_available(head_dim);
+}
+
+inline void backend_fused_attention_forward(Device d, const float* qkv, float* y, float* lse, int64_t B, int64_t n,
+                                            int64_t C, int64_t H, double scale, const AttentionDropout& drop) {
+  if (d.is_cpu()) return cpu::fused_attention_forward(qkv, y, lse, B, n, C, H, scale, drop);
+  only_on("causal_self_attention (fused)", "the CPU", d);
+}
+
+inline void backend_fused_attention_backward(Device d, const float* dy, const float* qkv, const float* y,
+                                             const float* lse, float* dqkv, int64_t B, int64_t n, int64_t C, int64_t H,
+                                             double scale, const AttentionDropout& drop) {
+  if (d.is_cpu()) return cpu::fused_attention_backward(dy, qkv, y, lse, dqkv, B, n, C, H, scale, drop);
+  only_on("causal_self_attention_backward (fused)", "the CPU", d);
+}
+
 #undef RG_ON_BACKEND
 
 }  // namespace ringgrad::native

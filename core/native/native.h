@@ -83,10 +83,14 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
 Tensor causal_softmax(const Tensor& scores, double scale);
 Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale);
 // qkv: (B, T, 3C), rows [q | k | v], n_head heads of D = C / n_head -> y: (B, T, C), heads side by
-// side, and att: (B, n_head, T, T), the probabilities the backward needs (compute dtype; only
-// the causal blocks are defined). Note [Attention without head copies] in core/cpu/attention.cpp.
+// side, and what the backward needs, in the compute dtype: att, (B, n_head, T, T), the probabilities
+// (only the causal blocks defined; Note [Attention without head copies] in core/cpu/attention.cpp);
+// or, where the fused kernel ran (fusion on, f32 compute on a CPU with AVX-512, D a multiple of 32:
+// Note [Fused causal attention] in core/cpu/fused_attention.cpp), no att but y_compute (y in the
+// compute dtype: y itself for f32 parameters) and lse: (B, n_head, T), each row's log-sum-exp.
 struct AttentionOutput {
   Tensor y, att;
+  Tensor y_compute, lse;
 };
 // dropout > 0: attention dropout with a keep mask drawn from Philox (seed, offset): the backward,
 // given the same three numbers, recomputes the same mask.
@@ -96,7 +100,8 @@ struct AttentionOutput {
 Tensor dropout(const Tensor& x, double rate, uint64_t seed, uint64_t offset);
 AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout = 0, uint64_t seed = 0,
                                       uint64_t offset = 0);
-Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att, int64_t n_head,
+// saved: the forward's output (att, or y_compute and lse; y itself is not read).
+Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const AttentionOutput& saved, int64_t n_head,
                                       double dropout = 0, uint64_t seed = 0, uint64_t offset = 0);
 
 // ---- softmax family -------------------------------------------------------------------------------

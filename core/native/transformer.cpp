@@ -7,6 +7,7 @@
 // copies] in core/cpu/attention.cpp).
 #include <cmath>
 
+#include "core/fusion.h"
 #include "core/native/backend.h"
 #include "core/native/native.h"
 #include "core/profiler.h"
@@ -119,25 +120,41 @@ AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double 
   profiler::OpScope op("causal_self_attention", attention_flops(B, n, C));
   const AttentionDropout drop{dropout, seed, offset};
   Tensor x = dense(qkv, ct);
-  AttentionOutput out{empty({B, n, C}, ct, qkv.device()), empty({B, n_head, n, n}, ct, qkv.device())};
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
-  backend_attention_forward(qkv.device(), ct, x.raw_data(), out.y.raw_data(), out.att.raw_data(), B, n, C, n_head,
-                            scale, drop);
+  AttentionOutput out;
+  out.y = empty({B, n, C}, ct, qkv.device());
+  if (fusion_enabled() && backend_has_fused_attention(qkv.device(), ct, C / n_head)) {
+    out.lse = empty({B, n_head, n}, ct, qkv.device());
+    backend_fused_attention_forward(qkv.device(), x.data<float>(), out.y.data<float>(), out.lse.data<float>(), B, n, C,
+                                    n_head, scale, drop);
+    out.y_compute = out.y;
+  } else {
+    out.att = empty({B, n_head, n, n}, ct, qkv.device());
+    backend_attention_forward(qkv.device(), ct, x.raw_data(), out.y.raw_data(), out.att.raw_data(), B, n, C, n_head,
+                              scale, drop);
+  }
   out.y = dense(out.y, qkv.dtype());
   return out;
 }
 
-Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att, int64_t n_head,
+Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const AttentionOutput& saved, int64_t n_head,
                                       double dropout, uint64_t seed, uint64_t offset) {
-  const DType ct = att.dtype();
+  const bool fused = saved.lse.defined();
+  RG_CHECK(fused ? saved.y_compute.defined() : saved.att.defined(), "causal_self_attention_backward",
+           "the forward's saved tensors are missing (", fused ? "y" : "the probabilities", ")");
+  const DType ct = fused ? saved.lse.dtype() : saved.att.dtype();
   const AttentionDropout drop{dropout, seed, offset};
   const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;
   profiler::OpScope op("causal_self_attention_backward", 2 * attention_flops(B, n, C));
   Tensor g = dense(dy, ct), x = dense(qkv, ct);
   Tensor dqkv = empty(qkv.shape(), ct, qkv.device());
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
-  backend_attention_backward(qkv.device(), ct, g.raw_data(), x.raw_data(), att.raw_data(), dqkv.raw_data(), B, n, C,
-                             n_head, scale, drop);
+  if (fused)
+    backend_fused_attention_backward(qkv.device(), g.data<float>(), x.data<float>(), saved.y_compute.data<float>(),
+                                     saved.lse.data<float>(), dqkv.data<float>(), B, n, C, n_head, scale, drop);
+  else
+    backend_attention_backward(qkv.device(), ct, g.raw_data(), x.raw_data(), saved.att.raw_data(), dqkv.raw_data(), B,
+                               n, C, n_head, scale, drop);
   return dense(dqkv, qkv.dtype());
 }
 

@@ -16,12 +16,7 @@ using namespace ringgrad;
 
 namespace {
 
-// Fusion on or off for one scope, restored after.
-struct FusionScope {
-  explicit FusionScope(bool on) : before(fusion_enabled()) { set_fusion(on); }
-  ~FusionScope() { set_fusion(before); }
-  bool before;
-};
+using rgtest::FusionScope;
 
 struct ThreadsScope {
   explicit ThreadsScope(int n) : before(num_threads()) { set_num_threads(n); }

@@ -232,7 +232,10 @@ TEST_CASE("causal self-attention dropout: kept entries scaled by 1/(1-p), seeded
 
 TEST_CASE("causal self-attention in f32: the AVX-512 softmax rows give the AVX2 rows' values bit for bit") {
   // 70 queries (row blocks 32, 32, 6), 2 heads of 40 (rows of keys past a 16-lane group), with and
-  // without attention dropout; forward output and the gradient of the packed projection.
+  // without attention dropout; forward output and the gradient of the packed projection. The plain
+  // kernels: the fused one (AVX-512 only) is compared with them in test_fused_attention.cpp.
+  const bool fusion_before = fusion_enabled();
+  set_fusion(false);
   const int64_t B = 2, T = 70, H = 2, C = 80;
   Generator data(11);
   const Tensor qkv = randn({B, T, 3 * C}, data), g = randn({B, T, C}, data);
@@ -259,4 +262,5 @@ TEST_CASE("causal self-attention in f32: the AVX-512 softmax rows give the AVX2 
       CHECK(grads[k] == grads[0]);
     }
   }
+  set_fusion(fusion_before);
 }

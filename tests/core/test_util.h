@@ -154,6 +154,13 @@ struct IsaScope {
   ~IsaScope() { ringgrad::set_cpu_isa(before); }
 };
 
+// Turns fusion (core/fusion.h) on or off for one scope and restores the previous setting after it.
+struct FusionScope {
+  bool before = ringgrad::fusion_enabled();
+  explicit FusionScope(bool on) { ringgrad::set_fusion(on); }
+  ~FusionScope() { ringgrad::set_fusion(before); }
+};
+
 // The ISAs this CPU runs, to test `what` on each; the AVX-512 cases are skipped, saying so, where the
 // CPU lacks AVX-512F.
 inline std::vector<ringgrad::CpuIsa> isas_to_test(const char* what) {

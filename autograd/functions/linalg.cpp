@@ -67,8 +67,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 //   the BLAS takes as is),   db = column sums of dy.
 // With a bias, y starts as b in every row and the GEMM adds x W^T to it (beta = 1): OpenBLAS zeroes C
 // before a beta = 0 product (sgemm_beta, a pass over y), and adding b after would be another read and
-// write of y; this way y is written once before the GEMM. (CPU f16 / bf16, computed in f32 by mm,
-// keep the separate add.)
+// write of y. On the CPU in f32 the GEMM starts from b itself and y is written once (Note [A bias as
+// the GEMM's starting point] in core/cpu/gemm.cpp). (CPU f16 / bf16, computed in f32 by mm, keep the
+// separate add.)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   RG_CHECK(weight.defined() && weight.dim() == 2, "linear", "weight must be (out, in), got ", weight.desc());
   RG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear", "input ", x.desc(),
@@ -83,9 +84,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y2;                                                        // (N, out)
   if (bias.defined() && !native::needs_f32_compute(x2) && bias.dtype() == x.dtype() && bias.device() == x.device() &&
       x2.dtype() == weight.dtype()) {
-    y2 = native::empty({x2.size(0), out_features}, x.dtype(), x.device());
-    native::copy_(y2, native::expand(bias, {x2.size(0), out_features}));  // every row = b
-    native::addmm_(y2, x2, wt);                                           // += x W^T
+    y2 = native::mm_add_row(x2, wt, bias);  // every row b, plus x W^T
   } else {
     y2 = native::mm(x2, wt);
     if (bias.defined()) native::binary_(BinaryOp::add, y2, bias);  // each row += b

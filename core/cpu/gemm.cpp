@@ -58,6 +58,39 @@ void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
   gemm_on_this_thread(dtype, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// Note [A bias as the GEMM's starting point]: linear's y = x W^T + b used to be two passes over y --
+// every row set to b, then the GEMM adding x W^T to it (beta = 1) -- and the first wrote 4 MiB per
+// GPT-mini layer only for the GEMM to read it back. tiled_sgemm_from starts its first K panel from
+// the bias row itself (row stride 0), so y is written once; it is the same arithmetic on the same
+// values, so y is the same to the bit. Products that OpenBLAS takes keep the two passes.
+void gemm_add_row(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, const float* row, float* c, int64_t ldc) {
+  const auto part = [&](int64_t rows, int64_t cols, const float* a_part, const float* b_part, const float* row_part,
+                        float* c_part) {
+    if (tiled_sgemm_suits(trans_a, rows, cols, k)) {
+      tiled_sgemm_from(trans_a, trans_b, rows, cols, k, 1.0f, a_part, lda, b_part, ldb, 1.0f, row_part, 0, c_part, ldc);
+      return;
+    }
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(row_part, cols, c_part + i * ldc);
+    gemm_on_this_thread(DType::f32, trans_a, trans_b, rows, cols, k, 1.0, a_part, lda, b_part, ldb, 1.0, c_part, ldc);
+  };
+  const int threads = num_threads();
+  if (threads > 1 && 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= kSplitFlops) {
+    // Split as cpu::gemm splits (Note [GEMMs split over the pool]), so the blocks are the same.
+    if (m >= n) {
+      parallel_for(m, std::max<int64_t>(16, (m + threads - 1) / threads), [&](int64_t lo, int64_t hi) {
+        part(hi - lo, n, trans_a ? a + lo : a + lo * lda, b, row, c + lo * ldc);
+      });
+    } else {
+      parallel_for(n, std::max<int64_t>(16, (n + threads - 1) / threads), [&](int64_t lo, int64_t hi) {
+        part(m, hi - lo, a, trans_b ? b + lo * ldb : b + lo, row + lo, c + lo);
+      });
+    }
+    return;
+  }
+  part(m, n, a, b, row, c);
+}
+
 void gemm_on_this_thread(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                          const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;

@@ -119,13 +119,15 @@ void pack_a_transposed(const float* a, int64_t lda, int64_t i0, int64_t mc, int6
   }
 }
 
-// One register tile: C(0:rows, 0:cols) = alpha * sum_kk A(r, kk) Bp(kk, :) + (first ? beta : 1) * C,
+// One register tile: C(0:rows, 0:cols) = alpha * sum_kk A(r, kk) Bp(kk, :) + (first ? beta C0 : C),
 // where A(r, kk) = a[row[r] + kk * kstep] (rows of a row-major A: row[r] = r * lda, kstep = 1;
-// columns of a transposed or packed A: row[r] = r, kstep = lda or kMR). When first and beta == 0,
-// C is written without being read.
+// columns of a transposed or packed A: row[r] = r, kstep = lda or kMR), and C0, what the first K
+// panel starts from, is read at c0 with row stride ldc0 (C itself, or one row for every row: a
+// bias). When first and beta == 0, nothing is read.
 template <bool kFullTile>
 inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t kstep, const float* bp, float* c,
-                        int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta, bool first) {
+                        int64_t ldc, const float* c0, int64_t ldc0, int64_t rows, int64_t cols, float alpha, float beta,
+                        bool first) {
   __m256 acc[kMR][2];
   for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const float* a_rows[kMR];
@@ -147,16 +149,19 @@ inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t 
   const __m256 va = _mm256_set1_ps(alpha);
   const bool overwrite = first && beta == 0.0f;
   const float scale_c = first ? beta : 1.0f;
+  const float* from = first ? c0 : c;  // what the tile adds to
+  const int64_t ld_from = first ? ldc0 : ldc;
   if constexpr (kFullTile) {
     const __m256 vb = _mm256_set1_ps(scale_c);
     for (int r = 0; r < kMR; ++r) {
       float* cr = c + r * ldc;
+      const float* fr = from + r * ld_from;
       if (overwrite) {
         _mm256_storeu_ps(cr, _mm256_mul_ps(va, acc[r][0]));
         _mm256_storeu_ps(cr + 8, _mm256_mul_ps(va, acc[r][1]));
       } else {
-        _mm256_storeu_ps(cr, _mm256_fmadd_ps(va, acc[r][0], _mm256_mul_ps(vb, _mm256_loadu_ps(cr))));
-        _mm256_storeu_ps(cr + 8, _mm256_fmadd_ps(va, acc[r][1], _mm256_mul_ps(vb, _mm256_loadu_ps(cr + 8))));
+        _mm256_storeu_ps(cr, _mm256_fmadd_ps(va, acc[r][0], _mm256_mul_ps(vb, _mm256_loadu_ps(fr))));
+        _mm256_storeu_ps(cr + 8, _mm256_fmadd_ps(va, acc[r][1], _mm256_mul_ps(vb, _mm256_loadu_ps(fr + 8))));
       }
     }
   } else {  // an edge tile: through a buffer, reading and writing only the rows and columns inside C
@@ -166,7 +171,7 @@ inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t 
     alignas(32) float tile[kMR][kNR] = {};
     const __m256 vb = _mm256_set1_ps(scale_c);
     for (int r = 0; r < kMR; ++r) {
-      if (!overwrite && r < rows) std::memcpy(tile[r], c + r * ldc, static_cast<size_t>(cols) * sizeof(float));
+      if (!overwrite && r < rows) std::memcpy(tile[r], from + r * ld_from, static_cast<size_t>(cols) * sizeof(float));
       for (int h = 0; h < 2; ++h) {
         const __m256 old_c = _mm256_load_ps(tile[r] + 8 * h);
         _mm256_store_ps(tile[r] + 8 * h, overwrite ? _mm256_mul_ps(va, acc[r][h])
@@ -185,8 +190,8 @@ inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t 
 template <bool kFullTile>
 __attribute__((target("avx512f"))) void tile_kernel_avx512(int64_t kc, const float* a, const int64_t* row,
                                                            int64_t kstep, const float* bp, float* c, int64_t ldc,
-                                                           int64_t rows, int64_t cols, float alpha, float beta,
-                                                           bool first) {
+                                                           const float* c0, int64_t ldc0, int64_t rows, int64_t cols,
+                                                           float alpha, float beta, bool first) {
   __m512 acc[kMR][2];
   for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const float* a_rows[kMR];
@@ -206,12 +211,15 @@ __attribute__((target("avx512f"))) void tile_kernel_avx512(int64_t kc, const flo
   const __m512 va = _mm512_set1_ps(alpha);
   const bool overwrite = first && beta == 0.0f;
   const __m512 vb = _mm512_set1_ps(first ? beta : 1.0f);
+  const float* from = first ? c0 : c;  // what the tile adds to
+  const int64_t ld_from = first ? ldc0 : ldc;
   if constexpr (kFullTile) {
     for (int r = 0; r < kMR; ++r) {
       float* cr = c + r * ldc;
+      const float* fr = from + r * ld_from;
       for (int h = 0; h < 2; ++h) {
         const __m512 out = overwrite ? _mm512_mul_ps(va, acc[r][h])
-                                     : _mm512_fmadd_ps(va, acc[r][h], _mm512_mul_ps(vb, _mm512_loadu_ps(cr + 16 * h)));
+                                     : _mm512_fmadd_ps(va, acc[r][h], _mm512_mul_ps(vb, _mm512_loadu_ps(fr + 16 * h)));
         _mm512_storeu_ps(cr + 16 * h, out);
       }
     }
@@ -226,10 +234,11 @@ __attribute__((target("avx512f"))) void tile_kernel_avx512(int64_t kc, const flo
     for (int r = 0; r < kMR; ++r) {
       if (r >= rows) break;
       float* cr = c + r * ldc;
+      const float* fr = from + r * ld_from;
       for (int h = 0; h < 2; ++h) {
         const __m512 out =
             overwrite ? _mm512_mul_ps(va, acc[r][h])
-                      : _mm512_fmadd_ps(va, acc[r][h], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(lanes[h], cr + 16 * h)));
+                      : _mm512_fmadd_ps(va, acc[r][h], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(lanes[h], fr + 16 * h)));
         _mm512_mask_storeu_ps(cr + 16 * h, lanes[h], out);
       }
     }
@@ -254,7 +263,8 @@ struct Avx512Tiles {
 
 template <class Tiles>
 void tiled_sgemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                         int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+                         int64_t lda, const float* b, int64_t ldb, float beta, const float* c0, int64_t ldc0, float* c,
+                         int64_t ldc) {
   constexpr int64_t kNR = Tiles::kWidth;  // this path's tile width (shadows the AVX2 one)
   // Per thread (cpu::gemm runs blocks of one product on several pool threads at once), grown once.
   thread_local std::vector<float> packed_b;
@@ -297,12 +307,13 @@ void tiled_sgemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
               // rows past m read row m - 1 again (in bounds); their results are not stored
               for (int64_t r = 0; r < kMR; ++r) row[r] = (i + std::min(r, rows - 1)) * a_row_step;
             }
+            const float* c0_tile = c0 + i * ldc0 + j0 + s * kNR;
             if (rows == kMR && cols == kNR)
-              Tiles::template kernel<true>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta,
-                                           first);
+              Tiles::template kernel<true>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, c0_tile, ldc0, rows,
+                                           cols, alpha, beta, first);
             else
-              Tiles::template kernel<false>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, rows, cols, alpha, beta,
-                                            first);
+              Tiles::template kernel<false>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, c0_tile, ldc0, rows,
+                                            cols, alpha, beta, first);
           }
         }
       }
@@ -316,15 +327,21 @@ bool tiled_sgemm_available() { return true; }
 
 void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  tiled_sgemm_from(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c, ldc);
+}
+
+void tiled_sgemm_from(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                      int64_t lda, const float* b, int64_t ldb, float beta, const float* c0, int64_t ldc0, float* c,
+                      int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  if (k <= 0 || alpha == 0.0f) {  // C = beta * C; as BLAS: A and B unread, beta == 0 overwrites (NaN too)
+  if (k <= 0 || alpha == 0.0f) {  // C = beta * C0; as BLAS: A and B unread, beta == 0 overwrites (NaN too)
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c0[i * ldc0 + j];
     return;
   }
   if (cpu_isa() == CpuIsa::avx512)
-    tiled_sgemm_blocked<Avx512Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  else tiled_sgemm_blocked<Avx2Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    tiled_sgemm_blocked<Avx512Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc0, c, ldc);
+  else tiled_sgemm_blocked<Avx2Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc0, c, ldc);
 }
 
 bool tiled_sgemm_suits(bool /*trans_a*/, int64_t /*m*/, int64_t n, int64_t k) {
@@ -340,6 +357,11 @@ bool tiled_sgemm_suits(bool /*trans_a*/, int64_t /*m*/, int64_t n, int64_t k) {
 bool tiled_sgemm_available() { return false; }
 void tiled_sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
                  float*, int64_t) {
+  RG_FAIL("tiled_sgemm",
+          "this build has no AVX2 + FMA (RINGGRAD_ISA_FLAGS); use cpu::gemm, which falls back to OpenBLAS");
+}
+void tiled_sgemm_from(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                      const float*, int64_t, float*, int64_t) {
   RG_FAIL("tiled_sgemm",
           "this build has no AVX2 + FMA (RINGGRAD_ISA_FLAGS); use cpu::gemm, which falls back to OpenBLAS");
 }

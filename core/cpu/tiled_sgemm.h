@@ -17,6 +17,13 @@ bool tiled_sgemm_available();
 void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// The same with C starting from C0 instead of itself: C = alpha * op(A) op(B) + beta * C0, C0 read at
+// c0 with row stride ldc0 -- 0 adds one row (a bias) to every row of C, which is never read. The
+// arithmetic is tiled_sgemm's on a C that held C0: the same bits.
+void tiled_sgemm_from(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                      int64_t lda, const float* b, int64_t ldb, float beta, const float* c0, int64_t ldc0, float* c,
+                      int64_t ldc);
+
 // Whether cpu::gemm hands an f32 product of this shape to tiled_sgemm (otherwise OpenBLAS takes it).
 // Depends on the selected ISA (core/cpu_isa.h): the AVX-512 path also takes long products.
 // RINGGRAD_GEMM=openblas in the environment sends everything to OpenBLAS (for A/B measurements).

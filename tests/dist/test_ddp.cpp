@@ -812,8 +812,8 @@ TEST_CASE("ddp: the profiler's op events join the merged Chrome trace, under eac
     text << in.rdbuf();
     const std::string json = text.str();
     for (int rank = 0; rank < N; ++rank) {
-      // The forward's products (nn::Linear: bias, then addmm_) on each rank's compute row.
-      CHECK(json.find(rg::str_cat("\"name\": \"addmm_\", \"cat\": \"op:forward\", \"ph\": \"X\", \"pid\": ", rank,
+      // The forward's products (nn::Linear: the GEMM that starts from the bias) on each rank's compute row.
+      CHECK(json.find(rg::str_cat("\"name\": \"addmm_bias\", \"cat\": \"op:forward\", \"ph\": \"X\", \"pid\": ", rank,
                                   ", \"tid\": \"compute\"")) != std::string::npos);
       CHECK(json.find(rg::str_cat("\"cat\": \"op:backward\", \"ph\": \"X\", \"pid\": ", rank)) != std::string::npos);
       CHECK(json.find(rg::str_cat("\"name\": \"SGD.step\", \"cat\": \"op:optimizer\", \"ph\": \"X\", \"pid\": ",

@@ -202,9 +202,10 @@ void conv_block_backward(DType dtype, const ConvShape& s, const void* x, const v
 
 // f32 C (m, n) = op(A) op(B) + row, the row (n) added to every row of C, which is written once (Note
 // [A bias as the GEMM's starting point] in core/cpu/gemm.cpp): the same bits as filling C with the
-// row and then gemm with beta = 1. Arguments as gemm's.
+// row and then gemm with beta = 1. Arguments as gemm's. gelu, when not null (row stride ldc), also
+// receives GELU(C), with the bits of the GELU op on C.
 void gemm_add_row(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                  const float* b, int64_t ldb, const float* row, float* c, int64_t ldc);
+                  const float* b, int64_t ldb, const float* row, float* c, int64_t ldc, float* gelu = nullptr);
 // Causal self-attention without its probabilities (Note [Fused causal attention] in
 // core/cpu/fused_attention.cpp): f32, layouts as attention_forward / attention_backward, with lse:
 // (B, H, n), each row's log-sum-exp of its scaled scores, in place of att; the backward reads the

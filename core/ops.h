@@ -106,6 +106,9 @@ Tensor mm(const Tensor& a, const Tensor& b);   // a: (M, K), b: (K, N)
 Tensor bmm(const Tensor& a, const Tensor& b);  // a: (B, M, K), b: (B, K, N)
 // linear(x, w, b) = x @ w^T + b; x: (..., in), w: (out, in), b: (out) or undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// gelu(linear(x, weight, bias)) as one op: the same values, with the GELU computed in the GEMM's
+// epilogue on the CPU in f32 (with fusion on: core/fusion.h).
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // ---- convolution and pooling ----------------------------------------------------------------------
 // x: (N, C, H, W), weight: (O, C, KH, KW), bias: (O) or undefined -> (N, O, OH, OW) with

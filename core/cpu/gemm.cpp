@@ -63,16 +63,22 @@ void gemm(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 // GPT-mini layer only for the GEMM to read it back. tiled_sgemm_from starts its first K panel from
 // the bias row itself (row stride 0), so y is written once; it is the same arithmetic on the same
 // values, so y is the same to the bit. Products that OpenBLAS takes keep the two passes.
+// With gelu, the last K panel's epilogue also writes GELU(y) of each register tile while it is in
+// L1: the MLP's c_fc and its activation in one pass over y (4 MiB per GPT-mini layer), again the
+// same bits as the GELU op on the finished y.
 void gemm_add_row(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                  const float* b, int64_t ldb, const float* row, float* c, int64_t ldc) {
+                  const float* b, int64_t ldb, const float* row, float* c, int64_t ldc, float* gelu) {
   const auto part = [&](int64_t rows, int64_t cols, const float* a_part, const float* b_part, const float* row_part,
                         float* c_part) {
+    float* gelu_part = gelu ? gelu + (c_part - c) : nullptr;
     if (tiled_sgemm_suits(trans_a, rows, cols, k)) {
-      tiled_sgemm_from(trans_a, trans_b, rows, cols, k, 1.0f, a_part, lda, b_part, ldb, 1.0f, row_part, 0, c_part, ldc);
+      tiled_sgemm_from(trans_a, trans_b, rows, cols, k, 1.0f, a_part, lda, b_part, ldb, 1.0f, row_part, 0, c_part, ldc,
+                       gelu_part);
       return;
     }
     for (int64_t i = 0; i < rows; ++i) std::copy_n(row_part, cols, c_part + i * ldc);
     gemm_on_this_thread(DType::f32, trans_a, trans_b, rows, cols, k, 1.0, a_part, lda, b_part, ldb, 1.0, c_part, ldc);
+    if (gelu_part != nullptr) gelu_rows(c_part, gelu_part, ldc, rows, cols);
   };
   const int threads = num_threads();
   if (threads > 1 && 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= kSplitFlops) {

@@ -25,6 +25,7 @@
 #include "core/cpu/tiled_sgemm.h"
 
 #include "core/cpu_isa.h"
+#include "core/elementwise.h"
 #include "core/env.h"
 #include "core/error.h"
 
@@ -119,6 +120,20 @@ void pack_a_transposed(const float* a, int64_t lda, int64_t i0, int64_t mc, int6
   }
 }
 
+// gelu(r, j) = GeluOp(c(r, j)) over rows x cols of row stride ld, while the tile is in L1: the
+// epilogue of a GEMM whose output a GELU reads next. The plain elementwise kernels' loop
+// (core/cpu/elementwise.cpp) on each ISA, so the same bits.
+inline void gelu_tile(const float* c, float* gelu, int64_t ld, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) gelu[r * ld + j] = GeluOp{}(c[r * ld + j]);
+}
+
+__attribute__((target("avx512f"))) inline void gelu_tile_avx512(const float* c, float* gelu, int64_t ld, int64_t rows,
+                                                                int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) gelu[r * ld + j] = GeluOp{}(c[r * ld + j]);
+}
+
 // One register tile: C(0:rows, 0:cols) = alpha * sum_kk A(r, kk) Bp(kk, :) + (first ? beta C0 : C),
 // where A(r, kk) = a[row[r] + kk * kstep] (rows of a row-major A: row[r] = r * lda, kstep = 1;
 // columns of a transposed or packed A: row[r] = r, kstep = lda or kMR), and C0, what the first K
@@ -126,8 +141,8 @@ void pack_a_transposed(const float* a, int64_t lda, int64_t i0, int64_t mc, int6
 // bias). When first and beta == 0, nothing is read.
 template <bool kFullTile>
 inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t kstep, const float* bp, float* c,
-                        int64_t ldc, const float* c0, int64_t ldc0, int64_t rows, int64_t cols, float alpha, float beta,
-                        bool first) {
+                        int64_t ldc, const float* c0, int64_t ldc0, float* gelu, int64_t rows, int64_t cols,
+                        float alpha, float beta, bool first) {
   __m256 acc[kMR][2];
   for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const float* a_rows[kMR];
@@ -180,6 +195,7 @@ inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t 
     }
     for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * ldc, tile[r], static_cast<size_t>(cols) * sizeof(float));
   }
+  if (gelu != nullptr) gelu_tile(c, gelu, ldc, kFullTile ? kMR : rows, kFullTile ? kNR : cols);
 }
 
 // The same tile with AVX-512: 6 rows x 32 columns, twelve zmm accumulators (of 32), two zmm of B
@@ -190,8 +206,8 @@ inline void tile_kernel(int64_t kc, const float* a, const int64_t* row, int64_t 
 template <bool kFullTile>
 __attribute__((target("avx512f"))) void tile_kernel_avx512(int64_t kc, const float* a, const int64_t* row,
                                                            int64_t kstep, const float* bp, float* c, int64_t ldc,
-                                                           const float* c0, int64_t ldc0, int64_t rows, int64_t cols,
-                                                           float alpha, float beta, bool first) {
+                                                           const float* c0, int64_t ldc0, float* gelu, int64_t rows,
+                                                           int64_t cols, float alpha, float beta, bool first) {
   __m512 acc[kMR][2];
   for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const float* a_rows[kMR];
@@ -243,6 +259,7 @@ __attribute__((target("avx512f"))) void tile_kernel_avx512(int64_t kc, const flo
       }
     }
   }
+  if (gelu != nullptr) gelu_tile_avx512(c, gelu, ldc, kFullTile ? kMR : rows, kFullTile ? kNR512 : cols);
 }
 
 // The two paths as policies of one blocking loop: the tile width and its kernel.
@@ -264,7 +281,7 @@ struct Avx512Tiles {
 template <class Tiles>
 void tiled_sgemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                          int64_t lda, const float* b, int64_t ldb, float beta, const float* c0, int64_t ldc0, float* c,
-                         int64_t ldc) {
+                         int64_t ldc, float* gelu) {
   constexpr int64_t kNR = Tiles::kWidth;  // this path's tile width (shadows the AVX2 one)
   // Per thread (cpu::gemm runs blocks of one product on several pool threads at once), grown once.
   thread_local std::vector<float> packed_b;
@@ -284,6 +301,7 @@ void tiled_sgemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
     for (int64_t k0 = 0; k0 < k; k0 += kKC) {
       const int64_t kc = std::min(kKC, k - k0);
       const bool first = k0 == 0;
+      float* gelu_panel = k0 + kc == k ? gelu : nullptr;  // the epilogue, on the last K panel only
       pack_b<kNR>(trans_b, b, ldb, k0, kc, j0, nc, packed_b.data());
       for (int64_t i0 = 0; i0 < m; i0 += kMC) {
         const int64_t mc = std::min(kMC, m - i0);
@@ -308,12 +326,13 @@ void tiled_sgemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
               for (int64_t r = 0; r < kMR; ++r) row[r] = (i + std::min(r, rows - 1)) * a_row_step;
             }
             const float* c0_tile = c0 + i * ldc0 + j0 + s * kNR;
+            float* gelu_tile_at = gelu_panel ? gelu_panel + i * ldc + j0 + s * kNR : nullptr;
             if (rows == kMR && cols == kNR)
-              Tiles::template kernel<true>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, c0_tile, ldc0, rows,
-                                           cols, alpha, beta, first);
+              Tiles::template kernel<true>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, c0_tile, ldc0,
+                                           gelu_tile_at, rows, cols, alpha, beta, first);
             else
-              Tiles::template kernel<false>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, c0_tile, ldc0, rows,
-                                            cols, alpha, beta, first);
+              Tiles::template kernel<false>(kc, a_base, row, k_step, bp, c_cols + i * ldc, ldc, c0_tile, ldc0,
+                                            gelu_tile_at, rows, cols, alpha, beta, first);
           }
         }
       }
@@ -332,16 +351,22 @@ void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 
 void tiled_sgemm_from(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                       int64_t lda, const float* b, int64_t ldb, float beta, const float* c0, int64_t ldc0, float* c,
-                      int64_t ldc) {
+                      int64_t ldc, float* gelu) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0 || alpha == 0.0f) {  // C = beta * C0; as BLAS: A and B unread, beta == 0 overwrites (NaN too)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c0[i * ldc0 + j];
+    if (gelu != nullptr) gelu_rows(c, gelu, ldc, m, n);
     return;
   }
   if (cpu_isa() == CpuIsa::avx512)
-    tiled_sgemm_blocked<Avx512Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc0, c, ldc);
-  else tiled_sgemm_blocked<Avx2Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc0, c, ldc);
+    tiled_sgemm_blocked<Avx512Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc0, c, ldc, gelu);
+  else tiled_sgemm_blocked<Avx2Tiles>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc0, c, ldc, gelu);
+}
+
+void gelu_rows(const float* c, float* gelu, int64_t ld, int64_t rows, int64_t cols) {
+  if (cpu_isa() == CpuIsa::avx512) gelu_tile_avx512(c, gelu, ld, rows, cols);
+  else gelu_tile(c, gelu, ld, rows, cols);
 }
 
 bool tiled_sgemm_suits(bool /*trans_a*/, int64_t /*m*/, int64_t n, int64_t k) {
@@ -361,9 +386,13 @@ void tiled_sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int
           "this build has no AVX2 + FMA (RINGGRAD_ISA_FLAGS); use cpu::gemm, which falls back to OpenBLAS");
 }
 void tiled_sgemm_from(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                      const float*, int64_t, float*, int64_t) {
+                      const float*, int64_t, float*, int64_t, float*) {
   RG_FAIL("tiled_sgemm",
           "this build has no AVX2 + FMA (RINGGRAD_ISA_FLAGS); use cpu::gemm, which falls back to OpenBLAS");
+}
+void gelu_rows(const float* c, float* gelu, int64_t ld, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) gelu[r * ld + j] = GeluOp{}(c[r * ld + j]);
 }
 bool tiled_sgemm_suits(bool, int64_t, int64_t, int64_t) { return false; }
 

@@ -338,8 +338,9 @@ inline void backend_conv_block_backward(Device d, DType t, const ConvShape& s, c
 inline bool backend_has_gemm_add_row(Device d, DType t) { return d.is_cpu() && t == DType::f32; }
 
 inline void backend_gemm_add_row(Device d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
-                                 int64_t lda, const float* b, int64_t ldb, const float* row, float* c, int64_t ldc) {
-  if (d.is_cpu()) return cpu::gemm_add_row(ta, tb, m, n, k, a, lda, b, ldb, row, c, ldc);
+                                 int64_t lda, const float* b, int64_t ldb, const float* row, float* c, int64_t ldc,
+                                 float* gelu) {
+  if (d.is_cpu()) return cpu::gemm_add_row(ta, tb, m, n, k, a, lda, b, ldb, row, c, ldc, gelu);
   only_on("addmm_bias", "the CPU", d);
 }
 

@@ -89,24 +89,27 @@ void addmm_(const Tensor& out, const Tensor& a, const Tensor& b) {
   gemm_2d(a, b, out, /*accumulate=*/true);
 }
 
-Tensor mm_add_row(const Tensor& a, const Tensor& b, const Tensor& row) {
-  check_matmul_args("addmm_bias", a, b, 2);
+Tensor mm_add_row(const Tensor& a, const Tensor& b, const Tensor& row, Tensor* gelu_out) {
+  const char* name = gelu_out ? "addmm_bias_gelu" : "addmm_bias";
+  check_matmul_args(name, a, b, 2);
   RG_CHECK(row.defined() && row.dim() == 1 && row.size(0) == b.size(1) && row.dtype() == a.dtype() &&
                row.device() == a.device(),
-           "addmm_bias", "the row must be (", b.size(1), ",) ", dtype_name(a.dtype()), " on ", a.device().str(),
-           ", got ", row.defined() ? row.desc() : std::string("undefined"));
+           name, "the row must be (", b.size(1), ",) ", dtype_name(a.dtype()), " on ", a.device().str(), ", got ",
+           row.defined() ? row.desc() : std::string("undefined"));
   Tensor out = empty({a.size(0), b.size(1)}, a.dtype(), a.device());
   if (!fusion_enabled() || !backend_has_gemm_add_row(a.device(), a.dtype()) || a.size(1) == 0) {
     copy_(out, expand(row, out.shape()));  // every row = row; the GEMM adds a @ b to it
     addmm_(out, a, b);
+    if (gelu_out) *gelu_out = unary(UnaryOp::gelu, out);
     return out;
   }
-  profiler::OpScope op("addmm_bias", gemm_flops(a, b));
+  profiler::OpScope op(name, gemm_flops(a, b));
   const BlasOperand pa = as_blas_operand(a), pb = as_blas_operand(b);
   const Tensor r = contiguous(row);
+  if (gelu_out) *gelu_out = empty(out.shape(), out.dtype(), out.device());
   backend_gemm_add_row(a.device(), pa.transposed, pb.transposed, a.size(0), b.size(1), a.size(1),
                        pa.storage_view.data<float>(), pa.ld, pb.storage_view.data<float>(), pb.ld, r.data<float>(),
-                       out.data<float>(), out.stride(0));
+                       out.data<float>(), out.stride(0), gelu_out ? gelu_out->data<float>() : nullptr);
   return out;
 }
 

@@ -65,8 +65,9 @@ void addmm_(const Tensor& out, const Tensor& a, const Tensor& b);
 // a @ b + row, the row (N) added to every row: a linear layer's x W^T + b. A dtype addmm_ takes. With
 // fusion on, CPU f32 starts the GEMM from the row (Note [A bias as the GEMM's starting point] in
 // core/cpu/gemm.cpp, profiled as addmm_bias); otherwise the rows are filled first and addmm_ adds.
-// The same bits either way.
-Tensor mm_add_row(const Tensor& a, const Tensor& b, const Tensor& row);
+// The same bits either way. gelu_out, when given, receives GELU(out) (tanh form), computed by the
+// same GEMM's epilogue (profiled as addmm_bias_gelu), or by the GELU op with fusion off.
+Tensor mm_add_row(const Tensor& a, const Tensor& b, const Tensor& row, Tensor* gelu_out = nullptr);
 // out = a @ b, written into out (M, N) dense, of a's dtype and device (any dtype mm takes).
 void mm_out(const Tensor& out, const Tensor& a, const Tensor& b);
 // Whether mm / bmm compute a's dtype through an f32 copy (CPU f16 / bf16: the BLAS has no GEMM for

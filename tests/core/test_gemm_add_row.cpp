@@ -1,6 +1,6 @@
-// native::mm_add_row (a linear layer's x W^T + b): the GEMM that starts from the bias row (fusion on,
-// Note [A bias as the GEMM's starting point]) against its composition, rows filled with b and then
-// addmm_ (fusion off): the same bits on both ISAs, at 1 and 2 threads, with transposed operands,
+// native::mm_add_row (a linear layer's x W^T + b, and GELU of it): the GEMM that starts from the bias
+// row and applies GELU in its epilogue (fusion on, Note [A bias as the GEMM's starting point])
+// against its composition, rows filled with b, addmm_, then the GELU op (fusion off): the same bits on both ISAs, at 1 and 2 threads, with transposed operands,
 // edge tiles, products OpenBLAS takes, and long products of several K panels; and against a
 // double-precision product written out here.
 #include <doctest/doctest.h>
@@ -57,16 +57,21 @@ TEST_CASE("mm_add_row: the GEMM started from the bias gives the fill-then-accumu
       for (const int threads : {1, 2}) {
         CAPTURE(threads);
         ThreadsScope threads_scope(threads);
-        std::vector<double> fused, composed;
+        std::vector<double> fused, composed, fused_gelu, composed_gelu;
+        Tensor gelu;
         {
           rgtest::FusionScope on(true);
           fused = native::mm_add_row(a, b, row).to_vector();
+          CHECK(native::mm_add_row(a, b, row, &gelu).to_vector() == fused);
+          fused_gelu = gelu.to_vector();
         }
         {
           rgtest::FusionScope off(false);
-          composed = native::mm_add_row(a, b, row).to_vector();
+          composed = native::mm_add_row(a, b, row, &gelu).to_vector();
+          composed_gelu = gelu.to_vector();
         }
         CHECK(fused == composed);
+        CHECK(fused_gelu == composed_gelu);  // the epilogue's GELU: the GELU op's bits
         double worst = 0;
         for (size_t e = 0; e < fused.size(); ++e) worst = std::max(worst, std::abs(fused[e] - expected[e]));
         CHECK(worst <= 1e-5 * std::sqrt(static_cast<double>(c.k)));

@@ -1,6 +1,6 @@
 // micro_ops: throughput of ringgrad's basic operations, each printed beside its ceiling.
 //
-//   micro_ops [--threads N] [--repeat N] [--warmup N] [--ceilings-only] [--only gemm|attention|elementwise]
+//   micro_ops [--threads N] [--repeat N] [--warmup N] [--ceilings-only] [--only gemm|attention|epilogue|elementwise]
 //
 // GEMM   ringgrad::matmul on square products, on the W1 MLP shapes (784-512-512-10, batch 128;
 //        forward x @ w^T and the backward products) and on W3 GPT-mini's, in GFLOP/s = 2·M·N·K / time. Beside each one,
@@ -14,6 +14,9 @@
 //        4 heads of 32), forward and backward, with the fused kernel (Note [Fused causal attention])
 //        and the plain one alternated sample by sample, in GFLOP/s of the useful products (each
 //        visible (query, key) pair: 4·D FLOPs forward, 8·D backward); `check` compares the two.
+// epilogue  W3's c_fc (2048 x 128 @ (512 x 128)^T + b, then GELU) with GELU in the GEMM's epilogue,
+//        as the GEMM started from the bias followed by the GELU op, and as the plain composition
+//        (fill the rows with b, accumulate, GELU op), alternated; the three must agree to the bit.
 // memory add, mul, exp on 64 MiB f32 tensors through ringgrad ops, in GB/s = (bytes read + bytes
 //        written) / time, against the bandwidth of std::memcpy on one core (256 MiB buffers; a copy
 //        reads and writes every byte, so it is counted the same way).
@@ -72,7 +75,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& opt) {
   app.add_option("--warmup", opt.warmup, "untimed runs before the samples")->check(rg::flags::int_in(0, 1'000'000));
   app.add_flag("--ceilings-only", opt.ceilings_only, "print the sgemm peak and memcpy bandwidth lines only");
   app.add_option("--only", opt.only, "print one table after the ceilings")
-      ->check(CLI::IsMember({"all", "gemm", "attention", "elementwise"}));
+      ->check(CLI::IsMember({"all", "gemm", "attention", "epilogue", "elementwise"}));
   return rg::flags::parse_command_line(app, argc, argv);
 }
 
@@ -255,6 +258,44 @@ void run_attention(int64_t B, int64_t T, int64_t H, int64_t D, double fma_gflops
   if (!ran_fused) std::printf("# attention: the fused kernel does not run here (it needs AVX-512 and f32)\n");
 }
 
+// ---- GEMM epilogues ----------------------------------------------------------------------------
+
+// A linear layer's forward x W^T + b, and GELU of it, three ways alternated sample by sample: the
+// GEMM started from the bias with GELU in its epilogue (fusion on), the GEMM started from the bias
+// then the GELU op, and the rows filled with b, the GEMM adding to them, then the GELU op (fusion
+// off). GFLOP/s of the product alone; `check`: the three agree to the bit.
+void run_epilogue(const std::string& name, int64_t m, int64_t k, int64_t n, double fma_gflops, rg::Generator& gen,
+                  const Options& opt) {
+  namespace native = rg::native;
+  const rg::Tensor x = rg::randn({m, k}, gen), w = rg::randn({n, k}, gen), b = rg::randn({n}, gen);
+  const rg::Tensor wt = native::transpose(w, 0, 1);
+  const auto fused = [&] {
+    rg::Tensor act;
+    native::mm_add_row(x, wt, b, &act);
+    return act;
+  };
+  const auto bias_then_gelu = [&] { return native::unary(rg::UnaryOp::gelu, native::mm_add_row(x, wt, b)); };
+  const auto composed = [&] {
+    return with_fusion(false, [&] {
+      rg::Tensor act;
+      native::mm_add_row(x, wt, b, &act);
+      return act;
+    });
+  };
+  const bool ok =
+      fused().to_vector() == composed().to_vector() && bias_then_gelu().to_vector() == composed().to_vector();
+  const std::vector<Stats> t = measure({fused, bias_then_gelu, composed}, opt);
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+  const char* ways[3] = {"gelu epilogue", "bias, gelu op", "fill, gemm, gelu"};
+  for (size_t i = 0; i < 3; ++i)
+    std::printf("%-12s %-28s %10.3f %10.3f %10.1f %10.1f %7.0f%% %5s %8.2f\n", (name + " " + ways[i]).c_str(),
+                (std::to_string(m) + "x" + std::to_string(k) + " @ (" + std::to_string(n) + "x" + std::to_string(k) +
+                 ")^T + b")
+                    .c_str(),
+                t[i].best * 1e3, t[i].median * 1e3, flops / t[i].best / 1e9, flops / t[i].median / 1e9,
+                100.0 * flops / t[i].best / 1e9 / fma_gflops, ok ? "ok" : "WRONG", t[2].best / t[i].best);
+}
+
 // ---- elementwise -------------------------------------------------------------------------------
 
 struct ElementwiseCase {
@@ -382,6 +423,15 @@ int main(int argc, char** argv) {
       print_rule();
       run_attention(16, 128, 4, 32, fma_gflops, gen, opt);  // W3
       run_attention(4, 256, 4, 64, fma_gflops, gen, opt);   // longer sequences, wider heads
+    }
+
+    // ---- GEMM epilogues ----
+    if (opt.only == "all" || opt.only == "epilogue") {
+      std::printf("\n");
+      std::printf("%-12s %-28s %10s %10s %10s %10s %8s %5s %8s\n", "epilogue", "shape", "best_ms", "median_ms",
+                  "GFLOP/s", "med_GF/s", "of_fma", "check", "vs_fill");
+      print_rule();
+      run_epilogue("c_fc", 2048, 128, 512, fma_gflops, gen, opt);  // W3's MLP input projection
     }
     if (opt.only != "all" && opt.only != "elementwise") return 0;
 

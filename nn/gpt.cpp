@@ -47,8 +47,16 @@ MLP::MLP(const GPTConfig& c, Generator& gen) : Module("MLP") {
 // else the modules as written.
 Tensor MLP::forward(const Tensor& x) {
   const Module& fc = *c_fc;
-  if (typeid(fc) == typeid(Linear) && !fc.has_forward_hooks() && !fc.activations_checkpointed() && c_fc->bias.defined())
-    return (*c_proj)(linear_gelu(x, c_fc->weight, c_fc->bias));
+  if (typeid(fc) == typeid(Linear) && !fc.has_forward_hooks() && !fc.activations_checkpointed() &&
+      c_fc->bias.defined()) {
+    Tensor h;
+    try {
+      h = linear_gelu(x, c_fc->weight, c_fc->bias);
+    } catch (const Error&) {
+      rethrow_with_path_of(fc);  // the error names c_fc, as its own call would
+    }
+    return (*c_proj)(h);
+  }
   return (*c_proj)(gelu((*c_fc)(x)));
 }
 

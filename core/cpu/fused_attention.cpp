@@ -346,8 +346,10 @@ void fused_attention_forward(const float* qkv, float* y, float* lse, int64_t B, 
 void fused_attention_backward(const float* dy, const float* qkv, const float* y, const float* lse, float* dqkv,
                               int64_t B, int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop) {
   const int64_t D = C / H, ld = 3 * C;
-  RG_CHECK(fused_attention_available(D), "causal_self_attention_backward", "the fused kernel needs AVX-512 and a ",
-           "head size that is a multiple of ", kBlock, ", got ", D);
+  // The CPU, not the selected ISA: the forward ran fused and kept no probabilities, whatever was
+  // selected since.
+  RG_CHECK(cpu_supports(CpuIsa::avx512) && D % kBlock == 0, "causal_self_attention_backward",
+           "the fused kernel needs AVX-512 and a head size that is a multiple of ", kBlock, ", got ", D);
   parallel_for(B * H, 1, [&](int64_t lo, int64_t hi) {
     BackwardScratch scratch(padded(n), D);
     for (int64_t item = lo; item < hi; ++item) {

@@ -15,8 +15,8 @@
 //   - A is not packed: the kernel broadcasts A(i, k) straight from the caller's rows (row-major A)
 //     or columns (transposed A). Only a transposed A feeding many slivers (n >= 128) is packed,
 //     because then each k touches a new cache line of A for the same six values.
-//   - C is written once per K panel; the first panel stores alpha * AB (+ beta * C only when
-//     beta != 0), so there is no zero pass.
+//   - C is written once per K panel; the first panel stores alpha * AB (+ beta * C0 only when
+//     beta != 0; C0 is C, or for tiled_sgemm_from a bias row), so there is no zero pass.
 //
 // When (tiled_sgemm_suits): on the AVX2 path, K <= kKC, i.e. the product is one K panel; on the
 // AVX-512 path also every longer product at least one tile wide (n >= 32), where the 32-wide tile at

@@ -93,7 +93,7 @@ Tensor causal_softmax_backward(const Tensor& g, const Tensor& y, double scale);
 // (only the causal blocks defined; Note [Attention without head copies] in core/cpu/attention.cpp);
 // or, where the fused kernel ran (fusion on, f32 compute on a CPU with AVX-512, D a multiple of 32:
 // Note [Fused causal attention] in core/cpu/fused_attention.cpp), no att but y_compute (y in the
-// compute dtype: y itself for f32 parameters) and lse: (B, n_head, T), each row's log-sum-exp.
+// compute dtype: y itself for an f32 qkv) and lse: (B, n_head, T), each row's log-sum-exp.
 struct AttentionOutput {
   Tensor y, att;
   Tensor y_compute, lse;

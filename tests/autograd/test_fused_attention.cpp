@@ -46,6 +46,7 @@ TEST_CASE("fused causal attention: f32 output and gradients match the plain kern
     return;
   }
   rgtest::IsaScope isa(CpuIsa::avx512);
+  FusionScope on(true);
   struct Shape4 {
     int64_t B, T, H, D;
   };
@@ -94,6 +95,7 @@ TEST_CASE("fused causal attention: each row's log-sum-exp, and the same dropout 
     return;
   }
   rgtest::IsaScope isa(CpuIsa::avx512);
+  FusionScope on(true);
   const int64_t B = 2, T = 40, H = 2, D = 64, C = H * D;
   Generator data(23);
   const Tensor qkv = randn({B, T, 3 * C}, data);
@@ -120,6 +122,19 @@ TEST_CASE("fused causal attention: each row's log-sum-exp, and the same dropout 
       }
   CHECK(worst <= 1e-5);
 
+  // The backward of a fused forward runs fused whatever ISA is selected by then (there are no
+  // probabilities to fall back on): the same gradient as with AVX-512 selected throughout.
+  const Tensor g = randn({B, T, C}, data);
+  std::vector<std::vector<double>> grads;
+  for (const bool switch_to_avx2 : {false, true}) {
+    Tensor leaf = qkv.detach().requires_grad_(true);
+    Tensor y = causal_self_attention(leaf, H);
+    rgtest::IsaScope later(switch_to_avx2 ? CpuIsa::avx2 : CpuIsa::avx512);
+    y.backward(g);
+    grads.push_back(leaf.grad().to_vector());
+  }
+  CHECK(grads[1] == grads[0]);
+
   // v = the identity in each head (row j of v is e_j, D >= T), so y row i, column j of a head is its
   // (dropped) probability p_ij: the fused kernel drops exactly the plain one's, in both key blocks.
   std::vector<double> values = x;
@@ -132,11 +147,16 @@ TEST_CASE("fused causal attention: each row's log-sum-exp, and the same dropout 
   const std::vector<double> fused = causal_self_attention(probe, H, 0.5, g1).to_vector();
   FusionScope off(false);
   const std::vector<double> plain = causal_self_attention(probe, H, 0.5, g2).to_vector();
-  int64_t dropped_both = 0, disagree = 0;
+  int64_t visible = 0, dropped = 0, disagree = 0;
   for (size_t e = 0; e < fused.size(); ++e) {
+    const int64_t i = static_cast<int64_t>(e) / C % T, j = static_cast<int64_t>(e) % C % D;  // query, key
     if ((fused[e] == 0) != (plain[e] == 0)) ++disagree;
-    if (fused[e] == 0 && plain[e] == 0) ++dropped_both;
+    if (j > i || j >= T) continue;  // zero either way (masked, or no such key)
+    ++visible;
+    if (fused[e] == 0) ++dropped;
   }
   CHECK(disagree == 0);
-  CHECK(dropped_both > 0);
+  CHECK(visible == B * H * T * (T + 1) / 2);
+  CHECK(dropped > visible * 3 / 10);  // rate 0.5: the mask drops about half of the visible entries
+  CHECK(dropped < visible * 7 / 10);
 }

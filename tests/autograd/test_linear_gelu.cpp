@@ -42,7 +42,8 @@ bool op_ran(const std::string& name, Fn fn) {
 
 TEST_CASE("linear_gelu: the GELU in the GEMM's epilogue gives gelu(linear(...))'s output and gradients bit for bit") {
   Generator gen(41);
-  // (2, 9, 40) @ (70, 40)^T: edge tiles both ways; (4, 16, 128) @ (512, 128)^T: GPT-mini's c_fc.
+  // (2, 9, 40) @ (70, 40)^T: an edge tile in the columns (70 = 2 x 32 + 6); (4, 16, 128) @ (512,
+  // 128)^T: GPT-mini's c_fc, with an edge tile in the rows (64 = 10 x 6 + 4).
   for (const auto& [shape, out] : std::vector<std::pair<Shape, int64_t>>{{{2, 9, 40}, 70}, {{4, 16, 128}, 512}}) {
     const int64_t in = shape.back();
     const Tensor x = randn(shape, gen), w = randn({out, in}, gen) * 0.1, b = randn({out}, gen);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "../core/test_util.h"
 #include "ringgrad.h"
 
 using namespace ringgrad;
@@ -234,8 +235,7 @@ TEST_CASE("causal self-attention in f32: the AVX-512 softmax rows give the AVX2 
   // 70 queries (row blocks 32, 32, 6), 2 heads of 40 (rows of keys past a 16-lane group), with and
   // without attention dropout; forward output and the gradient of the packed projection. The plain
   // kernels: the fused one (AVX-512 only) is compared with them in test_fused_attention.cpp.
-  const bool fusion_before = fusion_enabled();
-  set_fusion(false);
+  rgtest::FusionScope plain(false);
   const int64_t B = 2, T = 70, H = 2, C = 80;
   Generator data(11);
   const Tensor qkv = randn({B, T, 3 * C}, data), g = randn({B, T, C}, data);
@@ -262,5 +262,4 @@ TEST_CASE("causal self-attention in f32: the AVX-512 softmax rows give the AVX2 
       CHECK(grads[k] == grads[0]);
     }
   }
-  set_fusion(fusion_before);
 }

@@ -29,10 +29,11 @@ TEST_CASE("mm_add_row: the GEMM started from the bias gives the fill-then-accumu
     int64_t m, k, n;
     bool transposed_b;  // b as the transpose of a stored (n, k) weight, as nn::Linear passes it
   };
-  // W3's c_attn (2048 x 128 @ 128 x 384^T) cut down; edge tiles on both sides (m 7, n 45); K of two
-  // and three panels (500, 800); a narrow product (n 10, K 784) that OpenBLAS takes on AVX-512; k 1.
-  const std::vector<Case> cases = {{64, 128, 384, true}, {7, 33, 45, true},   {50, 500, 70, false},
-                                   {9, 800, 40, true},   {16, 784, 10, true}, {5, 1, 33, false}};
+  // W3's c_attn (2048 x 128 @ 128 x 384^T) cut down, split over 2 threads by columns; a product
+  // split by rows (m >= n); edge tiles on both sides (m 7, n 45); K of two and three panels (500,
+  // 800); a narrow product (n 10, K 784) that OpenBLAS takes on AVX-512; k 1.
+  const std::vector<Case> cases = {{64, 128, 384, true}, {250, 128, 160, true}, {7, 33, 45, true}, {50, 500, 70, false},
+                                   {9, 800, 40, true},   {16, 784, 10, true},   {5, 1, 33, false}};
   Generator gen(31);
   for (const Case& c : cases) {
     CAPTURE(c.m);

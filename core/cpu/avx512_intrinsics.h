@@ -5,8 +5,20 @@
 // stays off for the rest of the file.
 #pragma once
 
+#include <cstdint>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+namespace ringgrad::cpu {
+
+// The first `count` of 16 lanes (all for count >= 16, none for count <= 0): the mask of a group's
+// last, partial vector.
+inline __mmask16 first_lanes(int64_t count) {
+  return static_cast<__mmask16>(count >= 16 ? 0xFFFF : count <= 0 ? 0 : (1u << count) - 1);
+}
+
+}  // namespace ringgrad::cpu
 #endif
 
 #if defined(__GNUC__) && !defined(__clang__)

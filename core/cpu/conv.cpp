@@ -94,10 +94,7 @@ __attribute__((target("avx512f"))) int64_t max_pool_2x2_row_avx512(const float* 
   const __m512i odd = _mm512_add_epi32(even, one);
   for (int64_t j = 0; j < ow; j += 16) {
     const int64_t n = std::min<int64_t>(16, ow - j);  // outputs in this group; inputs 2n per row
-    auto lanes = [](int64_t count) {
-      return static_cast<__mmask16>(count >= 16 ? 0xFFFF : count <= 0 ? 0 : (1u << count) - 1);
-    };
-    const __mmask16 out_lanes = lanes(n), lo_lanes = lanes(2 * n), hi_lanes = lanes(2 * n - 16);
+    const __mmask16 out_lanes = first_lanes(n), lo_lanes = first_lanes(2 * n), hi_lanes = first_lanes(2 * n - 16);
     const __m512 top_lo = _mm512_maskz_loadu_ps(lo_lanes, r0 + 2 * j);
     const __m512 top_hi = _mm512_maskz_loadu_ps(hi_lanes, r0 + 2 * j + 16);
     const __m512 bot_lo = _mm512_maskz_loadu_ps(lo_lanes, r1 + 2 * j);

@@ -91,15 +91,12 @@ __attribute__((target("avx512f"))) void bias_relu_pool_plane_avx512(const float*
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   const __m512 shift = _mm512_set1_ps(bias);
-  auto lanes = [](int64_t count) {
-    return static_cast<__mmask16>(count >= 16 ? 0xFFFF : count <= 0 ? 0 : (1u << count) - 1);
-  };
   for (int64_t i = 0; i < ph; ++i, y += pw, window += pw)
     for (int64_t j = 0; j < pw; j += 16) {
       const float* r0 = plane + 2 * i * ow;
       const float* r1 = r0 + ow;
       const int64_t n = std::min<int64_t>(16, pw - j);  // outputs in this group; inputs 2n per row
-      const __mmask16 out_lanes = lanes(n);
+      const __mmask16 out_lanes = first_lanes(n);
       // Unmasked loads (the plane's buffer has 32 floats of slack past its end): masked loads that
       // cross a cache line ran several times slower here, and lanes past the row only reach outputs
       // that the masked stores below leave out.
@@ -171,16 +168,13 @@ __attribute__((target("avx512f"))) double unpool_plane_avx512(const float* poole
                                                               int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
   const __m512i first_half = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second_half = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  auto lanes = [](int64_t count) {
-    return static_cast<__mmask16>(count >= 16 ? 0xFFFF : count <= 0 ? 0 : (1u << count) - 1);
-  };
   __m512d sum_lo = _mm512_setzero_pd(), sum_hi = _mm512_setzero_pd();
   for (int64_t i = 0; i < ph; ++i) {
     float* top = plane + 2 * i * ow;
     float* bottom = top + ow;
     for (int64_t j = 0; j < pw; j += 16) {
       const int64_t at = i * pw + j, n = std::min<int64_t>(16, pw - j);
-      const __mmask16 in_lanes = lanes(n), lo_lanes = lanes(2 * n), hi_lanes = lanes(2 * n - 16);
+      const __mmask16 in_lanes = first_lanes(n), lo_lanes = first_lanes(2 * n), hi_lanes = first_lanes(2 * n - 16);
       // 16 window bytes: straight from the tensor where 16 are there to read (the lanes past n
       // are masked off below), else through a copy (AVX-512F has no masked byte load). The copy is
       // the exception: written bytewise and read as one vector, it stalls store forwarding.

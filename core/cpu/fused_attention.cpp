@@ -168,11 +168,6 @@ struct BackwardScratch {
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-// The first `count` of 16 lanes (none for count <= 0).
-inline __mmask16 first_lanes(int64_t count) {
-  return static_cast<__mmask16>(count >= 16 ? 0xFFFF : count <= 0 ? 0 : (1u << count) - 1);
-}
-
 // The largest and the sum of a vector's 16 lanes (folding halves: AVX-512F shuffles only).
 __attribute__((target("avx512f"))) inline float lanes_max(__m512 v) {
   v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // 256-bit halves swapped

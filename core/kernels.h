@@ -206,6 +206,10 @@ void conv_block_backward(DType dtype, const ConvShape& s, const void* x, const v
 // receives GELU(C), with the bits of the GELU op on C.
 void gemm_add_row(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const float* b, int64_t ldb, const float* row, float* c, int64_t ldc, float* gelu = nullptr);
+// The depth of the K panels in which the CPU's own f32 GEMM (Note [Our own GEMM for short products] in
+// core/cpu/tiled_sgemm.cpp) sums a product: cut in K at multiples of it, with beta = 1 after the
+// first part, a product it computes keeps its bits.
+int64_t gemm_panel_depth();
 // Causal self-attention without its probabilities (Note [Fused causal attention] in
 // core/cpu/fused_attention.cpp): f32, layouts as attention_forward / attention_backward, with lse:
 // (B, H, n), each row's log-sum-exp of its scaled scores, in place of att; the backward reads the

@@ -343,6 +343,8 @@ void tiled_sgemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 
 bool tiled_sgemm_available() { return true; }
 
+int64_t gemm_panel_depth() { return kKC; }
+
 void tiled_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   tiled_sgemm_from(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c, ldc);
@@ -379,6 +381,7 @@ bool tiled_sgemm_suits(bool /*trans_a*/, int64_t /*m*/, int64_t n, int64_t k) {
 #else  // built without AVX2 + FMA: OpenBLAS takes every product
 
 bool tiled_sgemm_available() { return false; }
+int64_t gemm_panel_depth() { return 384; }  // any depth: OpenBLAS computes every product
 void tiled_sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
                  float*, int64_t) {
   RG_FAIL("tiled_sgemm",

@@ -120,6 +120,14 @@ inline bool backend_gemm_takes(Device d, DType t) {
   return t == DType::f16 || t == DType::bf16;
 }
 
+// A depth at which a product the device's GEMM computes may be cut in K and summed part by part
+// into C (beta = 1) without changing its bits: the CPU GEMM's K panel. (Only the CPU computes
+// f16 / bf16 products in f32 parts: Note [Half-precision products in f32 blocks], matmul.cpp.)
+inline int64_t backend_gemm_panel_depth(Device d) {
+  if (d.is_cpu()) return cpu::gemm_panel_depth();
+  only_on("matmul in f32 blocks", "the CPU", d);
+}
+
 inline void backend_gemm(Device d, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
                          const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
   RG_ON_BACKEND(d, "matmul", gemm(t, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));

@@ -54,20 +54,82 @@ void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulat
                pb.storage_view.raw_data(), pb.ld, accumulate ? 1.0 : 0.0, out.raw_data(), out.stride(0));
 }
 
+// Note [Half-precision products in f32 blocks]
+// --------------------------------------------
+// Why: the CPU BLAS has no f16 GEMM (nor a bf16 one where the CPU lacks AVX512_BF16), so those
+// products are computed in f32 and rounded once. Casting both whole operands to f32 and the whole
+// result back made three f32 copies as large as the product's tensors: in GPT-mini with f16
+// parameters, 7.4 MiB of them inside the MLP's output projection's backward (dW = g^T h with h
+// (2048, 512), dX = g W), the highest point of a checkpointed step's memory (docs/zero.md).
+// What: C is computed a block of kBlockRows x kBlockCols at a time into an f32 block, from the
+// operands' matching strips converted to f32 one K part (the GEMM's panel depth) at a time, and
+// rounded into C once, when the block is finished. At most 448 KiB of f32 exist at once whatever
+// the product's size; the buffers come from the allocator, so the memory report counts them.
+// Each strip is converted in its own layout (a transposed view into a transposed buffer), so the
+// conversion reads memory in order.
+// Same bits: the CPU's own GEMM sums every element of C as one chain of FMAs over k in K panels
+// (Note [Our own GEMM for short products] in core/cpu/tiled_sgemm.cpp), whatever block of C the
+// element falls in; a K part that is a multiple of the panel depth, added with beta = 1, is what its
+// own panel loop does. So wherever that GEMM computes the f32 product of the converted operands, the
+// blocks give the same bits as the whole casts did (tests/core/test_half_matmul.cpp); products
+// OpenBLAS takes whole may differ in the last bits, as they do between thread counts.
+constexpr int64_t kBlockRows = 128;
+constexpr int64_t kBlockCols = 128;
+
+// An uninitialised f32 buffer for up-to-(rows, cols) strips of `like`: row-major, or for a
+// transposed view (the BLAS's other layout) the transpose of a row-major (cols, rows) buffer.
+Tensor f32_strip_buffer(const Tensor& like, int64_t rows, int64_t cols) {
+  const bool transposed = like.stride(0) == 1 && like.stride(1) != 1;
+  if (transposed) return transpose(empty({cols, rows}, DType::f32, like.device()), 0, 1);
+  return empty({rows, cols}, DType::f32, like.device());
+}
+
+// The (rows, cols) corner of a 2-D tensor, starting at (row0, col0).
+Tensor block_of(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
+  return slice(slice(t, 0, row0, row0 + rows, 1), 1, col0, col0 + cols, 1);
+}
+
+// out(M, N) = a(M, K) @ b(K, N), f16 / bf16 views, computed in f32 blocks.
+void gemm_2d_in_f32_blocks(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (m == 0 || n == 0) return;
+  const int64_t depth = std::min(k, backend_gemm_panel_depth(a.device()));
+  if (depth == 0) return unary_(UnaryOp::fill, out, {0.0, 0.0});
+  const int64_t block_rows = std::min(m, kBlockRows), block_cols = std::min(n, kBlockCols);
+  const Tensor a_buffer = f32_strip_buffer(a, block_rows, depth);  // a's strips: (rows, part)
+  const Tensor b_buffer = f32_strip_buffer(b, depth, block_cols);  // b's strips: (part, cols)
+  const Tensor c_buffer = empty({block_rows, block_cols}, DType::f32, a.device());
+  for (int64_t i0 = 0; i0 < m; i0 += block_rows) {
+    const int64_t rows = std::min(block_rows, m - i0);
+    for (int64_t j0 = 0; j0 < n; j0 += block_cols) {
+      const int64_t cols = std::min(block_cols, n - j0);
+      const Tensor c_block = block_of(c_buffer, 0, rows, 0, cols);
+      for (int64_t k0 = 0; k0 < k; k0 += depth) {
+        const int64_t part = std::min(depth, k - k0);
+        const Tensor a_strip = block_of(a_buffer, 0, rows, 0, part), b_strip = block_of(b_buffer, 0, part, 0, cols);
+        copy_(a_strip, block_of(a, i0, rows, k0, part));
+        copy_(b_strip, block_of(b, k0, part, j0, cols));
+        gemm_2d(a_strip, b_strip, c_block, /*accumulate=*/k0 > 0);
+      }
+      copy_(block_of(out, i0, rows, j0, cols), c_block);  // the one rounding to the dtype
+    }
+  }
+}
+
 }  // namespace
 
 // A device whose GEMM has no f16/bf16 product (the CPU BLAS): compute those in f32 and round the result
-// once.
+// once, in blocks (Note [Half-precision products in f32 blocks]).
 bool needs_f32_compute(const Tensor& a) {
   return (a.dtype() == DType::f16 || a.dtype() == DType::bf16) && !backend_gemm_takes(a.device(), a.dtype());
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_matmul_args("mm", a, b, 2);
-  if (needs_f32_compute(a)) return cast(mm(cast(a, DType::f32), cast(b, DType::f32)), a.dtype());
   profiler::OpScope op("mm", gemm_flops(a, b));
   Tensor out = empty({a.size(0), b.size(1)}, a.dtype(), a.device());
-  gemm_2d(a, b, out);
+  if (needs_f32_compute(a)) gemm_2d_in_f32_blocks(a, b, out);
+  else gemm_2d(a, b, out);
   return out;
 }
 
@@ -116,18 +178,21 @@ Tensor mm_add_row(const Tensor& a, const Tensor& b, const Tensor& row, Tensor* g
 void mm_out(const Tensor& out, const Tensor& a, const Tensor& b) {
   check_matmul_args("mm_out", a, b, 2);
   check_matmul_out("mm_out", out, a, b);
-  if (needs_f32_compute(a)) return copy_(out, mm(a, b));
   profiler::OpScope op("mm_out", gemm_flops(a, b));
-  gemm_2d(a, b, out);
+  if (needs_f32_compute(a)) gemm_2d_in_f32_blocks(a, b, out);
+  else gemm_2d(a, b, out);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   check_matmul_args("bmm", a, b, 3);
   RG_CHECK(a.size(0) == b.size(0), "bmm", "batch sizes differ: a ", a.desc(), ", b ", b.desc());
-  if (needs_f32_compute(a)) return cast(bmm(cast(a, DType::f32), cast(b, DType::f32)), a.dtype());
   profiler::OpScope op("bmm", static_cast<double>(a.size(0)) * gemm_flops(a, b));
   Tensor out = empty({a.size(0), a.size(1), b.size(2)}, a.dtype(), a.device());
-  for (int64_t i = 0; i < a.size(0); ++i) gemm_2d(select(a, 0, i), select(b, 0, i), select(out, 0, i));
+  const bool in_f32_blocks = needs_f32_compute(a);
+  for (int64_t i = 0; i < a.size(0); ++i) {
+    if (in_f32_blocks) gemm_2d_in_f32_blocks(select(a, 0, i), select(b, 0, i), select(out, 0, i));
+    else gemm_2d(select(a, 0, i), select(b, 0, i), select(out, 0, i));
+  }
   return out;
 }
 

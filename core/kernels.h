@@ -214,11 +214,14 @@ int64_t gemm_panel_depth();
 // core/cpu/fused_attention.cpp): f32, layouts as attention_forward / attention_backward, with lse:
 // (B, H, n), each row's log-sum-exp of its scaled scores, in place of att; the backward reads the
 // forward's y. Available where AVX-512 is selected and the head size D = C / H is a multiple of 32.
+// The B samples may be part of a batch: first_sample is the first one's index in it, so that dropout
+// drops what it drops for the whole batch in one call.
 bool fused_attention_available(int64_t head_dim);
 void fused_attention_forward(const float* qkv, float* y, float* lse, int64_t B, int64_t n, int64_t C, int64_t H,
-                             double scale, const AttentionDropout& drop);
+                             double scale, const AttentionDropout& drop, int64_t first_sample = 0);
 void fused_attention_backward(const float* dy, const float* qkv, const float* y, const float* lse, float* dqkv,
-                              int64_t B, int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop);
+                              int64_t B, int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop,
+                              int64_t first_sample = 0);
 
 Allocator& allocator();
 }  // namespace cpu

@@ -210,7 +210,8 @@ __attribute__((target("avx512f"))) inline float exp_row(float* row, int64_t coun
   return lanes_sum(sum);
 }
 
-// Head `item`'s forward: y rows at stride C, lse (n).
+// Head `item`'s forward (item = b H + h in the whole batch: dropout's numbering): y rows at stride C,
+// lse (n).
 __attribute__((target("avx512f"), flatten)) void forward_head(const Head& h, float* y, int64_t C, float* lse,
                                                               int64_t item, float scale, const AttentionDropout& drop,
                                                               ForwardScratch& w) {
@@ -250,7 +251,7 @@ __attribute__((target("avx512f"), flatten)) void forward_head(const Head& h, flo
   }
 }
 
-// Head `item`'s backward: dq, dk, dv columns of dqkv (rows at stride ld), every element written.
+// Head `item`'s backward (item as in the forward): dq, dk, dv columns of dqkv (rows at stride ld), every element written.
 __attribute__((target("avx512f"), flatten)) void backward_head(const Head& h, const float* dy, const float* y,
                                                                int64_t C, const float* lse, float* dq, int64_t item,
                                                                float scale, const AttentionDropout& drop,
@@ -323,7 +324,7 @@ bool fused_attention_available(int64_t head_dim) {
 }
 
 void fused_attention_forward(const float* qkv, float* y, float* lse, int64_t B, int64_t n, int64_t C, int64_t H,
-                             double scale, const AttentionDropout& drop) {
+                             double scale, const AttentionDropout& drop, int64_t first_sample) {
   const int64_t D = C / H, ld = 3 * C;
   RG_CHECK(fused_attention_available(D), "causal_self_attention", "the fused kernel needs AVX-512 and a head size ",
            "that is a multiple of ", kBlock, ", got ", D);
@@ -332,14 +333,15 @@ void fused_attention_forward(const float* qkv, float* y, float* lse, int64_t B, 
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t b = item / H, head = item % H;
       const float* q = qkv + b * n * ld + head * D;
-      forward_head({q, q + C, q + 2 * C, n, D, ld, padded(n)}, y + b * n * C + head * D, C, lse + item * n, item,
-                   static_cast<float>(scale), drop, scratch);
+      forward_head({q, q + C, q + 2 * C, n, D, ld, padded(n)}, y + b * n * C + head * D, C, lse + item * n,
+                   first_sample * H + item, static_cast<float>(scale), drop, scratch);
     }
   });
 }
 
 void fused_attention_backward(const float* dy, const float* qkv, const float* y, const float* lse, float* dqkv,
-                              int64_t B, int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop) {
+                              int64_t B, int64_t n, int64_t C, int64_t H, double scale, const AttentionDropout& drop,
+                              int64_t first_sample) {
   const int64_t D = C / H, ld = 3 * C;
   // The CPU, not the selected ISA: the forward ran fused and kept no probabilities, whatever was
   // selected since.
@@ -351,7 +353,7 @@ void fused_attention_backward(const float* dy, const float* qkv, const float* y,
       const int64_t b = item / H, head = item % H;
       const int64_t at = b * n * ld + head * D, out = b * n * C + head * D;
       backward_head({qkv + at, qkv + at + C, qkv + at + 2 * C, n, D, ld, padded(n)}, dy + out, y + out, C,
-                    lse + item * n, dqkv + at, item, static_cast<float>(scale), drop, scratch);
+                    lse + item * n, dqkv + at, first_sample * H + item, static_cast<float>(scale), drop, scratch);
     }
   });
 }
@@ -361,12 +363,12 @@ void fused_attention_backward(const float* dy, const float* qkv, const float* y,
 bool fused_attention_available(int64_t) { return false; }
 
 void fused_attention_forward(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t, double,
-                             const AttentionDropout&) {
+                             const AttentionDropout&, int64_t) {
   RG_CHECK(false, "causal_self_attention", "the fused kernel needs an x86-64 CPU with AVX-512");
 }
 
 void fused_attention_backward(const float*, const float*, const float*, const float*, float*, int64_t, int64_t, int64_t,
-                              int64_t, double, const AttentionDropout&) {
+                              int64_t, double, const AttentionDropout&, int64_t) {
   RG_CHECK(false, "causal_self_attention_backward", "the fused kernel needs an x86-64 CPU with AVX-512");
 }
 

@@ -360,15 +360,16 @@ inline bool backend_has_fused_attention(Device d, DType t, int64_t head_dim) {
 }
 
 inline void backend_fused_attention_forward(Device d, const float* qkv, float* y, float* lse, int64_t B, int64_t n,
-                                            int64_t C, int64_t H, double scale, const AttentionDropout& drop) {
-  if (d.is_cpu()) return cpu::fused_attention_forward(qkv, y, lse, B, n, C, H, scale, drop);
+                                            int64_t C, int64_t H, double scale, const AttentionDropout& drop,
+                                            int64_t first_sample) {
+  if (d.is_cpu()) return cpu::fused_attention_forward(qkv, y, lse, B, n, C, H, scale, drop, first_sample);
   only_on("causal_self_attention (fused)", "the CPU", d);
 }
 
 inline void backend_fused_attention_backward(Device d, const float* dy, const float* qkv, const float* y,
                                              const float* lse, float* dqkv, int64_t B, int64_t n, int64_t C, int64_t H,
-                                             double scale, const AttentionDropout& drop) {
-  if (d.is_cpu()) return cpu::fused_attention_backward(dy, qkv, y, lse, dqkv, B, n, C, H, scale, drop);
+                                             double scale, const AttentionDropout& drop, int64_t first_sample) {
+  if (d.is_cpu()) return cpu::fused_attention_backward(dy, qkv, y, lse, dqkv, B, n, C, H, scale, drop, first_sample);
   only_on("causal_self_attention_backward (fused)", "the CPU", d);
 }
 

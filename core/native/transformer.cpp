@@ -108,6 +108,24 @@ Tensor dropout(const Tensor& x, double rate, uint64_t seed, uint64_t offset) {
   return dense(out, x.dtype());
 }
 
+// Note [Half-precision attention a few samples at a time]
+// The fused attention (Note [Fused causal attention] in core/cpu/fused_attention.cpp) computes in
+// f32. For f16 / bf16 activations, converting qkv, dy and dqkv whole made 7 MiB of f32 copies in
+// each GPT-mini attention backward, the highest point of a checkpointed f16 step's memory
+// (docs/zero.md). Samples are independent, so the kernels run on a few samples at a time (about
+// kAttentionChunkBytes of f32 qkv), each chunk's operands converted on the way in and its dqkv
+// rounded on the way out; first_sample keeps dropout's numbers those of the whole batch. The
+// arithmetic of every head is unchanged. f32 activations run in one call, as they need no copies.
+// What stays whole: the f32 y and lse the backward reads (B n C + B H n floats).
+constexpr int64_t kAttentionChunkBytes = 256 * 1024;
+
+// Samples per call of the fused kernels: all of them when qkv is already f32.
+int64_t attention_chunk_samples(const Tensor& qkv, DType ct) {
+  if (qkv.dtype() == ct) return qkv.size(0);
+  const int64_t sample_bytes = qkv.size(1) * qkv.size(2) * static_cast<int64_t>(dtype_size(ct));
+  return std::clamp<int64_t>(kAttentionChunkBytes / std::max<int64_t>(1, sample_bytes), 1, qkv.size(0));
+}
+
 AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout, uint64_t seed,
                                       uint64_t offset) {
   RG_CHECK(qkv.defined() && is_floating(qkv.dtype()) && qkv.dim() == 3 && n_head > 0 && qkv.size(2) % (3 * n_head) == 0,
@@ -119,16 +137,21 @@ AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double 
   const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;
   profiler::OpScope op("causal_self_attention", attention_flops(B, n, C));
   const AttentionDropout drop{dropout, seed, offset};
-  Tensor x = dense(qkv, ct);
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
   AttentionOutput out;
   out.y = empty({B, n, C}, ct, qkv.device());
   if (fusion_enabled() && backend_has_fused_attention(qkv.device(), ct, C / n_head)) {
     out.lse = empty({B, n_head, n}, ct, qkv.device());
-    backend_fused_attention_forward(qkv.device(), x.data<float>(), out.y.data<float>(), out.lse.data<float>(), B, n, C,
-                                    n_head, scale, drop);
+    const int64_t chunk = attention_chunk_samples(qkv, ct);  // Note [Half-precision attention a few samples ...]
+    for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+      const int64_t count = std::min(chunk, B - b0);
+      const Tensor x = dense(slice(qkv, 0, b0, b0 + count, 1), ct);  // (count, n, 3C)
+      backend_fused_attention_forward(qkv.device(), x.data<float>(), out.y.data<float>() + b0 * n * C,
+                                      out.lse.data<float>() + b0 * n_head * n, count, n, C, n_head, scale, drop, b0);
+    }
     out.y_compute = out.y;
   } else {
+    const Tensor x = dense(qkv, ct);
     out.att = empty({B, n_head, n, n}, ct, qkv.device());
     backend_attention_forward(qkv.device(), ct, x.raw_data(), out.y.raw_data(), out.att.raw_data(), B, n, C, n_head,
                               scale, drop);
@@ -146,15 +169,28 @@ Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const
   const AttentionDropout drop{dropout, seed, offset};
   const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;
   profiler::OpScope op("causal_self_attention_backward", 2 * attention_flops(B, n, C));
-  Tensor g = dense(dy, ct), x = dense(qkv, ct);
-  Tensor dqkv = empty(qkv.shape(), ct, qkv.device());
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
-  if (fused)
-    backend_fused_attention_backward(qkv.device(), g.data<float>(), x.data<float>(), saved.y_compute.data<float>(),
-                                     saved.lse.data<float>(), dqkv.data<float>(), B, n, C, n_head, scale, drop);
-  else
-    backend_attention_backward(qkv.device(), ct, g.raw_data(), x.raw_data(), saved.att.raw_data(), dqkv.raw_data(), B,
-                               n, C, n_head, scale, drop);
+  if (fused) {  // a few samples at a time: Note [Half-precision attention a few samples at a time]
+    Tensor dqkv = empty(qkv.shape(), qkv.dtype(), qkv.device());
+    const int64_t chunk = attention_chunk_samples(qkv, ct);
+    for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+      const int64_t count = std::min(chunk, B - b0);
+      const Tensor g = dense(slice(dy, 0, b0, b0 + count, 1), ct), x = dense(slice(qkv, 0, b0, b0 + count, 1), ct);
+      const Tensor dqkv_part = slice(dqkv, 0, b0, b0 + count, 1);  // (count, n, 3C)
+      const bool converts = qkv.dtype() != ct;
+      const Tensor dx = converts ? empty(dqkv_part.shape(), ct, qkv.device()) : dqkv_part;
+      backend_fused_attention_backward(qkv.device(), g.data<float>(), x.data<float>(),
+                                       saved.y_compute.data<float>() + b0 * n * C,
+                                       saved.lse.data<float>() + b0 * n_head * n, dx.data<float>(), count, n, C, n_head,
+                                       scale, drop, b0);
+      if (converts) copy_(dqkv_part, dx);
+    }
+    return dqkv;
+  }
+  const Tensor g = dense(dy, ct), x = dense(qkv, ct);
+  Tensor dqkv = empty(qkv.shape(), ct, qkv.device());
+  backend_attention_backward(qkv.device(), ct, g.raw_data(), x.raw_data(), saved.att.raw_data(), dqkv.raw_data(), B, n,
+                             C, n_head, scale, drop);
   return dense(dqkv, qkv.dtype());
 }
 

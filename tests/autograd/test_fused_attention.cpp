@@ -160,3 +160,36 @@ TEST_CASE("fused causal attention: each row's log-sum-exp, and the same dropout 
   CHECK(dropped > visible * 3 / 10);  // rate 0.5: the mask drops about half of the visible entries
   CHECK(dropped < visible * 7 / 10);
 }
+
+TEST_CASE("fused causal attention on f16 activations, a few samples at a time: the bits of one f32 call") {
+  // Note [Half-precision attention a few samples at a time]: 12 samples of 64 x 3 x 64 f16 run in
+  // chunks of 5, 5 and 2 samples; against the f32 kernel on the converted batch in one call, output
+  // and gradient rounded to f16 once, with dropout (its numbers must be the whole batch's).
+  if (!cpu_supports(CpuIsa::avx512)) {
+    MESSAGE("skipped: the fused attention kernel needs AVX-512");
+    return;
+  }
+  rgtest::IsaScope isa(CpuIsa::avx512);
+  FusionScope on(true);
+  const int64_t B = 12, T = 64, H = 2, C = 64;
+  Generator gen(17);
+  const Tensor qkv16 = randn({B, T, 3 * C}, gen).to(DType::f16), dy16 = randn({B, T, C}, gen).to(DType::f16);
+  const Tensor qkv32 = native::cast(qkv16, DType::f32), dy32 = native::cast(dy16, DType::f32);
+  const double rate = 0.25;
+  const uint64_t seed = 99, offset = 7;
+  const native::AttentionOutput half = native::causal_self_attention(qkv16, H, rate, seed, offset);
+  const native::AttentionOutput full = native::causal_self_attention(qkv32, H, rate, seed, offset);
+  REQUIRE(half.lse.defined());  // the fused kernel ran
+  REQUIRE(half.y.dtype() == DType::f16);
+  CHECK(half.y.to_vector() == native::cast(full.y, DType::f16).to_vector());
+  CHECK(half.lse.to_vector() == full.lse.to_vector());
+  const Tensor dqkv16 = native::causal_self_attention_backward(dy16, qkv16, half, H, rate, seed, offset);
+  const Tensor dqkv32 = native::causal_self_attention_backward(dy32, qkv32, full, H, rate, seed, offset);
+  REQUIRE(dqkv16.dtype() == DType::f16);
+  CHECK(dqkv16.to_vector() == native::cast(dqkv32, DType::f16).to_vector());
+  // The dropout really dropped something in the later chunks: their samples differ from a run
+  // without it.
+  const native::AttentionOutput kept = native::causal_self_attention(qkv16, H, 0.0, seed, offset);
+  const Tensor last = native::select(half.y, 0, B - 1), last_kept = native::select(kept.y, 0, B - 1);
+  CHECK(last.to_vector() != last_kept.to_vector());
+}

@@ -61,10 +61,11 @@ void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulat
 // result back made three f32 copies as large as the product's tensors: in GPT-mini with f16
 // parameters, 7.4 MiB of them inside the MLP's output projection's backward (dW = g^T h with h
 // (2048, 512), dX = g W), the highest point of a checkpointed step's memory (docs/zero.md).
-// What: C is computed a block of kBlockRows x kBlockCols at a time into an f32 block, from the
-// operands' matching strips converted to f32 one K part (the GEMM's panel depth) at a time, and
-// rounded into C once, when the block is finished. At most 448 KiB of f32 exist at once whatever
-// the product's size; the buffers come from the allocator, so the memory report counts them.
+// What: C is computed a block at a time into an f32 block, from the operands' matching strips
+// converted to f32 one K part (the GEMM's panel depth) at a time, and rounded into C once, when the
+// block is finished. Blocks are square, 128 x 128 or smaller, so that the strips and the block stay
+// within kWorkingFloats of f32 whatever the product's size (64 x 64 for parts 384 deep); the
+// buffers come from the allocator, so the memory report counts them.
 // Each strip is converted in its own layout (a transposed view into a transposed buffer), so the
 // conversion reads memory in order.
 // Same bits: the CPU's own GEMM sums every element of C as one chain of FMAs over k in K panels
@@ -73,8 +74,16 @@ void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulat
 // own panel loop does. So wherever that GEMM computes the f32 product of the converted operands, the
 // blocks give the same bits as the whole casts did (tests/core/test_half_matmul.cpp); products
 // OpenBLAS takes whole may differ in the last bits, as they do between thread counts.
-constexpr int64_t kBlockRows = 128;
-constexpr int64_t kBlockCols = 128;
+constexpr int64_t kLargestBlock = 128;
+constexpr int64_t kWorkingFloats = 64 * 1024;  // 256 KiB
+
+// The side of the blocks of C for K parts `depth` deep: the largest power of two up to
+// kLargestBlock whose two strips and block fit kWorkingFloats (at least 16).
+int64_t block_side(int64_t depth) {
+  int64_t side = kLargestBlock;
+  while (side > 16 && depth * 2 * side + side * side > kWorkingFloats) side /= 2;
+  return side;
+}
 
 // An uninitialised f32 buffer for up-to-(rows, cols) strips of `like`: row-major, or for a
 // transposed view (the BLAS's other layout) the transpose of a row-major (cols, rows) buffer.
@@ -95,7 +104,8 @@ void gemm_2d_in_f32_blocks(const Tensor& a, const Tensor& b, const Tensor& out) 
   if (m == 0 || n == 0) return;
   const int64_t depth = std::min(k, backend_gemm_panel_depth(a.device()));
   if (depth == 0) return unary_(UnaryOp::fill, out, {0.0, 0.0});
-  const int64_t block_rows = std::min(m, kBlockRows), block_cols = std::min(n, kBlockCols);
+  const int64_t side = block_side(depth);
+  const int64_t block_rows = std::min(m, side), block_cols = std::min(n, side);
   const Tensor a_buffer = f32_strip_buffer(a, block_rows, depth);  // a's strips: (rows, part)
   const Tensor b_buffer = f32_strip_buffer(b, depth, block_cols);  // b's strips: (part, cols)
   const Tensor c_buffer = empty({block_rows, block_cols}, DType::f32, a.device());

@@ -10,6 +10,9 @@
 //        The bf16 columns: the same product on bf16 operands (the AVX512_BF16 dot-product GEMM where
 //        the CPU has it, else f32 compute), its speed-up over f32 and its share of the bf16
 //        dot-product peak (bench/fma_peak.h; the FMA peak where bf16 is computed in f32).
+//        The f16 columns: the product on f16 operands, computed in f32 blocks (Note [Half-precision
+//        products in f32 blocks] in core/native/matmul.cpp), and its speed against whole casts
+//        (both operands cast to f32, the f32 product, the result cast back), timed alternately.
 // attention  causal self-attention from the packed projection on W3's shape (16 sequences of 128,
 //        4 heads of 32), forward and backward, with the fused kernel (Note [Fused causal attention])
 //        and the plain one alternated sample by sample, in GFLOP/s of the useful products (each
@@ -164,7 +167,7 @@ void cblas(const GemmCase& c, const float* a, const float* b, float* out) {
   openblas_set_num_threads(1);
 }
 
-void print_rule() { std::printf("%s\n", std::string(142, '-').c_str()); }
+void print_rule() { std::printf("%s\n", std::string(162, '-').c_str()); }
 
 // One row of the table: ringgrad's f32 matmul against cblas_sgemm, then the same product in bf16
 // (the operands rounded to bf16, as mixed precision trains; checked against the f32 result with
@@ -208,10 +211,23 @@ void run_gemm(const GemmCase& c, double fma_gflops, double bf16_peak, rg::Genera
     ok = std::fabs(got16[i] - reference[i]) <=
          2e-2 * std::sqrt(static_cast<double>(c.k)) * (1.0 + std::fabs(reference[i]));
   const double bf16_best = flops / measure({[&] { rg::matmul(a16, b16); }}, opt)[0].best / 1e9;
-  std::printf("%-12s %-28s %10.3f %10.3f %10.1f %10.1f %10.1f %8.2f %7.0f%% %5s %10.1f %8.2f %7.0f%%\n", c.name.c_str(),
-              gemm_shape(c).c_str(), t[0].best * 1e3, t[0].median * 1e3, ours_best, ours_median, blas_best,
-              ours_best / blas_best, 100.0 * ours_best / fma_gflops, ok ? "ok" : "WRONG", bf16_best,
-              bf16_best / ours_best, 100.0 * bf16_best / bf16_peak);
+
+  // f16: in f32 blocks, against whole f32 casts around the f32 product, alternated.
+  const rg::Tensor ah_stored = a_stored.to(rg::DType::f16), bh_stored = b_stored.to(rg::DType::f16);
+  const rg::Tensor ah = c.a_transposed ? ah_stored.t() : ah_stored;
+  const rg::Tensor bh = c.b_transposed ? bh_stored.t() : bh_stored;
+  const std::vector<double> got_h = rg::matmul(ah, bh).to_vector();
+  for (size_t i = 0; i < reference.size() && ok; ++i)
+    ok = std::fabs(got_h[i] - reference[i]) <= 1e-2 * std::sqrt(static_cast<double>(c.k)) * (1.0 + std::fabs(reference[i]));
+  const std::vector<Stats> half_t =
+      measure({[&] { rg::matmul(ah, bh); },
+               [&] { rg::matmul(ah.to(rg::DType::f32), bh.to(rg::DType::f32)).to(rg::DType::f16); }},
+              opt);
+  const double f16_best = flops / half_t[0].best / 1e9;
+  std::printf("%-12s %-28s %10.3f %10.3f %10.1f %10.1f %10.1f %8.2f %7.0f%% %5s %10.1f %8.2f %7.0f%% %10.1f %8.2f\n",
+              c.name.c_str(), gemm_shape(c).c_str(), t[0].best * 1e3, t[0].median * 1e3, ours_best, ours_median,
+              blas_best, ours_best / blas_best, 100.0 * ours_best / fma_gflops, ok ? "ok" : "WRONG", bf16_best,
+              bf16_best / ours_best, 100.0 * bf16_best / bf16_peak, f16_best, half_t[1].best / half_t[0].best);
 }
 
 // ---- attention ---------------------------------------------------------------------------------
@@ -380,9 +396,9 @@ int main(int argc, char** argv) {
     // ---- GEMM ----
     if (opt.only == "all" || opt.only == "gemm") {
       std::printf("\n");
-      std::printf("%-12s %-28s %10s %10s %10s %10s %10s %8s %8s %5s %10s %8s %8s\n", "gemm", "shape", "best_ms",
-                  "median_ms", "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_fma", "check", "bf16_GF/s", "vs_f32",
-                  "of_peak");
+      std::printf("%-12s %-28s %10s %10s %10s %10s %10s %8s %8s %5s %10s %8s %8s %10s %8s\n", "gemm", "shape",
+                  "best_ms", "median_ms", "GFLOP/s", "med_GF/s", "blas_GF/s", "vs_blas", "of_fma", "check", "bf16_GF/s",
+                  "vs_f32", "of_peak", "f16_GF/s", "vs_casts");
       print_rule();
     }
     std::vector<GemmCase> gemms;

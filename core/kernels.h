@@ -206,6 +206,12 @@ void conv_block_backward(DType dtype, const ConvShape& s, const void* x, const v
 // receives GELU(C), with the bits of the GELU op on C.
 void gemm_add_row(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const float* b, int64_t ldb, const float* row, float* c, int64_t ldc, float* gelu = nullptr);
+// out(r, :) = in(r, :) converted from in_dtype to out_dtype (one rounding), for rows x cols values
+// whose rows are dense at row strides in_ld / out_ld (in elements): copy_'s conversion without its
+// per-row indexing, for narrow strips (Note [Half-precision products in f32 blocks],
+// core/native/matmul.cpp). Any pair of floating dtypes.
+void convert_rows(DType out_dtype, DType in_dtype, const void* in, int64_t in_ld, void* out, int64_t out_ld,
+                  int64_t rows, int64_t cols);
 // The depth of the K panels in which the CPU's own f32 GEMM (Note [Our own GEMM for short products] in
 // core/cpu/tiled_sgemm.cpp) sums a product: cut in K at multiples of it, with beta = 1 after the
 // first part, a product it computes keeps its bits.

@@ -120,6 +120,14 @@ inline bool backend_gemm_takes(Device d, DType t) {
   return t == DType::f16 || t == DType::bf16;
 }
 
+// cpu::convert_rows: a conversion of dense rows at row strides (CPU only; elsewhere copy_).
+inline bool backend_has_convert_rows(Device d) { return d.is_cpu(); }
+inline void backend_convert_rows(Device d, DType out_dtype, DType in_dtype, const void* in, int64_t in_ld, void* out,
+                                 int64_t out_ld, int64_t rows, int64_t cols) {
+  if (d.is_cpu()) return cpu::convert_rows(out_dtype, in_dtype, in, in_ld, out, out_ld, rows, cols);
+  only_on("convert_rows", "the CPU", d);
+}
+
 // A depth at which a product the device's GEMM computes may be cut in K and summed part by part
 // into C (beta = 1) without changing its bits: the CPU GEMM's K panel. (Only the CPU computes
 // f16 / bf16 products in f32 parts: Note [Half-precision products in f32 blocks], matmul.cpp.)

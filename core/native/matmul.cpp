@@ -61,67 +61,111 @@ void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulat
 // result back made three f32 copies as large as the product's tensors: in GPT-mini with f16
 // parameters, 7.4 MiB of them inside the MLP's output projection's backward (dW = g^T h with h
 // (2048, 512), dX = g W), the highest point of a checkpointed step's memory (docs/zero.md).
-// What: C is computed a block at a time into an f32 block, from the operands' matching strips
-// converted to f32 one K part (the GEMM's panel depth) at a time, and rounded into C once, when the
-// block is finished. Blocks are square, 128 x 128 or smaller, so that the strips and the block stay
-// within kWorkingFloats of f32 whatever the product's size (64 x 64 for parts 384 deep); the
-// buffers come from the allocator, so the memory report counts them.
-// Each strip is converted in its own layout (a transposed view into a transposed buffer), so the
-// conversion reads memory in order.
+// What: C is computed a panel of `rows` x `width` at a time in f32 and rounded into C once, when the
+// panel is finished. For each K part (the GEMM's panel depth) the panel's strip of A is converted
+// to f32 once, and B's strip `cols` columns at a time, each followed by the GEMM of that slice of
+// the panel. So A is converted ceil(N / width) times and B ceil(M / rows) times; plan_blocks picks
+// the panel that converts least within kWorkingFloats of f32 (192 KiB) whatever the product's size.
+// The buffers come from the allocator, so the memory report counts them. Each strip is converted in
+// the layout it is stored in (a transposed view into a transposed buffer), so that the conversion
+// reads and writes dense rows (F16C, ~0.06 ns per value).
 // Same bits: the CPU's own GEMM sums every element of C as one chain of FMAs over k in K panels
 // (Note [Our own GEMM for short products] in core/cpu/tiled_sgemm.cpp), whatever block of C the
 // element falls in; a K part that is a multiple of the panel depth, added with beta = 1, is what its
 // own panel loop does. So wherever that GEMM computes the f32 product of the converted operands, the
 // blocks give the same bits as the whole casts did (tests/core/test_half_matmul.cpp); products
 // OpenBLAS takes whole may differ in the last bits, as they do between thread counts.
-constexpr int64_t kLargestBlock = 128;
-constexpr int64_t kWorkingFloats = 64 * 1024;  // 256 KiB
+constexpr int64_t kWorkingFloats = 48 * 1024;  // 192 KiB
+constexpr int64_t kStripCols = 32;  // columns of B converted at a time: one tile of the AVX-512 GEMM
 
-// The side of the blocks of C for K parts `depth` deep: the largest power of two up to
-// kLargestBlock whose two strips and block fit kWorkingFloats (at least 16).
-int64_t block_side(int64_t depth) {
-  int64_t side = kLargestBlock;
-  while (side > 16 && depth * 2 * side + side * side > kWorkingFloats) side /= 2;
-  return side;
+struct BlockPlan {
+  int64_t rows, width;  // the f32 panel of C
+};
+
+// The panel that converts the fewest values per multiply-add, (ceil(N / width) N + ceil(M / rows) M)
+// / (M N) up to a constant, within kWorkingFloats: rows x width of C, rows x depth of A, depth x
+// kStripCols of B.
+BlockPlan plan_blocks(int64_t m, int64_t n, int64_t depth) {
+  const int64_t cols = std::min(n, kStripCols);
+  BlockPlan best{std::min<int64_t>(m, 6), std::min(n, cols)};
+  double best_cost = 1e300;
+  for (int64_t width = cols; width < n + 32; width += 32) {
+    const int64_t w = std::min(width, n);
+    const int64_t room = (kWorkingFloats - depth * cols) / (w + depth);
+    const int64_t rows = std::min(m, room / 6 * 6);  // whole 6-row tiles of the GEMM
+    if (rows < std::min<int64_t>(m, 6)) break;  // wider panels leave even less room
+    const double cost = static_cast<double>((n + w - 1) / w) / static_cast<double>(n) +
+                        static_cast<double>((m + rows - 1) / rows) / static_cast<double>(m);
+    if (cost < best_cost) best_cost = cost, best = {rows, w};
+    if (w == n) break;
+  }
+  return best;
 }
 
-// An uninitialised f32 buffer for up-to-(rows, cols) strips of `like`: row-major, or for a
-// transposed view (the BLAS's other layout) the transpose of a row-major (cols, rows) buffer.
-Tensor f32_strip_buffer(const Tensor& like, int64_t rows, int64_t cols) {
-  const bool transposed = like.stride(0) == 1 && like.stride(1) != 1;
-  if (transposed) return transpose(empty({cols, rows}, DType::f32, like.device()), 0, 1);
-  return empty({rows, cols}, DType::f32, like.device());
+// A 2-D operand as the BLAS takes it: element (r, c) of the logical matrix at
+// data + (transposed ? c * ld + r : r * ld + c) elements.
+struct StoredMatrix {
+  const char* data;
+  bool transposed;
+  int64_t ld;
+  size_t element_size;
+  const char* at(int64_t r, int64_t c) const {
+    return data + static_cast<size_t>(transposed ? c * ld + r : r * ld + c) * element_size;
+  }
+};
+
+// The (rows, cols) strip of `from` at (r0, c0), converted into the f32 buffer `to` laid out as
+// `from` is (row-major with row stride to_ld, or transposed: its transpose row-major), so that the
+// conversion runs along dense rows.
+void convert_strip(Device device, DType dtype, const StoredMatrix& from, int64_t r0, int64_t c0, int64_t rows,
+                   int64_t cols, float* to, int64_t to_ld) {
+  if (from.transposed)
+    backend_convert_rows(device, DType::f32, dtype, from.at(r0, c0), from.ld, to, to_ld, cols, rows);
+  else backend_convert_rows(device, DType::f32, dtype, from.at(r0, c0), from.ld, to, to_ld, rows, cols);
 }
 
-// The (rows, cols) corner of a 2-D tensor, starting at (row0, col0).
-Tensor block_of(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
-  return slice(slice(t, 0, row0, row0 + rows, 1), 1, col0, col0 + cols, 1);
-}
-
-// out(M, N) = a(M, K) @ b(K, N), f16 / bf16 views, computed in f32 blocks.
+// out(M, N) = a(M, K) @ b(K, N), f16 / bf16 views, computed in f32 blocks. Raw pointers throughout:
+// views made per strip cost as much as the narrow strips' conversion.
 void gemm_2d_in_f32_blocks(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   if (m == 0 || n == 0) return;
-  const int64_t depth = std::min(k, backend_gemm_panel_depth(a.device()));
+  const Device device = a.device();
+  const int64_t depth = std::min(k, backend_gemm_panel_depth(device));
   if (depth == 0) return unary_(UnaryOp::fill, out, {0.0, 0.0});
-  const int64_t side = block_side(depth);
-  const int64_t block_rows = std::min(m, side), block_cols = std::min(n, side);
-  const Tensor a_buffer = f32_strip_buffer(a, block_rows, depth);  // a's strips: (rows, part)
-  const Tensor b_buffer = f32_strip_buffer(b, depth, block_cols);  // b's strips: (part, cols)
-  const Tensor c_buffer = empty({block_rows, block_cols}, DType::f32, a.device());
-  for (int64_t i0 = 0; i0 < m; i0 += block_rows) {
-    const int64_t rows = std::min(block_rows, m - i0);
-    for (int64_t j0 = 0; j0 < n; j0 += block_cols) {
-      const int64_t cols = std::min(block_cols, n - j0);
-      const Tensor c_block = block_of(c_buffer, 0, rows, 0, cols);
+  const BlasOperand pa = as_blas_operand(a), pb = as_blas_operand(b);
+  const size_t es = dtype_size(a.dtype());
+  const StoredMatrix sa{static_cast<const char*>(pa.storage_view.raw_data()), pa.transposed, pa.ld, es};
+  const StoredMatrix sb{static_cast<const char*>(pb.storage_view.raw_data()), pb.transposed, pb.ld, es};
+  const BlockPlan plan = plan_blocks(m, n, depth);
+  const int64_t cols = std::min(n, kStripCols);
+  // A's strips (rows, part): row stride depth, or transposed (part, rows) with row stride plan.rows;
+  // B's (part, cols): row stride cols, or transposed (cols, part) with row stride depth.
+  const int64_t a_ld = pa.transposed ? plan.rows : depth, b_ld = pb.transposed ? depth : cols;
+  const Tensor a_buffer = empty({plan.rows * depth}, DType::f32, device);
+  const Tensor b_buffer = empty({depth * cols}, DType::f32, device);
+  const Tensor panel_buffer = empty({plan.rows * plan.width}, DType::f32, device);  // C's panel, row stride width
+  float* a_strip = a_buffer.data<float>();
+  float* b_strip = b_buffer.data<float>();
+  float* panel = panel_buffer.data<float>();
+  char* c = static_cast<char*>(out.raw_data());
+  const int64_t ldc = out.stride(0);
+  for (int64_t g0 = 0; g0 < n; g0 += plan.width) {
+    const int64_t width = std::min(plan.width, n - g0);
+    for (int64_t i0 = 0; i0 < m; i0 += plan.rows) {
+      const int64_t rows = std::min(plan.rows, m - i0);
       for (int64_t k0 = 0; k0 < k; k0 += depth) {
         const int64_t part = std::min(depth, k - k0);
-        const Tensor a_strip = block_of(a_buffer, 0, rows, 0, part), b_strip = block_of(b_buffer, 0, part, 0, cols);
-        copy_(a_strip, block_of(a, i0, rows, k0, part));
-        copy_(b_strip, block_of(b, k0, part, j0, cols));
-        gemm_2d(a_strip, b_strip, c_block, /*accumulate=*/k0 > 0);
+        convert_strip(device, a.dtype(), sa, i0, k0, rows, part, a_strip, a_ld);
+        for (int64_t j = 0; j < width; j += cols) {
+          const int64_t strip_cols = std::min(cols, width - j);
+          convert_strip(device, b.dtype(), sb, k0, g0 + j, part, strip_cols, b_strip, b_ld);
+          backend_gemm(device, DType::f32, pa.transposed, pb.transposed, rows, strip_cols, part, 1.0, a_strip, a_ld,
+                       b_strip, b_ld, k0 > 0 ? 1.0 : 0.0, panel + j, width);
+        }
       }
-      copy_(block_of(out, i0, rows, j0, cols), c_block);  // the one rounding to the dtype
+      // the one rounding to the dtype
+      backend_convert_rows(device, out.dtype(), DType::f32, panel, width,
+                           c + static_cast<size_t>(i0 * ldc + g0) * es, ldc, rows, width);
     }
   }
 }

@@ -218,7 +218,8 @@ void run_gemm(const GemmCase& c, double fma_gflops, double bf16_peak, rg::Genera
   const rg::Tensor bh = c.b_transposed ? bh_stored.t() : bh_stored;
   const std::vector<double> got_h = rg::matmul(ah, bh).to_vector();
   for (size_t i = 0; i < reference.size() && ok; ++i)
-    ok = std::fabs(got_h[i] - reference[i]) <= 1e-2 * std::sqrt(static_cast<double>(c.k)) * (1.0 + std::fabs(reference[i]));
+    ok = std::fabs(got_h[i] - reference[i]) <=
+         1e-2 * std::sqrt(static_cast<double>(c.k)) * (1.0 + std::fabs(reference[i]));
   const std::vector<Stats> half_t =
       measure({[&] { rg::matmul(ah, bh); },
                [&] { rg::matmul(ah.to(rg::DType::f32), bh.to(rg::DType::f32)).to(rg::DType::f16); }},

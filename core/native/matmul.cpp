@@ -76,7 +76,7 @@ void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulat
 // blocks give the same bits as the whole casts did (tests/core/test_half_matmul.cpp); products
 // OpenBLAS takes whole may differ in the last bits, as they do between thread counts.
 constexpr int64_t kWorkingFloats = 48 * 1024;  // 192 KiB
-constexpr int64_t kStripCols = 32;  // columns of B converted at a time: one tile of the AVX-512 GEMM
+constexpr int64_t kStripCols = 32;             // columns of B converted at a time: one tile of the AVX-512 GEMM
 
 struct BlockPlan {
   int64_t rows, width;  // the f32 panel of C
@@ -93,7 +93,7 @@ BlockPlan plan_blocks(int64_t m, int64_t n, int64_t depth) {
     const int64_t w = std::min(width, n);
     const int64_t room = (kWorkingFloats - depth * cols) / (w + depth);
     const int64_t rows = std::min(m, room / 6 * 6);  // whole 6-row tiles of the GEMM
-    if (rows < std::min<int64_t>(m, 6)) break;  // wider panels leave even less room
+    if (rows < std::min<int64_t>(m, 6)) break;       // wider panels leave even less room
     const double cost = static_cast<double>((n + w - 1) / w) / static_cast<double>(n) +
                         static_cast<double>((m + rows - 1) / rows) / static_cast<double>(m);
     if (cost < best_cost) best_cost = cost, best = {rows, w};
@@ -119,8 +119,7 @@ struct StoredMatrix {
 // conversion runs along dense rows.
 void convert_strip(Device device, DType dtype, const StoredMatrix& from, int64_t r0, int64_t c0, int64_t rows,
                    int64_t cols, float* to, int64_t to_ld) {
-  if (from.transposed)
-    backend_convert_rows(device, DType::f32, dtype, from.at(r0, c0), from.ld, to, to_ld, cols, rows);
+  if (from.transposed) backend_convert_rows(device, DType::f32, dtype, from.at(r0, c0), from.ld, to, to_ld, cols, rows);
   else backend_convert_rows(device, DType::f32, dtype, from.at(r0, c0), from.ld, to, to_ld, rows, cols);
 }
 
@@ -164,8 +163,8 @@ void gemm_2d_in_f32_blocks(const Tensor& a, const Tensor& b, const Tensor& out) 
         }
       }
       // the one rounding to the dtype
-      backend_convert_rows(device, out.dtype(), DType::f32, panel, width,
-                           c + static_cast<size_t>(i0 * ldc + g0) * es, ldc, rows, width);
+      backend_convert_rows(device, out.dtype(), DType::f32, panel, width, c + static_cast<size_t>(i0 * ldc + g0) * es,
+                           ldc, rows, width);
     }
   }
 }

@@ -70,8 +70,8 @@ void addmm_(const Tensor& out, const Tensor& a, const Tensor& b);
 Tensor mm_add_row(const Tensor& a, const Tensor& b, const Tensor& row, Tensor* gelu_out = nullptr);
 // out = a @ b, written into out (M, N) dense, of a's dtype and device (any dtype mm takes).
 void mm_out(const Tensor& out, const Tensor& a, const Tensor& b);
-// Whether mm / bmm compute a's dtype through an f32 copy (CPU f16 / bf16: the BLAS has no GEMM for
-// them), so that addmm_ cannot take it.
+// Whether mm / bmm compute a's dtype in f32, a block at a time (CPU f16 / bf16: the BLAS has no GEMM
+// for them; Note [Half-precision products in f32 blocks] in matmul.cpp), so that addmm_ cannot take it.
 bool needs_f32_compute(const Tensor& a);
 Tensor bmm(const Tensor& a, const Tensor& b);  // a: (B, M, K), b: (B, K, N) -> (B, M, N)
 

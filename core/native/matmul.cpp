@@ -4,6 +4,7 @@
 #include "core/fusion.h"
 #include "core/native/backend.h"
 #include "core/native/native.h"
+#include "core/parallel.h"
 #include "core/profiler.h"
 
 namespace ringgrad::native {
@@ -65,7 +66,8 @@ void gemm_2d(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulat
 // panel is finished. For each K part (the GEMM's panel depth) the panel's strip of A is converted
 // to f32 once, and B's strip `cols` columns at a time, each followed by the GEMM of that slice of
 // the panel. So A is converted ceil(N / width) times and B ceil(M / rows) times; plan_blocks picks
-// the panel that converts least within kWorkingFloats of f32 (192 KiB) whatever the product's size.
+// the panel that converts least within kWorkingFloats of f32 (192 KiB) per thread whatever the
+// product's size; a large product spreads its panels over the pool's threads.
 // The buffers come from the allocator, so the memory report counts them. Each strip is converted in
 // the layout it is stored in (a transposed view into a transposed buffer), so that the conversion
 // reads and writes dense rows (F16C, ~0.06 ns per value).
@@ -123,8 +125,22 @@ void convert_strip(Device device, DType dtype, const StoredMatrix& from, int64_t
   else backend_convert_rows(device, DType::f32, dtype, from.at(r0, c0), from.ld, to, to_ld, rows, cols);
 }
 
+// One thread's f32 buffers: A's strip, B's strip and C's panel.
+struct BlockBuffers {
+  Tensor a_strip, b_strip, panel;
+  BlockBuffers(const BlockPlan& plan, int64_t depth, int64_t cols, Device device)
+      : a_strip(empty({plan.rows * depth}, DType::f32, device)),
+        b_strip(empty({depth * cols}, DType::f32, device)),
+        panel(empty({plan.rows * plan.width}, DType::f32, device)) {}
+};
+
+// Below this many flops a product runs on the calling thread (cpu::gemm's threshold).
+constexpr double kSplitFlops = 4e6;
+
 // out(M, N) = a(M, K) @ b(K, N), f16 / bf16 views, computed in f32 blocks. Raw pointers throughout:
-// views made per strip cost as much as the narrow strips' conversion.
+// views made per strip cost as much as the narrow strips' conversion. The panels are independent:
+// a large product spreads them over the pool's threads, each with buffers of its own (the strips'
+// GEMMs are too small for cpu::gemm to split).
 void gemm_2d_in_f32_blocks(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   if (m == 0 || n == 0) return;
@@ -140,18 +156,18 @@ void gemm_2d_in_f32_blocks(const Tensor& a, const Tensor& b, const Tensor& out) 
   // A's strips (rows, part): row stride depth, or transposed (part, rows) with row stride plan.rows;
   // B's (part, cols): row stride cols, or transposed (cols, part) with row stride depth.
   const int64_t a_ld = pa.transposed ? plan.rows : depth, b_ld = pb.transposed ? depth : cols;
-  const Tensor a_buffer = empty({plan.rows * depth}, DType::f32, device);
-  const Tensor b_buffer = empty({depth * cols}, DType::f32, device);
-  const Tensor panel_buffer = empty({plan.rows * plan.width}, DType::f32, device);  // C's panel, row stride width
-  float* a_strip = a_buffer.data<float>();
-  float* b_strip = b_buffer.data<float>();
-  float* panel = panel_buffer.data<float>();
   char* c = static_cast<char*>(out.raw_data());
   const int64_t ldc = out.stride(0);
-  for (int64_t g0 = 0; g0 < n; g0 += plan.width) {
-    const int64_t width = std::min(plan.width, n - g0);
-    for (int64_t i0 = 0; i0 < m; i0 += plan.rows) {
-      const int64_t rows = std::min(plan.rows, m - i0);
+  const int64_t row_panels = (m + plan.rows - 1) / plan.rows, panels = row_panels * ((n + plan.width - 1) / plan.width);
+
+  // Panel p: rows from i0, columns from g0 (C's panel row stride: its width).
+  const auto compute_panels = [&](const BlockBuffers& buffers, int64_t first, int64_t last) {
+    float* a_strip = buffers.a_strip.data<float>();
+    float* b_strip = buffers.b_strip.data<float>();
+    float* panel = buffers.panel.data<float>();
+    for (int64_t p = first; p < last; ++p) {
+      const int64_t i0 = (p % row_panels) * plan.rows, g0 = (p / row_panels) * plan.width;
+      const int64_t rows = std::min(plan.rows, m - i0), width = std::min(plan.width, n - g0);
       for (int64_t k0 = 0; k0 < k; k0 += depth) {
         const int64_t part = std::min(depth, k - k0);
         convert_strip(device, a.dtype(), sa, i0, k0, rows, part, a_strip, a_ld);
@@ -166,7 +182,15 @@ void gemm_2d_in_f32_blocks(const Tensor& a, const Tensor& b, const Tensor& out) 
       backend_convert_rows(device, out.dtype(), DType::f32, panel, width, c + static_cast<size_t>(i0 * ldc + g0) * es,
                            ldc, rows, width);
     }
-  }
+  };
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int64_t threads = flops >= kSplitFlops ? std::min<int64_t>(num_threads(), panels) : 1;
+  std::vector<BlockBuffers> buffers;
+  for (int64_t t = 0; t < threads; ++t) buffers.emplace_back(plan, depth, cols, device);
+  if (threads == 1) return compute_panels(buffers[0], 0, panels);
+  parallel_for(threads, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) compute_panels(buffers[t], panels * t / threads, panels * (t + 1) / threads);
+  });
 }
 
 }  // namespace

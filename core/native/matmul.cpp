@@ -134,13 +134,13 @@ struct BlockBuffers {
         panel(empty({plan.rows * plan.width}, DType::f32, device)) {}
 };
 
-// Below this many flops a product runs on the calling thread (cpu::gemm's threshold).
+// Below this many flops a product runs on the calling thread (the CPU GEMM's own threshold, core/cpu/gemm.cpp).
 constexpr double kSplitFlops = 4e6;
 
 // out(M, N) = a(M, K) @ b(K, N), f16 / bf16 views, computed in f32 blocks. Raw pointers throughout:
 // views made per strip cost as much as the narrow strips' conversion. The panels are independent:
 // a large product spreads them over the pool's threads, each with buffers of its own (the strips'
-// GEMMs are too small for cpu::gemm to split).
+// GEMMs are too small for the CPU GEMM to split).
 void gemm_2d_in_f32_blocks(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   if (m == 0 || n == 0) return;

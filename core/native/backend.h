@@ -120,8 +120,7 @@ inline bool backend_gemm_takes(Device d, DType t) {
   return t == DType::f16 || t == DType::bf16;
 }
 
-// cpu::convert_rows: a conversion of dense rows at row strides (CPU only; elsewhere copy_).
-inline bool backend_has_convert_rows(Device d) { return d.is_cpu(); }
+// cpu::convert_rows: a conversion of dense rows at row strides (CPU only).
 inline void backend_convert_rows(Device d, DType out_dtype, DType in_dtype, const void* in, int64_t in_ld, void* out,
                                  int64_t out_ld, int64_t rows, int64_t cols) {
   if (d.is_cpu()) return cpu::convert_rows(out_dtype, in_dtype, in, in_ld, out, out_ld, rows, cols);

@@ -84,10 +84,11 @@ struct BlockPlan {
   int64_t rows, width;  // the f32 panel of C
 };
 
-// The panel that converts the fewest values per multiply-add, (ceil(N / width) N + ceil(M / rows) M)
-// / (M N) up to a constant, within kWorkingFloats: rows x width of C, rows x depth of A, depth x
-// kStripCols of B.
-BlockPlan plan_blocks(int64_t m, int64_t n, int64_t depth) {
+// The panel that converts the fewest values per multiply-add, ceil(N / width) / N + ceil(M / rows) / M
+// (A's conversions per element of C's row, B's per element of its column), within kWorkingFloats:
+// rows x width of C, rows x depth of A, depth x kStripCols of B. A product to be split over
+// `threads` gets at least that many panels, shorter ones if need be.
+BlockPlan plan_blocks(int64_t m, int64_t n, int64_t depth, int64_t threads) {
   const int64_t cols = std::min(n, kStripCols);
   BlockPlan best{std::min<int64_t>(m, 6), std::min(n, cols)};
   double best_cost = 1e300;
@@ -100,6 +101,11 @@ BlockPlan plan_blocks(int64_t m, int64_t n, int64_t depth) {
                         static_cast<double>((m + rows - 1) / rows) / static_cast<double>(m);
     if (cost < best_cost) best_cost = cost, best = {rows, w};
     if (w == n) break;
+  }
+  const int64_t groups = (n + best.width - 1) / best.width;
+  if (groups * ((m + best.rows - 1) / best.rows) < threads) {  // rows for ceil(threads / groups) panels
+    const int64_t row_panels = (threads + groups - 1) / groups;
+    best.rows = std::min(best.rows, std::max<int64_t>(6, ((m + row_panels - 1) / row_panels + 5) / 6 * 6));
   }
   return best;
 }
@@ -136,6 +142,9 @@ struct BlockBuffers {
 
 // Below this many flops a product runs on the calling thread (the CPU GEMM's own threshold, core/cpu/gemm.cpp).
 constexpr double kSplitFlops = 4e6;
+// Each strip's GEMM (rows x kStripCols x depth, rows x depth <= kWorkingFloats) stays below it, so the
+// CPU GEMM never splits a strip again inside a panel's thread.
+static_assert(2.0 * kStripCols * kWorkingFloats < kSplitFlops);
 
 // out(M, N) = a(M, K) @ b(K, N), f16 / bf16 views, computed in f32 blocks. Raw pointers throughout:
 // views made per strip cost as much as the narrow strips' conversion. The panels are independent:
@@ -151,7 +160,9 @@ void gemm_2d_in_f32_blocks(const Tensor& a, const Tensor& b, const Tensor& out) 
   const size_t es = dtype_size(a.dtype());
   const StoredMatrix sa{static_cast<const char*>(pa.storage_view.raw_data()), pa.transposed, pa.ld, es};
   const StoredMatrix sb{static_cast<const char*>(pb.storage_view.raw_data()), pb.transposed, pb.ld, es};
-  const BlockPlan plan = plan_blocks(m, n, depth);
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int64_t pool = flops >= kSplitFlops ? num_threads() : 1;
+  const BlockPlan plan = plan_blocks(m, n, depth, pool);
   const int64_t cols = std::min(n, kStripCols);
   // A's strips (rows, part): row stride depth, or transposed (part, rows) with row stride plan.rows;
   // B's (part, cols): row stride cols, or transposed (cols, part) with row stride depth.
@@ -183,8 +194,7 @@ void gemm_2d_in_f32_blocks(const Tensor& a, const Tensor& b, const Tensor& out) 
                            ldc, rows, width);
     }
   };
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const int64_t threads = flops >= kSplitFlops ? std::min<int64_t>(num_threads(), panels) : 1;
+  const int64_t threads = std::min(pool, panels);
   std::vector<BlockBuffers> buffers;
   for (int64_t t = 0; t < threads; ++t) buffers.emplace_back(plan, depth, cols, device);
   if (threads == 1) return compute_panels(buffers[0], 0, panels);

@@ -10,6 +10,7 @@
 #include "core/fusion.h"
 #include "core/native/backend.h"
 #include "core/native/native.h"
+#include "core/parallel.h"
 #include "core/profiler.h"
 
 namespace ringgrad::native {
@@ -113,17 +114,21 @@ Tensor dropout(const Tensor& x, double rate, uint64_t seed, uint64_t offset) {
 // f32. For f16 / bf16 activations, converting qkv, dy and dqkv whole made 7 MiB of f32 copies in
 // each GPT-mini attention backward, the highest point of a checkpointed f16 step's memory
 // (docs/zero.md). Samples are independent, so the kernels run on a few samples at a time (about
-// kAttentionChunkBytes of f32 qkv), each chunk's operands converted on the way in and its dqkv
-// rounded on the way out; first_sample keeps dropout's numbers those of the whole batch. The
+// kAttentionChunkBytes of f32 qkv, and as much again for dy and dqkv in the backward; one GPT-mini
+// sample, unless the pool has more threads than heads), each chunk's operands converted on the way
+// in and its dqkv rounded on the way out; first_sample keeps dropout's numbers the whole batch's. The
 // arithmetic of every head is unchanged. f32 activations run in one call, as they need no copies.
 // What stays whole: the f32 y and lse the backward reads (B n C + B H n floats).
 constexpr int64_t kAttentionChunkBytes = 256 * 1024;
 
-// Samples per call of the fused kernels: all of them when qkv is already f32.
-int64_t attention_chunk_samples(const Tensor& qkv, DType ct) {
-  if (qkv.dtype() == ct) return qkv.size(0);
+// Samples per call of the fused kernels: all of them when qkv is already f32; else enough for every
+// pool thread to have a head (the kernels split heads over the threads).
+int64_t attention_chunk_samples(const Tensor& qkv, DType ct, int64_t n_head) {
+  const int64_t B = qkv.size(0);
+  if (qkv.dtype() == ct || B == 0) return std::max<int64_t>(B, 1);
   const int64_t sample_bytes = qkv.size(1) * qkv.size(2) * static_cast<int64_t>(dtype_size(ct));
-  return std::clamp<int64_t>(kAttentionChunkBytes / std::max<int64_t>(1, sample_bytes), 1, qkv.size(0));
+  const int64_t for_threads = (num_threads() + n_head - 1) / n_head;
+  return std::clamp<int64_t>(std::max(kAttentionChunkBytes / std::max<int64_t>(1, sample_bytes), for_threads), 1, B);
 }
 
 AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double dropout, uint64_t seed,
@@ -142,7 +147,8 @@ AttentionOutput causal_self_attention(const Tensor& qkv, int64_t n_head, double 
   out.y = empty({B, n, C}, ct, qkv.device());
   if (fusion_enabled() && backend_has_fused_attention(qkv.device(), ct, C / n_head)) {
     out.lse = empty({B, n_head, n}, ct, qkv.device());
-    const int64_t chunk = attention_chunk_samples(qkv, ct);  // Note [Half-precision attention a few samples ...]
+    const int64_t chunk =
+        attention_chunk_samples(qkv, ct, n_head);  // Note [Half-precision attention a few samples ...]
     for (int64_t b0 = 0; b0 < B; b0 += chunk) {
       const int64_t count = std::min(chunk, B - b0);
       const Tensor x = dense(slice(qkv, 0, b0, b0 + count, 1), ct);  // (count, n, 3C)
@@ -172,7 +178,7 @@ Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const
   const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
   if (fused) {  // a few samples at a time: Note [Half-precision attention a few samples at a time]
     Tensor dqkv = empty(qkv.shape(), qkv.dtype(), qkv.device());
-    const int64_t chunk = attention_chunk_samples(qkv, ct);
+    const int64_t chunk = attention_chunk_samples(qkv, ct, n_head);
     for (int64_t b0 = 0; b0 < B; b0 += chunk) {
       const int64_t count = std::min(chunk, B - b0);
       const Tensor g = dense(slice(dy, 0, b0, b0 + count, 1), ct), x = dense(slice(qkv, 0, b0, b0 + count, 1), ct);

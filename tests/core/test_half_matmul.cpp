@@ -12,6 +12,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/cpu/tiled_sgemm.h"
@@ -36,7 +38,8 @@ Tensor product_of_whole_f32_copies(const Tensor& a, const Tensor& b) {
 
 // Whether the CPU's own GEMM computes every part of the f32 product (m, k) x (k, n) as cpu::gemm
 // splits it over `threads` (Note [GEMMs split over the pool] in core/cpu/gemm.cpp: by rows when
-// m >= n, otherwise by columns, in pieces of max(16, ceil(n / threads))).
+// m >= n, otherwise by columns, in pieces of max(16, ceil(n / threads)) -- parallel_for's pieces,
+// as far as the shapes here go).
 bool own_gemm_takes(bool trans_a, int64_t m, int64_t n, int64_t k, int threads) {
   const bool split_columns = threads > 1 && m < n && 2.0 * static_cast<double>(m * n * k) >= 4e6;
   if (!split_columns) return cpu::tiled_sgemm_suits(trans_a, m, n, k);
@@ -72,12 +75,14 @@ TEST_CASE("half-precision mm in f32 blocks: the bits of whole f32 copies, within
     int64_t m, k, n;
     bool trans_a, trans_b;  // a / b as the transpose of a stored matrix
   };
-  // A linear layer's forward (x W^T) over several row and column blocks with edges (300 x 260); its
-  // weight gradient (g^T x, transposed a) in one K part (300) and in three (900 = 384 + 384 + 132);
-  // a narrow product that OpenBLAS takes whole on AVX-512 (n 20, K 800); one element; K = 0.
-  const std::vector<Case> cases = {{300, 128, 260, false, true}, {130, 300, 140, true, false},
-                                   {70, 900, 200, true, false},  {50, 800, 20, false, false},
-                                   {1, 5, 1, false, false},      {4, 0, 5, false, false}};
+  // A linear layer's forward (x W^T) over several row panels with an edge (300 x 260), and with K in
+  // two parts (K 500 = 384 + 116); its weight gradient (g^T x, transposed a) in one K part (300) and
+  // in three over two column panels (900 = 384 + 384 + 132); a narrow product that OpenBLAS takes
+  // whole on AVX-512 (n 20, K 800); one element; K = 0; M = 0.
+  const std::vector<Case> cases = {{300, 128, 260, false, true}, {90, 500, 100, false, true},
+                                   {130, 300, 140, true, false}, {70, 900, 200, true, false},
+                                   {50, 800, 20, false, false},  {1, 5, 1, false, false},
+                                   {4, 0, 5, false, false},      {0, 7, 3, false, false}};
   Generator gen(47);
   for (const Case& c : cases) {
     CAPTURE(c.m);
@@ -146,4 +151,59 @@ TEST_CASE("half-precision mm in f32 blocks: f32 working memory is a few blocks, 
   // allocations each rounded up to its size class (at most 25%).
   CHECK(after.peak_allocated - before <= result_bytes + 240 * 1024);
   CHECK(after.peak_allocated - before >= result_bytes);  // the measurement sees the result at least
+}
+
+TEST_CASE("convert_rows: f16 <-> f32 along strided rows, the bits of the scalar conversions") {
+  // The F16C paths (8 values at a time) and their tails, against half_bits_to_float and
+  // float_to_half_bits (core/dtype.h): every f16 bit pattern but NaNs one way; the other way ties,
+  // the f16 overflow edge (65504, 65519.99 and 65520), subnormals, zeros and infinities.
+  std::vector<uint16_t> halves;
+  for (uint32_t h = 0; h < 0x10000; ++h)
+    if (!((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0)) halves.push_back(static_cast<uint16_t>(h));
+  const int64_t cols = 61, in_ld = 64, out_ld = 70;  // rows of 61: seven groups of 8 and a tail of 5
+  const int64_t rows = static_cast<int64_t>(halves.size()) / cols;
+  std::vector<uint16_t> in(static_cast<size_t>(rows * in_ld), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      in[static_cast<size_t>(r * in_ld + c)] = halves[static_cast<size_t>(r * cols + c)];
+  std::vector<float> out(static_cast<size_t>(rows * out_ld), -1.0f);
+  cpu::convert_rows(DType::f32, DType::f16, in.data(), in_ld, out.data(), out_ld, rows, cols);
+  int wrong = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float want = half_bits_to_float(in[static_cast<size_t>(r * in_ld + c)]);
+      wrong += std::memcmp(&want, &out[static_cast<size_t>(r * out_ld + c)], sizeof want) != 0;
+    }
+    for (int64_t c = cols; c < out_ld; ++c) wrong += out[static_cast<size_t>(r * out_ld + c)] != -1.0f;  // untouched
+  }
+  CHECK(wrong == 0);
+
+  const std::vector<float> specials = {0.0f,
+                                       -0.0f,
+                                       1.0f,
+                                       -2.5f,
+                                       65504.0f,
+                                       65519.99f,
+                                       65520.0f,
+                                       -65536.0f,
+                                       1e-5f,
+                                       6.1e-5f,
+                                       5.96e-8f,
+                                       2.98e-8f,
+                                       2.99e-8f,
+                                       1e-9f,
+                                       1.0009765625f,
+                                       1.00048828125f,
+                                       1.00146484375f,
+                                       std::numeric_limits<float>::infinity(),
+                                       -std::numeric_limits<float>::infinity(),
+                                       3.14159f,
+                                       -7e4f};
+  std::vector<uint16_t> rounded(specials.size());
+  cpu::convert_rows(DType::f16, DType::f32, specials.data(), 0, rounded.data(), 0, 1,
+                    static_cast<int64_t>(specials.size()));
+  for (size_t i = 0; i < specials.size(); ++i) {
+    CAPTURE(specials[i]);
+    CHECK(rounded[i] == float_to_half_bits(specials[i]));
+  }
 }

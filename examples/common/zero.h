@@ -85,6 +85,7 @@ inline std::optional<int64_t> zero_save_id(const optim::TrainingCheckpoint& chec
 struct ActivationMeasure {
   size_t activation_bytes = 0;  // the most a forward left allocated for its backward; 0: not measured
   std::string activation_note;  // what they are (e.g. whether blocks were checkpointed)
+  size_t modelled_bytes = 0;    // what a model of the saved tensors predicts; 0: no model
 };
 inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt, dist::DistributedDataParallel& ddp,
                                  Device device, size_t allocated_before, const ActivationMeasure& activations = {},
@@ -157,10 +158,19 @@ inline std::string memory_report(const nn::Module& model, optim::Optimizer& opt,
   if (stage3)
     out += line("gathered units    ", static_cast<double>(zero->peak_gathered_bytes()),
                 "the most gathered at once: the root unit and the units computing or prefetched; not model state");
-  if (activations.activation_bytes > 0)
+  if (activations.activation_bytes > 0) {
+    std::string model;
+    if (activations.modelled_bytes > 0) {
+      const double off =
+          (static_cast<double>(activations.activation_bytes) / static_cast<double>(activations.modelled_bytes) - 1.0) *
+          100.0;
+      model = str_cat("; the model of the saved tensors: ", mib(static_cast<double>(activations.modelled_bytes)),
+                      ", measured ", off >= 0 ? "+" : "", std::round(off * 10) / 10, "%");
+    }
     out += line("activations       ", static_cast<double>(activations.activation_bytes),
                 str_cat("measured: allocated after a forward less before it, the largest micro-batch; ",
-                        activations.activation_note));
+                        activations.activation_note, model));
+  }
   out += str_cat("  allocator         ", mib(allocated_before),
                  " allocated when training began (data, parameters, optimizer state); peak during training ",
                  mib(stats.peak_allocated), ", ",

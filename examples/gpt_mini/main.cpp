@@ -29,6 +29,7 @@
 #include "examples/common/fingerprint.h"
 #include "examples/common/run_log.h"
 #include "examples/common/zero.h"
+#include "examples/gpt_mini/activation_model.h"
 #include "examples/gpt_mini/config.h"
 
 using namespace ringgrad;
@@ -460,12 +461,14 @@ int run(Config& c, const dist::World& world) {
         profiler::format_table(profiler::op_table(), steps_run).c_str());
   if (c.memory_report)
     log("%s\n",
-        examples::memory_report(*model, *opt, ddp, device, allocated_before,
-                                {.activation_bytes = training.activation_bytes,
-                                 .activation_note = c.checkpoint_activations
-                                                        ? "each block's input; its activations recomputed in backward"
-                                                        : "every block's saved tensors"},
-                                comm_hook.state.get())
+        examples::memory_report(
+            *model, *opt, ddp, device, allocated_before,
+            {.activation_bytes = training.activation_bytes,
+             .activation_note = c.checkpoint_activations ? "each block's input; its activations recomputed in backward"
+                                                         : "every block's saved tensors",
+             .modelled_bytes = examples::modelled_activation_bytes(model->config(), c.batch_size, dtype, device,
+                                                                   c.checkpoint_activations)},
+            comm_hook.state.get())
             .c_str());
   const examples::ParameterFingerprint fingerprint = [&] {
     auto whole = examples::whole_model(*opt);

@@ -48,6 +48,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/fma_peak.h"
@@ -202,24 +203,24 @@ void run_gemm(const GemmCase& c, double fma_gflops, double bf16_peak, rg::Genera
   const double ours_best = flops / t[0].best / 1e9, ours_median = flops / t[0].median / 1e9;
   const double blas_best = flops / t[1].best / 1e9;
 
-  // bf16: operands rounded, so the check allows bf16's relative error on each of the K products.
-  const rg::Tensor a16_stored = a_stored.to(rg::DType::bf16), b16_stored = b_stored.to(rg::DType::bf16);
-  const rg::Tensor a16 = c.a_transposed ? a16_stored.t() : a16_stored;
-  const rg::Tensor b16 = c.b_transposed ? b16_stored.t() : b16_stored;
-  const std::vector<double> got16 = rg::matmul(a16, b16).to_vector();
-  for (size_t i = 0; i < reference.size() && ok; ++i)
-    ok = std::fabs(got16[i] - reference[i]) <=
-         2e-2 * std::sqrt(static_cast<double>(c.k)) * (1.0 + std::fabs(reference[i]));
+  // The operands rounded to a 16-bit dtype, laid out as the f32 ones; the check allows that dtype's
+  // relative error (`tolerance`) on each of the K products.
+  const auto rounded_operands = [&](rg::DType dtype, double tolerance) {
+    const rg::Tensor as = a_stored.to(dtype), bs = b_stored.to(dtype);
+    std::pair<rg::Tensor, rg::Tensor> operands{c.a_transposed ? as.t() : as, c.b_transposed ? bs.t() : bs};
+    const std::vector<double> got = rg::matmul(operands.first, operands.second).to_vector();
+    for (size_t i = 0; i < reference.size() && ok; ++i)
+      ok = std::fabs(got[i] - reference[i]) <=
+           tolerance * std::sqrt(static_cast<double>(c.k)) * (1.0 + std::fabs(reference[i]));
+    return operands;
+  };
+  const std::pair<rg::Tensor, rg::Tensor> bf16_operands = rounded_operands(rg::DType::bf16, 2e-2);
+  const rg::Tensor &a16 = bf16_operands.first, &b16 = bf16_operands.second;
   const double bf16_best = flops / measure({[&] { rg::matmul(a16, b16); }}, opt)[0].best / 1e9;
 
   // f16: in f32 blocks, against whole f32 casts around the f32 product, alternated.
-  const rg::Tensor ah_stored = a_stored.to(rg::DType::f16), bh_stored = b_stored.to(rg::DType::f16);
-  const rg::Tensor ah = c.a_transposed ? ah_stored.t() : ah_stored;
-  const rg::Tensor bh = c.b_transposed ? bh_stored.t() : bh_stored;
-  const std::vector<double> got_h = rg::matmul(ah, bh).to_vector();
-  for (size_t i = 0; i < reference.size() && ok; ++i)
-    ok = std::fabs(got_h[i] - reference[i]) <=
-         1e-2 * std::sqrt(static_cast<double>(c.k)) * (1.0 + std::fabs(reference[i]));
+  const std::pair<rg::Tensor, rg::Tensor> f16_operands = rounded_operands(rg::DType::f16, 1e-2);
+  const rg::Tensor &ah = f16_operands.first, &bh = f16_operands.second;
   const std::vector<Stats> half_t =
       measure({[&] { rg::matmul(ah, bh); },
                [&] { rg::matmul(ah.to(rg::DType::f32), bh.to(rg::DType::f32)).to(rg::DType::f16); }},

@@ -179,11 +179,11 @@ Tensor causal_self_attention_backward(const Tensor& dy, const Tensor& qkv, const
   if (fused) {  // a few samples at a time: Note [Half-precision attention a few samples at a time]
     Tensor dqkv = empty(qkv.shape(), qkv.dtype(), qkv.device());
     const int64_t chunk = attention_chunk_samples(qkv, ct, n_head);
+    const bool converts = qkv.dtype() != ct;
     for (int64_t b0 = 0; b0 < B; b0 += chunk) {
       const int64_t count = std::min(chunk, B - b0);
       const Tensor g = dense(slice(dy, 0, b0, b0 + count, 1), ct), x = dense(slice(qkv, 0, b0, b0 + count, 1), ct);
       const Tensor dqkv_part = slice(dqkv, 0, b0, b0 + count, 1);  // (count, n, 3C)
-      const bool converts = qkv.dtype() != ct;
       const Tensor dx = converts ? empty(dqkv_part.shape(), ct, qkv.device()) : dqkv_part;
       backend_fused_attention_backward(qkv.device(), g.data<float>(), x.data<float>(),
                                        saved.y_compute.data<float>() + b0 * n * C,

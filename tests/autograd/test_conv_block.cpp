@@ -17,12 +17,7 @@ using namespace ringgrad;
 namespace {
 
 using rgtest::FusionScope;
-
-struct ThreadsScope {
-  explicit ThreadsScope(int n) : before(num_threads()) { set_num_threads(n); }
-  ~ThreadsScope() { set_num_threads(before); }
-  int before;
-};
+using rgtest::ThreadsScope;
 
 // Whether the fused kernel ran during fn (its profiler row), recording nothing else afterwards.
 bool fused_kernel_ran(const std::function<void()>& fn) {

@@ -14,15 +14,7 @@
 
 using namespace ringgrad;
 
-namespace {
-
-struct ThreadsScope {
-  explicit ThreadsScope(int n) : before(num_threads()) { set_num_threads(n); }
-  ~ThreadsScope() { set_num_threads(before); }
-  int before;
-};
-
-}  // namespace
+using rgtest::ThreadsScope;
 
 TEST_CASE("mm_add_row: the GEMM started from the bias gives the fill-then-accumulate composition's bits") {
   struct Case {

@@ -25,11 +25,7 @@ using namespace ringgrad;
 
 namespace {
 
-struct ThreadsScope {
-  explicit ThreadsScope(int n) : before(num_threads()) { set_num_threads(n); }
-  ~ThreadsScope() { set_num_threads(before); }
-  int before;
-};
+using rgtest::ThreadsScope;
 
 // The computation the blocks replace: whole f32 copies, one f32 product, one rounding.
 Tensor product_of_whole_f32_copies(const Tensor& a, const Tensor& b) {

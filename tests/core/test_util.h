@@ -154,6 +154,13 @@ struct IsaScope {
   ~IsaScope() { ringgrad::set_cpu_isa(before); }
 };
 
+// Sets the compute pool's size (core/parallel.h) for one scope and restores the previous size after it.
+struct ThreadsScope {
+  int before = ringgrad::num_threads();
+  explicit ThreadsScope(int n) { ringgrad::set_num_threads(n); }
+  ~ThreadsScope() { ringgrad::set_num_threads(before); }
+};
+
 // Turns fusion (core/fusion.h) on or off for one scope and restores the previous setting after it.
 struct FusionScope {
   bool before = ringgrad::fusion_enabled();
